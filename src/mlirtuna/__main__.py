@@ -1,0 +1,3 @@
+from mlirtuna.cli import main
+
+main()

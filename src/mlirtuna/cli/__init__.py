@@ -1,0 +1,88 @@
+"""The `mlirtuna` command: parses arguments, calls the API, prints. No logic lives here.
+
+Data goes to stdout, status to stderr. A user error is one line on stderr and exit 2; a runtime
+failure one line and exit 1; `--debug` shows tracebacks.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from mlirtuna.cli import common
+from mlirtuna.errors import MlirtunaError, UserError
+
+
+class _Group(TyperGroup):
+    """Turns mlirtuna's errors into one line and an exit status, for every subcommand."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except UserError as exc:
+            _fail(ctx, exc, exc.exit_code)
+        except MlirtunaError as exc:
+            _fail(ctx, exc, 1)
+        except KeyboardInterrupt:
+            common.err("interrupted")
+            sys.exit(130)
+
+
+def _fail(ctx: click.Context, exc: Exception, code: int) -> None:
+    if common.state(ctx).debug:
+        raise exc
+    common.err(f"error: {exc}")
+    sys.exit(code)
+
+
+app = typer.Typer(
+    cls=_Group,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="mlirtuna: a tuning farm for rocMLIR kernels (problems, sessions, a job queue, results).",
+)
+
+
+@app.callback()
+def _global(
+    ctx: typer.Context,
+    db: str = typer.Option(
+        None, "--db", envvar="MLIRTUNA_DB", show_envvar=True,
+        help="Database URL: sqlite:///FILE, postgresql://USER@HOST/DB or mysql://USER@HOST/DB "
+        "[default: sqlite:///mlirtuna.db]. A password is best given in the env "
+        "(MLIRTUNA_DB or MLIRTUNA_DB_PASSWORD), not here.",
+    ),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks and debug logs."),
+) -> None:
+    ctx.obj = common.State(db_url=db, debug=debug)
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _register() -> None:
+    from mlirtuna.cli import dbcmd, jobscmd, problemscmd, sessioncmd, workercmd
+
+    for module in (problemscmd, jobscmd, workercmd):
+        module.register(app)
+    app.add_typer(dbcmd.app, name="db")
+    app.add_typer(sessioncmd.app, name="session")
+    try:
+        from mlirtuna.cli import resultscmd
+    except ImportError:  # pragma: no cover
+        return
+    resultscmd.register(app)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    app(args=argv, prog_name="mlirtuna")

@@ -1,0 +1,68 @@
+"""What every command shares: the database handle, output helpers, common option parsing."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+from rich.console import Console
+
+from mlirtuna.db import Database, resolve_url
+from mlirtuna.errors import UserError
+from mlirtuna.problems import ExpandOptions
+
+out = Console(soft_wrap=True, highlight=False)
+err_console = Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+@dataclass
+class State:
+    db_url: str | None = None
+    debug: bool = False
+    _db: Database | None = field(default=None, repr=False)
+
+
+def state(ctx: click.Context) -> State:
+    root = ctx.find_root()
+    if not isinstance(root.obj, State):
+        root.obj = State()
+    return root.obj
+
+
+def database(ctx: click.Context, *, check_schema: bool = True) -> Database:
+    st = state(ctx)
+    if st._db is None:
+        st._db = Database(resolve_url(st.db_url), check_schema=check_schema)
+    return st._db
+
+
+def err(message: str) -> None:
+    """A status line on stderr (plain: errors must stay one line, whatever the width)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=None, default=str), flush=True)
+
+
+def split_list(value: str | None, flag: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    items = tuple(x.strip() for x in value.split(",") if x.strip())
+    if not items:
+        raise UserError(f"{flag} needs at least one value")
+    return items
+
+
+def expand_options(
+    data_type: str | None, direction: str | None, layout: str | None, no_expand: bool
+) -> ExpandOptions:
+    return ExpandOptions(
+        data_types=split_list(data_type, "--data-type"),
+        directions=split_list(direction, "--direction"),
+        layouts=split_list(layout, "--layout"),
+        expand=not no_expand,
+    )

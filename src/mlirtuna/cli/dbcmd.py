@@ -1,0 +1,29 @@
+"""`mlirtuna db …`: the schema."""
+
+from __future__ import annotations
+
+import typer
+
+from mlirtuna.cli import common
+
+app = typer.Typer(no_args_is_help=True, help="Create or upgrade the database schema.")
+
+
+@app.command()
+def upgrade(ctx: typer.Context) -> None:
+    """Apply every pending migration (creates the schema on an empty database)."""
+    db = common.database(ctx, check_schema=False)
+    before, after = db.upgrade()
+    if before == after:
+        common.err(f"{db.display_url}: schema up to date ({after})")
+    else:
+        common.err(f"{db.display_url}: upgraded {before or 'empty'} -> {after}")
+
+
+@app.command()
+def current(ctx: typer.Context) -> None:
+    """Print the schema revision of the database and the one this mlirtuna needs."""
+    from mlirtuna import migrations
+
+    db = common.database(ctx, check_schema=False)
+    print(f"{migrations.current_revision(db.engine) or 'none'} (head {migrations.head_revision()})")

@@ -1,0 +1,57 @@
+"""`mlirtuna import`: rocMLIR config lists into the config tables."""
+
+from __future__ import annotations
+
+import typer
+
+from mlirtuna import configs
+from mlirtuna.cli import common
+
+OP_HELP = "conv, gemm or attention."
+
+
+def data_type_opt():
+    return typer.Option(None, "--data-type", help="Comma-separated rocMLIR types to expand over "
+                        "(f32,f16,bf16,i8,fp8…) [default: perfRunner's].")
+
+
+def direction_opt():
+    return typer.Option(None, "--direction", help="Conv directions to expand over: fwd,bwd,wrw "
+                        "[default: all].")
+
+
+def layout_opt():
+    return typer.Option(None, "--layout", help="Conv layouts to expand over: NCHW,NHWC "
+                        "[default: both].")
+
+
+def no_expand_opt():
+    return typer.Option(False, "--no-expand", help="Import each line as written.")
+
+
+def import_(
+    ctx: typer.Context,
+    files: list[str] = typer.Argument(..., metavar="FILE...", help="rocMLIR config lists."),
+    op: str = typer.Option(..., "--op", help=OP_HELP),
+    data_type: str = data_type_opt(),
+    direction: str = direction_opt(),
+    layout: str = layout_opt(),
+    no_expand: bool = no_expand_opt(),
+    tag: str = typer.Option(None, "--tag", help="Label the problems, for `jobs load --tag`."),
+    as_json: bool = typer.Option(False, "--json", help="Print {lines, problems, new, existing}."),
+) -> None:
+    """Import rocMLIR config lists: one canonical problem per expanded line (idempotent)."""
+    options = common.expand_options(data_type, direction, layout, no_expand)
+    report = configs.import_files(common.database(ctx), op, files, options, tag)
+    for warning in report.warnings:
+        common.err(f"warning: {warning}")
+    if as_json:
+        common.print_json(report.as_dict())
+    else:
+        print(f"{report.lines} lines read, {report.problems} problems after expansion: "
+              f"{report.new} new, {report.existing} already present"
+              + (f" (tag {tag})" if tag else ""))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("import")(import_)

@@ -1,0 +1,61 @@
+"""The one exception hierarchy of mlirtuna.
+
+`UserError` subclasses are problems the user can fix (a bad config line, a bad URL, a missing
+build dir): the CLI prints their message as one line and exits 2. Anything else is a bug or a
+runtime failure and is reported as such.
+"""
+
+from __future__ import annotations
+
+
+class MlirtunaError(Exception):
+    """Something went wrong in mlirtuna."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class UserError(MlirtunaError):
+    """A problem with the input that the user can fix."""
+
+    exit_code = 2
+
+
+class InputError(UserError):
+    """A bad line in an input file; the message starts with FILE:LINE."""
+
+    def __init__(self, message: str, path: str | None = None, line: int | None = None) -> None:
+        self.path, self.line, self.detail = path, line, message
+        where = f"{path}:{line}: " if path is not None and line is not None else ""
+        super().__init__(f"{where}{message}")
+
+    def at(self, path: str, line: int) -> InputError:
+        """The same error, placed at FILE:LINE."""
+        return InputError(self.detail, path, line)
+
+
+class DatabaseError(UserError):
+    """The database cannot be used (unreachable, bad URL, schema too old)."""
+
+
+class SchemaOutdated(DatabaseError):
+    """The database schema is older than this mlirtuna; run `mlirtuna db upgrade`."""
+
+
+class NotFound(UserError):
+    """A session, job or problem that does not exist."""
+
+
+class TunerError(MlirtunaError):
+    """The tuner failed on one job: the job is retried or ends in error, never lost.
+
+    `detail` holds extra text kept in job.result (e.g. the tail of the tool's stderr).
+    """
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        self.detail = detail
+        super().__init__(message)
+
+
+class TunerTimeout(TunerError):
+    """The tuner ran past the job timeout and was stopped."""

@@ -1,0 +1,253 @@
+"""Jobs as people manage them: load a session's jobs, count, list, show, requeue, cancel.
+
+The worker-side operations (claim, heartbeat, fenced record) are in queue.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from mlirtuna import configs, sessions
+from mlirtuna.db import Database
+from mlirtuna.errors import NotFound, UserError
+from mlirtuna.models import (
+    CANCELLED,
+    COMPLETED,
+    ERROR,
+    JOB_STATES,
+    NEW,
+    RUNNING,
+    Attempt,
+    Candidate,
+    Job,
+    Problem,
+    ProblemTag,
+    Result,
+)
+from mlirtuna.problems import ExpandOptions
+from mlirtuna.problems.configlist import read_config_list
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    added: int
+    existing: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {"added": self.added, "existing": self.existing}
+
+
+def load(
+    db: Database,
+    session_id: int,
+    *,
+    op: str | None = None,
+    tag: str | None = None,
+    file: str | None = None,
+    all_problems: bool = False,
+    options: ExpandOptions | None = None,
+) -> LoadReport:
+    """One `new` job per selected problem of the session (idempotent)."""
+    if sum(x is not None and x is not False for x in (tag, file, all_problems or None)) != 1:
+        raise UserError("choose the problems with exactly one of --tag, --file or --all")
+    sessions.get(db, session_id)
+    with db.session(immediate=True) as s:
+        selected = _select(s, op=op, tag=tag, file=file, all_problems=all_problems,
+                           options=options)
+        if not selected and tag is not None:
+            raise UserError(f"no problems carry the tag {tag!r}: import them with --tag {tag}")
+        have = set(s.scalars(sa.select(Job.problem_id).where(Job.session_id == session_id)))
+        rows = [
+            {"session_id": session_id, "problem_id": pid, "priority": prio, "state": NEW,
+             "reason": ""}
+            for pid, prio in selected.items()
+            if pid not in have
+        ]
+        if rows:
+            s.execute(sa.insert(Job.__table__), rows)
+        return LoadReport(added=len(rows), existing=len(selected) - len(rows))
+
+
+def _select(
+    s: Session, *, op, tag, file, all_problems, options
+) -> dict[int, int]:
+    """{problem_id: priority} of the chosen problems."""
+    if file is not None:
+        if op is None:
+            raise UserError("--file needs --op (the op of the config list)")
+        parsed = read_config_list(file, op, options or ExpandOptions())
+        ids, _ = configs.ensure_problems(s, op, [e.problem for e in parsed.entries])
+        return {ids[e.problem.canonical()]: e.priority for e in parsed.entries}
+    if tag is not None:
+        stmt = sa.select(ProblemTag.problem_id, ProblemTag.priority).where(ProblemTag.tag == tag)
+        if op is not None:
+            stmt = stmt.join(Problem, Problem.id == ProblemTag.problem_id).where(Problem.op == op)
+        return {pid: prio for pid, prio in s.execute(stmt)}
+    stmt = sa.select(Problem.id, sa.literal(0))
+    if op is not None:
+        stmt = stmt.where(Problem.op == op)
+    return {pid: prio for pid, prio in s.execute(stmt)}
+
+
+def counts(db: Database, session_id: int | None = None) -> dict[int, dict[str, int]]:
+    """{session_id: {state: n}} with every state present (0 when none)."""
+    stmt = sa.select(Job.session_id, Job.state, sa.func.count()).group_by(Job.session_id, Job.state)
+    if session_id is not None:
+        sessions.get(db, session_id)
+        stmt = stmt.where(Job.session_id == session_id)
+    out: dict[int, dict[str, int]] = {}
+    if session_id is not None:
+        out[session_id] = dict.fromkeys(JOB_STATES, 0)
+    with db.session() as s:
+        for sid, state, n in s.execute(stmt):
+            out.setdefault(sid, dict.fromkeys(JOB_STATES, 0))[state] = n
+        if session_id is None:
+            for sid in s.scalars(sa.select(sessions.TuningSession.id)):
+                out.setdefault(sid, dict.fromkeys(JOB_STATES, 0))
+    return dict(sorted(out.items()))
+
+
+def is_drained(db: Database, session_id: int) -> bool:
+    """True once the session has no job that is new or running."""
+    with db.session() as s:
+        left = s.scalar(
+            sa.select(sa.func.count()).where(
+                Job.session_id == session_id, Job.state.in_((NEW, RUNNING))
+            )
+        )
+        return left == 0
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    id: int
+    session_id: int
+    problem_id: int
+    op: str
+    test_vector: str
+    state: str
+    retries: int
+    priority: int
+    machine_name: str
+    gpu_id: int
+    compile_start: dt.datetime | None
+    compile_end: dt.datetime | None
+    result: str | None
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    perf_config: str | None = None
+    tflops: float | None = None
+    candidates: int = 0
+
+    @property
+    def first_line(self) -> str:
+        return (self.result or "").strip().splitlines()[0] if (self.result or "").strip() else ""
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        for key in ("compile_start", "compile_end"):
+            d[key] = _iso(d[key])
+        return d
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ") if value else None
+
+
+_JOB_COLUMNS = (
+    Job.id, Job.session_id, Job.problem_id, Problem.op, Problem.test_vector, Job.state,
+    Job.retries, Job.priority, Job.machine_name, Job.gpu_id, Job.compile_start,
+    Job.compile_end, Job.result,
+)
+
+
+def list_jobs(
+    db: Database, session_id: int, state: str | None = None, limit: int | None = None
+) -> list[JobInfo]:
+    if state is not None and state not in JOB_STATES:
+        raise UserError(f"unknown state {state!r} (known: {', '.join(JOB_STATES)})")
+    sessions.get(db, session_id)
+    stmt = (
+        sa.select(*_JOB_COLUMNS)
+        .join(Problem, Problem.id == Job.problem_id)
+        .where(Job.session_id == session_id)
+        .order_by(Job.id)
+    )
+    if state is not None:
+        stmt = stmt.where(Job.state == state)
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    with db.session() as s:
+        return [JobInfo(*row) for row in s.execute(stmt)]
+
+
+def show(db: Database, job_id: int) -> JobInfo:
+    """A job with its whole text, every attempt, and its winner if it has one."""
+    with db.session() as s:
+        row = s.execute(
+            sa.select(*_JOB_COLUMNS).join(Problem, Problem.id == Job.problem_id).where(
+                Job.id == job_id
+            )
+        ).first()
+        if row is None:
+            raise NotFound(f"no job {job_id}")
+        attempts = [
+            {
+                "machine_name": a.machine_name,
+                "gpu_id": a.gpu_id,
+                "pid": a.pid,
+                "claimed_at": _iso(a.claimed_at),
+                "ended_at": _iso(a.ended_at),
+                "outcome": a.outcome or "running",
+                "message": a.message,
+            }
+            for a in s.scalars(sa.select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.id))
+        ]
+        winner = s.execute(
+            sa.select(Result.perf_config, Result.tflops).where(Result.job_id == job_id)
+        ).first()
+        n = s.scalar(sa.select(sa.func.count()).where(Candidate.job_id == job_id)) or 0
+    info = JobInfo(*row, attempts=attempts, candidates=n)
+    if winner is not None:
+        info = JobInfo(**{**info.__dict__, "perf_config": winner[0], "tflops": winner[1]})
+    return info
+
+
+def requeue(db: Database, session_id: int, state: str = ERROR, job_id: int | None = None) -> int:
+    """Put error (or running: a worker known to be dead) jobs back to new with fresh retries."""
+    if state not in (ERROR, RUNNING, CANCELLED):
+        raise UserError("requeue takes --state error, running or cancelled")
+    sessions.get(db, session_id)
+    where = [Job.session_id == session_id, Job.state == state]
+    if job_id is not None:
+        where.append(Job.id == job_id)
+    with db.session(immediate=True) as s:
+        done = s.execute(
+            sa.update(Job)
+            .where(*where)
+            .values(state=NEW, retries=0, not_before=None, lease_token=None,
+                    lease_expires_at=None, finished_at=None)
+        )
+        return done.rowcount
+
+
+def cancel(db: Database, session_id: int, job_id: int | None = None) -> int:
+    """Cancel jobs not yet done; a running one's worker then records nothing (its fence fails)."""
+    sessions.get(db, session_id)
+    where = [Job.session_id == session_id, Job.state.in_((NEW, RUNNING, ERROR))]
+    if job_id is not None:
+        where.append(Job.id == job_id)
+    with db.session(immediate=True) as s:
+        done = s.execute(
+            sa.update(Job).where(*where).values(state=CANCELLED, lease_token=None,
+                                                lease_expires_at=None)
+        )
+        return done.rowcount
+
+
+__all__ = ["COMPLETED", "LoadReport", "JobInfo", "load", "counts", "list_jobs", "show",
+           "requeue", "cancel", "is_drained"]

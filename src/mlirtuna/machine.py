@@ -1,0 +1,121 @@
+"""What this machine is: GPUs from rocminfo, ROCm version, rocMLIR commit, docker image, CPU.
+
+Detection never guesses: a value that cannot be read is None, and the caller decides whether
+that is acceptable (a rocmlir session refuses to open without arch and CU count).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+ROCM_PATH = Path(os.environ.get("ROCM_PATH", "/opt/rocm"))
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int  # position among GPU agents, as ROCR_VISIBLE_DEVICES counts them
+    arch: str  # gfx942
+    arch_full: str  # gfx942:sramecc+:xnack-
+    num_cu: int
+
+
+def machine_name() -> str:
+    return socket.gethostname()
+
+
+def _run(argv: list[str], timeout: float = 20.0) -> str | None:
+    exe = shutil.which(argv[0]) or (
+        str(ROCM_PATH / "bin" / argv[0]) if (ROCM_PATH / "bin" / argv[0]).exists() else None
+    )
+    if exe is None:
+        return None
+    try:
+        proc = subprocess.run(
+            [exe, *argv[1:]], capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def parse_rocminfo(text: str) -> list[Gpu]:
+    """GPU agents from `rocminfo` output, in order (CPU agents are skipped)."""
+    gpus: list[Gpu] = []
+    for block in re.split(r"\n\*{5,}\s*\nAgent \d+\s*\n\*{5,}", text)[1:]:
+        if not re.search(r"Device Type:\s*GPU", block):
+            continue
+        name = re.search(r"^\s*Name:\s*(gfx\w+)", block, re.M)
+        cus = re.search(r"Compute Unit:\s*(\d+)", block)
+        isa = re.search(r"amdgcn-amd-amdhsa--(gfx[\w:+\-]+)", block)
+        if name and cus:
+            arch_full = isa.group(1) if isa else name.group(1)
+            gpus.append(Gpu(len(gpus), name.group(1), arch_full, int(cus.group(1))))
+    return gpus
+
+
+def gpus() -> list[Gpu]:
+    """Every GPU rocminfo lists; [] on a machine without ROCm or GPUs."""
+    text = _run(["rocminfo"])
+    return parse_rocminfo(text) if text else []
+
+
+def num_chiplets(arch: str) -> int | None:
+    """XCDs per GPU where the tools expose it (amd-smi), else None."""
+    text = _run(["amd-smi", "static", "--partition", "--json"]) or ""
+    match = re.search(r'"(?:num_xcd|xcd_count)"\s*:\s*(\d+)', text)
+    return int(match.group(1)) if match else None
+
+
+def rocm_version() -> str | None:
+    path = ROCM_PATH / ".info" / "version"
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def git_hash(path: str | Path) -> str | None:
+    """The commit of the git checkout holding `path` (a rocMLIR build dir sits inside its source)."""
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def docker_image() -> str | None:
+    """The image name where the environment says (CI usually exports one of these)."""
+    for var in ("MLIRTUNA_DOCKER_IMAGE", "DOCKER_IMAGE", "CONTAINER_IMAGE"):
+        if os.environ.get(var):
+            return os.environ[var]
+    return None
+
+
+def cpu_description() -> str:
+    """e.g. 'AMD EPYC 7763 64-Core Processor, 2 cores' (what a cpu session was tuned on)."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count() or 1} cores"
+
+
+def platform_machine() -> str:
+    return platform.machine() or "unknown"

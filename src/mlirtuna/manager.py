@@ -1,0 +1,110 @@
+"""Starting and supervising local workers: one process per GPU (or N CPU workers).
+
+Each worker is a real `mlirtuna worker` process in a process group of its own, pinned to its
+GPU with ROCR_VISIBLE_DEVICES, so a terminal's Ctrl-C reaches only this supervisor, which
+forwards each signal once: the first lets every worker finish its job, the second gives jobs back.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mlirtuna import machine
+from mlirtuna.errors import UserError
+from mlirtuna.worker import WorkerSettings
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one worker runs: a GPU index (or -1 for a CPU worker)."""
+
+    gpu_id: int
+
+    @property
+    def label(self) -> str:
+        return "cpu" if self.gpu_id < 0 else f"GPU {self.gpu_id}"
+
+
+def plan(gpus: str, tuner: str, workers: int = 1) -> list[Slot]:
+    """`auto`: every GPU rocminfo lists for rocmlir, else `workers` CPU workers; or `0,1,…`."""
+    if gpus == "auto":
+        if tuner.startswith("rocmlir"):
+            found = machine.gpus()
+            if not found:
+                raise UserError("no GPU found by rocminfo: give --gpus 0,1,… or use --tuner cpu")
+            return [Slot(g.index) for g in found]
+        return [Slot(-1) for _ in range(max(workers, 1))]
+    try:
+        ids = [int(x) for x in gpus.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"bad --gpus {gpus!r}: expected auto or a list like 0,1,2") from None
+    if not ids or any(i < 0 for i in ids):
+        raise UserError(f"bad --gpus {gpus!r}: expected auto or a list like 0,1,2")
+    return [Slot(i) for i in ids for _ in range(max(workers, 1))]
+
+
+def worker_argv(settings: WorkerSettings, slot: Slot) -> list[str]:
+    argv = [
+        sys.executable, "-m", "mlirtuna", "worker", "--session", str(settings.session_id),
+        "--tuner", settings.tuner, "--gpu-id", str(slot.gpu_id), "--lease", str(settings.lease_s),
+        "--max-retries", str(settings.max_retries), "--retry-backoff", str(settings.backoff_s),
+        "--cpu-mem-limit", str(settings.cpu_mem_limit),
+    ]
+    if settings.job_timeout_s is not None:
+        argv += ["--job-timeout", str(settings.job_timeout_s)]
+    if settings.until_empty:
+        argv.append("--until-empty")
+    if settings.max_jobs is not None:
+        argv += ["--max-jobs", str(settings.max_jobs)]
+    if settings.mlir_build_dir:
+        argv += ["--mlir-build-dir", settings.mlir_build_dir]
+    return argv
+
+
+def start(db_url: str, settings: WorkerSettings, slots: list[Slot], quiet: bool = False):
+    """Start one worker process per slot; the URL travels in the environment, not in argv."""
+    procs = []
+    for slot in slots:
+        env = dict(os.environ, MLIRTUNA_DB=db_url)
+        if slot.gpu_id >= 0:
+            # Pin at the ROCr level: inside the worker the GPU is device 0 for HIP and rocMLIR.
+            env["ROCR_VISIBLE_DEVICES"] = str(slot.gpu_id)
+            env.pop("HIP_VISIBLE_DEVICES", None)
+        procs.append(
+            subprocess.Popen(
+                worker_argv(settings, slot), env=env, start_new_session=True,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if quiet else None,
+            )
+        )
+    return procs
+
+
+def supervise(procs: list[subprocess.Popen], tick: Callable[[], None] | None = None,
+              interval: float = 0.5) -> int:
+    """Wait for the workers, forwarding SIGINT/SIGTERM; returns the number of signals received."""
+    received: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while any(p.poll() is None for p in procs):
+            if tick is not None:
+                tick()
+            time.sleep(interval)
+        if tick is not None:
+            tick()
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    return len(received)

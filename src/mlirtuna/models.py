@@ -1,0 +1,270 @@
+"""The schema, and nothing else: every table of mlirtuna in one place (queries live elsewhere).
+
+Conventions:
+- timestamps are naive UTC `DateTime` (microseconds on MySQL/MariaDB); the database clock is
+  used for leases (see db.db_now);
+- `problem` is the supertable of every op; conv_config / gemm_config / attention_config share its
+  id (joined tables), so one job table and one result table serve every op with real foreign keys;
+- the config tables' column names are exactly the fields of the problem dataclasses
+  (mlirtuna.problems), which tests check.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects import mysql
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Constraint names are fixed so that migrations name them the same on every backend.
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+UtcDateTime = DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+# SQLite only auto-increments an INTEGER PRIMARY KEY; elsewhere candidate ids need 64 bits.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+# Job states (design.md, "The job life cycle").
+NEW, RUNNING, COMPLETED, ERROR, CANCELLED = "new", "running", "completed", "error", "cancelled"
+JOB_STATES = (NEW, RUNNING, COMPLETED, ERROR, CANCELLED)
+TUNING_SPACES = ("quick", "full", "greedy", "exhaustive")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Problem(Base):
+    """One canonical problem of any op; `test_vector` is perfRunner's to_command_line() string."""
+
+    __tablename__ = "problem"
+    __table_args__ = (UniqueConstraint("op", "test_vector"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    op: Mapped[str] = mapped_column(String(16))
+    test_vector: Mapped[str] = mapped_column(String(700))
+    created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
+
+
+class ProblemTag(Base):
+    """A label put on problems at import (`--tag`), so jobs can be loaded for exactly that set."""
+
+    __tablename__ = "problem_tag"
+
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problem.id"), primary_key=True)
+    tag: Mapped[str] = mapped_column(String(100), primary_key=True)
+    # `-perf_priority N` from newer config lists; becomes the job priority (lower runs first).
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+
+
+def _problem_id() -> Mapped[int]:
+    return mapped_column(ForeignKey("problem.id", ondelete="CASCADE"), primary_key=True)
+
+
+def _int(default: int = 0) -> Mapped[int]:
+    return mapped_column(Integer, default=default, server_default=str(default))
+
+
+def _str(length: int = 16) -> Mapped[str]:
+    return mapped_column(String(length), default="", server_default="")
+
+
+def _bool() -> Mapped[bool]:
+    return mapped_column(Boolean, default=False, server_default="0")
+
+
+class ConvConfig(Base):
+    __tablename__ = "conv_config"
+
+    id: Mapped[int] = _problem_id()
+    data_type: Mapped[str] = _str()
+    in_data_type: Mapped[str] = _str()
+    fil_data_type: Mapped[str] = _str()
+    out_data_type: Mapped[str] = _str()
+    direction: Mapped[str] = _str(8)
+    fil_layout: Mapped[str] = _str()
+    in_layout: Mapped[str] = _str()
+    out_layout: Mapped[str] = _str()
+    spatial_dim: Mapped[int] = _int(2)
+    in_channels: Mapped[int] = _int()
+    in_h: Mapped[int] = _int()
+    in_w: Mapped[int] = _int()
+    fil_h: Mapped[int] = _int()
+    fil_w: Mapped[int] = _int()
+    out_channels: Mapped[int] = _int()
+    batchsize: Mapped[int] = _int()
+    pad_h: Mapped[int] = _int()
+    pad_w: Mapped[int] = _int()
+    conv_stride_h: Mapped[int] = _int()
+    conv_stride_w: Mapped[int] = _int()
+    dilation_h: Mapped[int] = _int()
+    dilation_w: Mapped[int] = _int()
+    group_size: Mapped[int] = _int()
+    kernel_repeats: Mapped[int] = _int()
+
+
+class GemmConfig(Base):
+    __tablename__ = "gemm_config"
+
+    id: Mapped[int] = _problem_id()
+    data_type: Mapped[str] = _str()
+    out_data_type: Mapped[str] = _str()
+    trans_a: Mapped[bool] = _bool()
+    trans_b: Mapped[bool] = _bool()
+    # None: the config string does not say (older rocMLIR has no -transO).
+    trans_o: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    group_size: Mapped[int] = _int()
+    m: Mapped[int] = _int()
+    n: Mapped[int] = _int()
+    k: Mapped[int] = _int()
+    kernel_repeats: Mapped[int] = _int()
+
+
+class AttentionConfig(Base):
+    __tablename__ = "attention_config"
+
+    id: Mapped[int] = _problem_id()
+    data_type: Mapped[str] = _str()
+    trans_q: Mapped[bool] = _bool()
+    trans_k: Mapped[bool] = _bool()
+    trans_v: Mapped[bool] = _bool()
+    trans_o: Mapped[bool] = _bool()
+    causal: Mapped[bool] = _bool()
+    return_lse: Mapped[bool] = _bool()
+    split_kv: Mapped[int] = _int()
+    group_size: Mapped[int] = _int()
+    seq_len_q: Mapped[int] = _int()
+    seq_len_k: Mapped[int] = _int()
+    num_heads_q: Mapped[int] = _int()
+    num_heads_kv: Mapped[int] = _int()
+    head_dim_qk: Mapped[int] = _int()
+    head_dim_v: Mapped[int] = _int()
+    with_attn_scale: Mapped[bool] = _bool()
+    with_attn_bias: Mapped[bool] = _bool()
+    trans_bias: Mapped[bool] = _bool()
+    kernel_repeats: Mapped[int] = _int()
+
+
+CONFIG_TABLES = {"conv": ConvConfig, "gemm": GemmConfig, "attention": AttentionConfig}
+
+
+class TuningSession(Base):
+    """Everything that can change a tuning result, and why the tuning was run."""
+
+    __tablename__ = "session"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    arch: Mapped[str] = mapped_column(String(32))  # bare chip name: gfx942
+    arch_full: Mapped[str] = mapped_column(String(128))  # gcnArchName: gfx942:sramecc+:xnack-
+    num_cu: Mapped[int] = mapped_column(Integer)
+    num_chiplets: Mapped[int] = mapped_column(Integer, default=1)
+    rocm_v: Mapped[str] = _str(64)
+    mlir_v: Mapped[str] = _str(64)  # git hash of the rocMLIR source
+    reason: Mapped[str] = _str(200)
+    ticket: Mapped[str] = _str(64)
+    docker: Mapped[str] = _str(200)
+    tuning_space: Mapped[str] = mapped_column(String(16))
+    tuner: Mapped[str] = mapped_column(String(16))  # rocmlir | cpu | sleep | imported
+    host: Mapped[str] = _str(200)  # where it was opened (for cpu sessions: the CPU model)
+    created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
+
+
+class Job(Base):
+    """One problem to tune in one session; the queue is this table (design.md)."""
+
+    __tablename__ = "job"
+    __table_args__ = (
+        UniqueConstraint("session_id", "problem_id"),
+        # Serves the claim: WHERE session_id=? AND state='new' ORDER BY priority, id.
+        Index("ix_job_claim", "session_id", "state", "priority", "id"),
+        # Serves the sweep of expired leases.
+        Index("ix_job_lease", "state", "lease_expires_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("session.id"))
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problem.id"), index=True)
+    reason: Mapped[str] = _str(200)
+    state: Mapped[str] = mapped_column(String(16), default=NEW)
+    priority: Mapped[int] = _int()
+    retries: Mapped[int] = _int()
+    result: Mapped[str | None] = mapped_column(Text, nullable=True)  # tool output or the error
+    compile_start: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    compile_end: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    gpu_id: Mapped[int] = _int(-1)
+    machine_name: Mapped[str] = _str(200)
+    lease_token: Mapped[str | None] = mapped_column(String(32), nullable=True)  # fencing token
+    lease_expires_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    heartbeat_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    claimed_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    not_before: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)  # backoff
+
+
+class Attempt(Base):
+    """Every claim of a job and how it ended: the job's attempts log."""
+
+    __tablename__ = "attempt"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"), index=True)
+    lease_token: Mapped[str] = mapped_column(String(32), unique=True)
+    machine_name: Mapped[str] = _str(200)
+    gpu_id: Mapped[int] = _int(-1)
+    pid: Mapped[int] = _int()
+    claimed_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
+    ended_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    # completed | failed | expired | released (given back on a second signal) | cancelled
+    outcome: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class Result(Base):
+    """The winner of one problem in one session."""
+
+    __tablename__ = "result"
+    __table_args__ = (UniqueConstraint("session_id", "problem_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("session.id"))
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problem.id"), index=True)
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("job.id"), nullable=True)
+    perf_config: Mapped[str] = mapped_column(String(255))
+    kernel_time: Mapped[float | None] = mapped_column(Float, nullable=True)  # ns
+    tflops: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # For results imported from a .tsv: the row's own commit, timestamp and duration.
+    tuned_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    duration_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class Candidate(Base):
+    """Every perf config tried: its kernel time, or why it was invalid."""
+
+    __tablename__ = "candidate"
+    __table_args__ = (Index("ix_candidate_session_problem", "session_id", "problem_id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("session.id"))
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problem.id"))
+    job_id: Mapped[int] = mapped_column(ForeignKey("job.id"), index=True)
+    perf_config: Mapped[str] = mapped_column(String(255))
+    kernel_time: Mapped[float | None] = mapped_column(Float, nullable=True)  # ns
+    tflops: Mapped[float | None] = mapped_column(Float, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)  # why it was invalid

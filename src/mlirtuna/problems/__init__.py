@@ -1,0 +1,231 @@
+"""Problems: one module per op that parses a rocMLIR config line into typed fields, prints the
+canonical test vector exactly as perfRunner's `to_command_line()` does, and counts flops.
+
+The contract every op module fulfils (see conv.py, gemm.py, attention.py):
+- a frozen dataclass (ConvProblem, GemmProblem, AttentionProblem) whose field names are exactly
+  the columns of that op's config table in models.py;
+- `Cls.op` (class attribute), `p.canonical() -> str`, `p.flops() -> int`,
+  `p.columns() -> dict` (field name -> value), `Cls.from_columns(dict)`;
+- `parse(line) -> Problem` raising errors.InputError (no file/line: the reader adds those);
+- `expand(line, options) -> list[str]`: perfRunner's expansion of one config-list line.
+
+This package must import nothing from the database layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from operator import attrgetter, lt
+from types import ModuleType
+from typing import Any, TypeAlias
+
+from mlirtuna.errors import InputError, UserError
+
+OPS = ("conv", "gemm", "attention")
+
+
+@dataclass(frozen=True)
+class ExpandOptions:
+    """What perfRunner's expansion may fill in where a config line leaves it out.
+
+    None means perfRunner's default set for that op. `expand=False` takes every line as written
+    (a conv line without a data-type prefix is then f32 `conv`).
+    """
+
+    data_types: tuple[str, ...] | None = None
+    directions: tuple[str, ...] | None = None
+    layouts: tuple[str, ...] | None = None
+    expand: bool = True
+
+
+# --- Token helpers shared by the op modules. They live here, above the op imports at the end of
+# this file, because the op modules import them (and ExpandOptions) from the package.
+
+_BOOLS = {"1": True, "true": True, "0": False, "false": False}
+
+
+def flag_values(tokens: Sequence[str], op: str, known: frozenset[str]) -> dict[str, str]:
+    """Pairs `-flag value` tokens; rejects unknown, repeated and value-less flags."""
+    values = dict(zip(tokens[::2], tokens[1::2], strict=False))
+    # The checks run in C; only a bad line walks the tokens to say what is wrong.
+    if (
+        len(tokens) % 2
+        or 2 * len(values) != len(tokens)
+        or not known.issuperset(values)
+        or not known.isdisjoint(values.values())
+    ):
+        _flag_error(tokens, op, known)
+    return values
+
+
+def _flag_error(tokens: Sequence[str], op: str, known: frozenset[str]) -> None:
+    seen = set()
+    for i in range(0, len(tokens), 2):
+        flag = tokens[i]
+        if flag not in known:
+            if flag.startswith("-"):
+                raise InputError(f"unknown flag {flag} for {op}")
+            raise InputError(f"expected a flag, got {flag!r}")
+        if i + 1 == len(tokens) or tokens[i + 1] in known:
+            raise InputError(f"{flag}: missing value")
+        if flag in seen:
+            raise InputError(f"{flag}: given twice")
+        seen.add(flag)
+
+
+def int_value(flag: str, text: str) -> int:
+    """A decimal integer, or an InputError that names the flag."""
+    digits = text[1:] if text[:1] == "-" else text
+    if not (digits.isascii() and digits.isdigit()):
+        raise InputError(f"{flag}: expected an integer, got {text!r}")
+    return int(text)
+
+
+def bool_value(flag: str, text: str) -> bool:
+    """1/0/true/false in any case, as rocMLIR's scripts write them (newer files say `False`)."""
+    value = _BOOLS.get(text.lower())
+    if value is None:
+        raise InputError(f"{flag}: expected true, false, 1 or 0, got {text!r}")
+    return value
+
+
+def check_minimum(flag: str, value: object, minimum: int) -> None:
+    """Sizes come from files and from database rows alike: both are checked the same way."""
+    if type(value) is not int or value < minimum:
+        raise InputError(f"{flag}: expected an integer >= {minimum}, got {value!r}")
+
+
+class SizeFlags:
+    """The integer flags of an op: rows of (flag, field, minimum, default or None = required).
+
+    Parsing and checking run over whole rows in C where they can: a config list can hold 100,000
+    lines, and only a bad one takes the slow path that names the culprit.
+    """
+
+    def __init__(self, *rows: tuple[str, str, int, int | None]) -> None:
+        self.rows = rows
+        self.flags = tuple(row[0] for row in rows)
+        self._values = attrgetter(*(row[1] for row in rows))
+        self._minimums = tuple(row[2] for row in rows)
+
+    def parse(self, flags: Mapping[str, str]) -> dict[str, int]:
+        """Field -> value for every row, the default where the flag is absent."""
+        try:
+            return {
+                name: int(flags[flag]) if flag in flags else _default(flag, default)
+                for flag, name, _, default in self.rows
+            }
+        except ValueError:  # int() said no: find the flag and say so in our words
+            for flag in self.flags:
+                if flag in flags:
+                    int_value(flag, flags[flag])
+            raise
+
+    def check(self, problem: object) -> None:
+        """Every field an int at least its minimum (from a line or a database row alike)."""
+        values = self._values(problem)
+        if set(map(type, values)) != {int} or any(map(lt, values, self._minimums)):
+            for (flag, _, minimum, _), value in zip(self.rows, values, strict=True):
+                check_minimum(flag, value, minimum)
+
+
+def _default(flag: str, default: int | None) -> int:
+    if default is None:
+        raise InputError(f"missing required flag {flag}")
+    return default
+
+
+def known_name(flag: str, text: str, names: Mapping[str, str]) -> str:
+    """Looks a data-type name up case-insensitively; `names` maps lowercase -> canonical."""
+    name = names.get(text.lower())
+    if name is None:
+        known = ", ".join(dict.fromkeys(names.values()))
+        raise InputError(f"{flag}: unknown data type {text!r} (known: {known})")
+    return name
+
+
+def check_name(flag: str, value: object, known: Sequence[str]) -> None:
+    """A data-type field (from a parsed line or a database row) must be one the op knows."""
+    if value not in known:
+        raise InputError(f"{flag}: unknown data type {value!r} (known: {', '.join(known)})")
+
+
+def option_values(
+    what: str, given: Iterable[str] | None, names: Mapping[str, Any], default: Sequence[Any]
+) -> tuple[Any, ...]:
+    """Resolves one ExpandOptions field against the names an op knows (None: the default)."""
+    if given is None:
+        return tuple(default)
+    if isinstance(given, str):  # a lone string would otherwise be read letter by letter
+        given = (given,)
+    values = []
+    for name in given:
+        if name not in names:
+            raise UserError(f"unknown {what} {name!r} (known: {', '.join(names)})")
+        values.append(names[name])
+    return tuple(dict.fromkeys(values))
+
+
+# --- The registry. Imported here, after the helpers above that the op modules use.
+from mlirtuna.problems import attention, conv, gemm  # noqa: E402
+from mlirtuna.problems.attention import AttentionProblem  # noqa: E402
+from mlirtuna.problems.conv import ConvProblem  # noqa: E402
+from mlirtuna.problems.gemm import GemmProblem  # noqa: E402
+
+Problem: TypeAlias = ConvProblem | GemmProblem | AttentionProblem
+
+_MODULES: dict[str, ModuleType] = {"conv": conv, "gemm": gemm, "attention": attention}
+
+
+def _module(op: str) -> ModuleType:
+    try:
+        return _MODULES[op]
+    except KeyError:
+        raise UserError(f"unknown op {op!r} (known: {', '.join(OPS)})") from None
+
+
+def problem_class(op: str) -> type[Problem]:
+    """The dataclass of one op."""
+    return _module(op).PROBLEM
+
+
+def parse(op: str, line: str) -> Problem:
+    """One config line of `op`, as written (no expansion), as a problem."""
+    return _module(op).parse(line)
+
+
+def from_columns(op: str, columns: Mapping[str, Any]) -> Problem:
+    """A problem from its config-table row (extra keys such as `id` are ignored)."""
+    return _module(op).PROBLEM.from_columns(columns)
+
+
+def check_options(op: str, options: ExpandOptions) -> None:
+    """Raises UserError for option values `op` does not know, before any line is read."""
+    _module(op).check_options(options)
+
+
+def expand_problems(op: str, line: str, options: ExpandOptions = ExpandOptions()) -> list[Problem]:
+    """perfRunner's expansion of one config line, as problems (duplicates removed)."""
+    return _module(op).expand_problems(line, options)
+
+
+def expand(op: str, line: str, options: ExpandOptions = ExpandOptions()) -> list[str]:
+    """perfRunner's expansion of one config line, as canonical test vectors."""
+    return [p.canonical() for p in expand_problems(op, line, options)]
+
+
+__all__ = [
+    "OPS",
+    "AttentionProblem",
+    "ConvProblem",
+    "ExpandOptions",
+    "GemmProblem",
+    "Problem",
+    "check_options",
+    "expand",
+    "expand_problems",
+    "from_columns",
+    "parse",
+    "problem_class",
+]

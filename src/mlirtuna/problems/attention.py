@@ -1,0 +1,200 @@
+"""Attention problems, as rocMLIR's perfRunner.py reads them.
+
+Follows ROCm/rocMLIR mlir/utils/performance/perfRunner.py (AttentionConfiguration and
+get_attn_configurations), newest stored version — the one whose to_command_line ends with
+`-transBias`, after the older forms without -split_kv/-num_heads (00267dbf era) and without
+-transBias:
+
+  -t f16 -transQ false -transK false -transV false -transO false -causal false
+  -return_lse false -split_kv 1 -g 1 -seq_len_q 256 -seq_len_k 256 -num_heads_q 8
+  -num_heads_kv 8 -head_dim_qk 64 -head_dim_v 64 -with-attn-scale false -with-attn-bias false
+  -transBias false
+
+(perfRunner retries a DB miss with the false-valued -with-attn-*/-transBias flags stripped, so
+the shorter, older strings still match these problems there.)
+
+- Required: -t -g -seq_len_q -seq_len_k -head_dim_qk -head_dim_v. Defaults as in perfRunner:
+  -num_heads_q/-num_heads_kv/-split_kv 1, every boolean false. -t: i8 f32 f16 bf16.
+- Booleans accept 1/0/true/false in any case (newer lists write `False`).
+- -transBias true needs -with-attn-bias true (perfRunner refuses it too).
+- Expansion: absent -t (default i8 f32 f16 bf16) and -transQ/-transK/-transV/-transO (false,
+  true) are expanded; absent -causal/-return_lse/-with-attn-*/-transBias are false.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from itertools import product
+from typing import Any, ClassVar
+
+from mlirtuna.errors import InputError
+from mlirtuna.problems import (
+    ExpandOptions,
+    SizeFlags,
+    bool_value,
+    check_minimum,
+    check_name,
+    flag_values,
+    known_name,
+    option_values,
+)
+
+DATA_TYPES = ("i8", "f32", "f16", "bf16")
+
+SIZE_FLAGS = SizeFlags(  # (flag, field, minimum, default; None = required)
+    ("-split_kv", "split_kv", 1, 1),
+    ("-g", "group_size", 1, None),
+    ("-seq_len_q", "seq_len_q", 1, None),
+    ("-seq_len_k", "seq_len_k", 1, None),
+    ("-num_heads_q", "num_heads_q", 1, 1),
+    ("-num_heads_kv", "num_heads_kv", 1, 1),
+    ("-head_dim_qk", "head_dim_qk", 1, None),
+    ("-head_dim_v", "head_dim_v", 1, None),
+)
+TRANS_FLAGS = (
+    ("-transQ", "trans_q"),
+    ("-transK", "trans_k"),
+    ("-transV", "trans_v"),
+    ("-transO", "trans_o"),
+)
+OTHER_BOOL_FLAGS = (
+    ("-causal", "causal"),
+    ("-return_lse", "return_lse"),
+    ("-with-attn-scale", "with_attn_scale"),
+    ("-with-attn-bias", "with_attn_bias"),
+    ("-transBias", "trans_bias"),
+)
+FLAGS = frozenset(["-t", *SIZE_FLAGS.flags, *(f for f, _ in TRANS_FLAGS + OTHER_BOOL_FLAGS)])
+
+_TYPE_NAMES = {t: t for t in DATA_TYPES}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttentionProblem:
+    """One fused attention, field names = attention_config columns."""
+
+    op: ClassVar[str] = "attention"
+
+    data_type: str
+    trans_q: bool = False
+    trans_k: bool = False
+    trans_v: bool = False
+    trans_o: bool = False
+    causal: bool = False
+    return_lse: bool = False
+    split_kv: int = 1
+    group_size: int
+    seq_len_q: int
+    seq_len_k: int
+    num_heads_q: int = 1
+    num_heads_kv: int = 1
+    head_dim_qk: int
+    head_dim_v: int
+    with_attn_scale: bool = False
+    with_attn_bias: bool = False
+    trans_bias: bool = False
+    kernel_repeats: int = 1
+
+    def __post_init__(self) -> None:
+        check_name("-t", self.data_type, DATA_TYPES)
+        SIZE_FLAGS.check(self)
+        check_minimum("kernel_repeats", self.kernel_repeats, 1)
+        if self.trans_bias and not self.with_attn_bias:
+            raise InputError("-transBias true needs -with-attn-bias true")
+
+    def canonical(self) -> str:
+        """The test vector as the newest perfRunner's to_command_line prints it."""
+        b = _text
+        return (
+            f"-t {self.data_type} -transQ {b(self.trans_q)} -transK {b(self.trans_k)} "
+            f"-transV {b(self.trans_v)} -transO {b(self.trans_o)} -causal {b(self.causal)} "
+            f"-return_lse {b(self.return_lse)} -split_kv {self.split_kv} -g {self.group_size} "
+            f"-seq_len_q {self.seq_len_q} -seq_len_k {self.seq_len_k} "
+            f"-num_heads_q {self.num_heads_q} -num_heads_kv {self.num_heads_kv} "
+            f"-head_dim_qk {self.head_dim_qk} -head_dim_v {self.head_dim_v} "
+            f"-with-attn-scale {b(self.with_attn_scale)} -with-attn-bias {b(self.with_attn_bias)} "
+            f"-transBias {b(self.trans_bias)}"
+        )
+
+    def flops(self) -> int:
+        """The two matmuls only (as perfRunner counts), over g * max(heads) batches (GQA)."""
+        batches = self.group_size * max(self.num_heads_q, self.num_heads_kv)
+        scores = batches * self.seq_len_q * self.seq_len_k
+        return 2 * scores * self.head_dim_qk + 2 * scores * self.head_dim_v
+
+    def columns(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _FIELD_NAMES}
+
+    @classmethod
+    def from_columns(cls, columns: Any) -> AttentionProblem:
+        return cls(**{name: columns[name] for name in _FIELD_NAMES if name in columns})
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(AttentionProblem))
+
+
+def _text(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _fields(flags: dict[str, str]) -> dict[str, Any]:
+    """Every field the line gives or defaults, except -t and the -trans{Q,K,V,O} flags."""
+    values: dict[str, Any] = SIZE_FLAGS.parse(flags)
+    for flag, name in OTHER_BOOL_FLAGS:
+        if flag in flags:
+            values[name] = bool_value(flag, flags[flag])
+    return values
+
+
+def _data_type(flags: dict[str, str]) -> str:
+    return known_name("-t", flags["-t"], _TYPE_NAMES)
+
+
+def parse(line: str) -> AttentionProblem:
+    """One attention line as written."""
+    flags = flag_values(line.split(), "attention", FLAGS)
+    if "-t" not in flags:
+        raise InputError("missing required flag -t")
+    values = _fields(flags)
+    for flag, name in TRANS_FLAGS:
+        if flag in flags:
+            values[name] = bool_value(flag, flags[flag])
+    return AttentionProblem(data_type=_data_type(flags), **values)
+
+
+@lru_cache(maxsize=64)
+def _resolved(options: ExpandOptions) -> tuple[str, ...]:
+    return option_values("attention data type", options.data_types, _TYPE_NAMES, DATA_TYPES)
+
+
+def check_options(options: ExpandOptions) -> None:
+    _resolved(options)
+
+
+def expand_problems(line: str, options: ExpandOptions) -> list[AttentionProblem]:
+    """perfRunner's get_attn_configurations for one line, as problems."""
+    if not options.expand:
+        return [parse(line)]
+    types = _resolved(options)
+    flags = flag_values(line.split(), "attention", FLAGS)
+    if "-t" in flags:
+        types = (_data_type(flags),)
+    values = _fields(flags)
+    both = (False, True)
+    trans_space = [
+        (bool_value(flag, flags[flag]),) if flag in flags else both for flag, _ in TRANS_FLAGS
+    ]
+    names = [name for _, name in TRANS_FLAGS]
+    return [
+        AttentionProblem(data_type=t, **values, **dict(zip(names, trans, strict=True)))
+        for t in types
+        for trans in product(*trans_space)
+    ]
+
+
+def expand(line: str, options: ExpandOptions) -> list[str]:
+    return [p.canonical() for p in expand_problems(line, options)]
+
+
+PROBLEM = AttentionProblem

@@ -1,0 +1,46 @@
+"""Tuners: rocmlir (tuningRunner.py), cpu (the built-in NumPy reference), sleep (for tests).
+
+`make(spec)` turns a --tuner value into a tuner: a name, `sleep:SECONDS`, or `module.path:attr`
+for a tuner of your own (a callable returning an object with `name` and `tune()`).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from mlirtuna.errors import UserError
+from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome, Tuner
+
+NAMES = ("rocmlir", "cpu", "sleep")
+
+__all__ = ["NAMES", "Candidate", "TuneContext", "TuneOutcome", "Tuner", "make"]
+
+
+def make(spec: str, *, mlir_build_dir: str | None = None) -> Tuner:
+    name, _, arg = spec.partition(":")
+    if name == "cpu":
+        from mlirtuna.tuners.cpu import CpuTuner
+
+        return CpuTuner()
+    if name == "rocmlir":
+        from mlirtuna.tuners.rocmlir import RocmlirTuner
+
+        return RocmlirTuner(mlir_build_dir)
+    if name == "sleep":
+        from mlirtuna.tuners.sleep import SleepTuner
+
+        try:
+            return SleepTuner(float(arg or 0))
+        except ValueError:
+            raise UserError(f"bad tuner {spec!r}: expected sleep:SECONDS") from None
+    if "." in name and arg:
+        return _plugin(name, arg)
+    raise UserError(f"unknown tuner {spec!r} (known: {', '.join(NAMES)}, or module.path:factory)")
+
+
+def _plugin(module: str, attr: str) -> Tuner:
+    try:
+        factory = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise UserError(f"cannot load tuner {module}:{attr}: {exc}") from None
+    return factory()

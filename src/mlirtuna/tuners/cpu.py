@@ -1,0 +1,218 @@
+"""The built-in CPU reference tuner: compiles nothing, really measures.
+
+Each op runs with NumPy as a blocked implicit GEMM (attention: a blocked online softmax)
+under a space of tiling perf configs (`cpu_kernels`). Every candidate is first checked against
+a plain float64 / exact-int reference computed once per job, and only then timed: warm-up,
+then the median of `repeats` runs. The winner is the valid candidate with the most TFlops.
+
+Perf configs: `cpu:v1:mPerBlock,nPerBlock,kPerBlock` for gemm and conv (tiling the op's
+implicit GEMM), `cpu:attn:v1:qBlock,kvBlock` for attention. Block sizes are clipped to the
+problem's dims and equivalent configs deduplicated. Tuning spaces:
+
+- quick: a curated list of at most 8 configs;
+- full: the product of a coarse grid per axis (up to 100 gemm/conv, 20 attention configs);
+- greedy: coordinate descent over the full grid (each axis swept in turn, at most 3 rounds),
+  so never more than full;
+- exhaustive: the product of the fine grid (up to 252 gemm/conv, 42 attention configs).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import statistics
+import time
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from mlirtuna.errors import TunerError, TunerTimeout
+from mlirtuna.problems import Problem
+from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome
+from mlirtuna.tuners.cpu_kernels import Blocks, CpuOp, make_op
+
+#: A kernel a test (or an experiment) adds to the space: it runs the op given the op's data
+#: (`op.outputs` must be written; `op.run_blocked(blocks)` runs a built-in tiling).
+ExtraKernel = Callable[[CpuOp], None]
+
+SPACES = ("quick", "full", "greedy", "exhaustive")
+_GREEDY_ROUNDS = 3
+_GiB = float(1 << 30)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def axes(op: CpuOp, grid: str) -> list[list[int]]:
+    """The block sizes per axis of `op`'s `grid` (full | exhaustive), clipped and deduplicated."""
+    return [
+        sorted({min(v, dim) for v in values})
+        for values, dim in zip(op.grid[grid], op.dims, strict=True)
+    ]
+
+
+def space(op: CpuOp, tuning_space: str) -> list[Blocks]:
+    """Every tiling a non-adaptive tuning space tries, in order, without duplicates."""
+    if tuning_space == "quick":
+        clipped = (tuple(min(v, d) for v, d in zip(b, op.dims, strict=True)) for b in op.quick)
+        return list(dict.fromkeys(clipped))
+    if tuning_space in ("full", "exhaustive"):
+        return list(itertools.product(*axes(op, tuning_space)))
+    raise TunerError(f"unknown tuning space {tuning_space!r} (one of {', '.join(SPACES)})")
+
+
+class _Deadline:
+    """Raises TunerTimeout once the job timeout has passed (a no-op without one)."""
+
+    def __init__(self, timeout_s: float | None) -> None:
+        self.timeout_s = timeout_s
+        self.end = None if timeout_s is None else time.monotonic() + timeout_s
+
+    def check(self, tried: int) -> None:
+        if self.end is not None and time.monotonic() > self.end:
+            raise TunerTimeout(
+                f"cpu tuner ran past the job timeout of {self.timeout_s:g} s "
+                f"after {tried} candidates"
+            )
+
+
+class CpuTuner:
+    """Tunes conv / gemm / attention on the CPU with NumPy; see the module docstring.
+
+    `extra_kernels` maps a perf config name to a kernel that is tried (verified, then timed)
+    alongside the built-in space: the hook tests use to inject a wrong kernel.
+    """
+
+    name = "cpu"
+
+    def __init__(
+        self,
+        repeats: int = 5,
+        warmup: int = 1,
+        seed: int = 0,
+        extra_kernels: Mapping[str, ExtraKernel] | None = None,
+    ) -> None:
+        if repeats < 1 or warmup < 0:
+            raise ValueError("repeats must be >= 1 and warmup >= 0")
+        self.repeats, self.warmup, self.seed = repeats, warmup, seed
+        self.extra_kernels = dict(extra_kernels or {})
+
+    def tune(self, problem: Problem, ctx: TuneContext) -> TuneOutcome:
+        deadline = _Deadline(ctx.timeout_s)
+        op = make_op(problem)
+        if ctx.tuning_space not in SPACES:
+            raise TunerError(
+                f"unknown tuning space {ctx.tuning_space!r} (one of {', '.join(SPACES)})"
+            )
+        need = op.mem_bytes()
+        if need > ctx.cpu_mem_limit:
+            raise TunerError(
+                f"problem needs ~{need / _GiB:.1f} GiB, "
+                f"over --cpu-mem-limit {ctx.cpu_mem_limit / _GiB:.1f} GiB"
+            )
+        compile_start = _now()
+        op.setup(np.random.default_rng(self.seed))  # data + reference
+        deadline.check(0)
+        tried: dict[str, Candidate] = {}
+        flops = problem.flops()
+
+        def measure(name: str, kernel: Callable[[], None]) -> Candidate:
+            if name not in tried:
+                deadline.check(len(tried))
+                tried[name] = self._measure(op, kernel, name, flops, deadline, len(tried))
+            return tried[name]
+
+        def builtin(blocks: Blocks) -> Candidate:
+            return measure(op.perf_config(blocks), lambda: op.run_blocked(blocks))
+
+        if ctx.tuning_space == "greedy":
+            _greedy(op, builtin)
+        else:
+            for blocks in space(op, ctx.tuning_space):
+                builtin(blocks)
+        for name, kernel in self.extra_kernels.items():
+            measure(name, lambda kernel=kernel: kernel(op))
+        compile_end = _now()
+
+        candidates = list(tried.values())
+        output = self._output(problem, op, ctx, candidates)
+        valid = [c for c in candidates if c.valid]
+        if not valid:
+            reason = candidates[0].error if candidates else "empty space"
+            raise TunerError(
+                f"no valid perf config: {len(candidates)} tried, first: {reason}", detail=output
+            )
+        winner = max(valid, key=lambda c: c.tflops or 0.0)
+        return TuneOutcome(
+            candidates=candidates,
+            winner=winner,
+            output=output,
+            compile_start=compile_start,
+            compile_end=compile_end,
+            notes=op.notes(),
+        )
+
+    def _measure(
+        self,
+        op: CpuOp,
+        kernel: Callable[[], None],
+        name: str,
+        flops: int,
+        deadline: _Deadline,
+        tried: int,
+    ) -> Candidate:
+        """Verify one run of `kernel` (it counts as warm-up), warm up, time the median."""
+        op.poison()
+        try:
+            kernel()
+        except Exception as exc:  # a candidate that crashes is invalid, not the job
+            return Candidate(name, error=f"kernel failed: {type(exc).__name__}: {exc}")
+        bad = op.check()
+        if bad:
+            return Candidate(name, error=bad)
+        for _ in range(self.warmup - 1):
+            kernel()
+            deadline.check(tried)
+        times = []
+        for _ in range(self.repeats):
+            t0 = time.perf_counter_ns()
+            kernel()
+            times.append(time.perf_counter_ns() - t0)
+            deadline.check(tried)
+        ns = max(float(statistics.median(times)), 1.0)
+        return Candidate(name, kernel_time_ns=ns, tflops=flops / ns / 1e3)
+
+    def _output(
+        self, problem: Problem, op: CpuOp, ctx: TuneContext, candidates: list[Candidate]
+    ) -> str:
+        header = [
+            f"# cpu tuner (NumPy): {problem.op} {problem.canonical()}",
+            f"# space {ctx.tuning_space}: {len(candidates)} candidates; each verified against "
+            f"a float64/exact reference ({op.tolerance()}), then {self.warmup} warm-up, "
+            f"median of {self.repeats} runs (ns)",
+            *(f"# {note}" for note in op.notes()),
+        ]
+        lines = [
+            f"{c.perf_config}\t{c.kernel_time_ns:.0f}" if c.valid
+            else f"{c.perf_config}\tinvalid: {c.error}"
+            for c in candidates
+        ]  # fmt: skip
+        return "\n".join(header + lines) + "\n"
+
+
+def _greedy(op: CpuOp, measure: Callable[[Blocks], Candidate]) -> None:
+    """Coordinate descent over the full grid: sweep each axis in turn, keep the fastest."""
+    grid = axes(op, "full")
+    point = [values[len(values) // 2] for values in grid]
+    best = measure(tuple(point))
+    for _ in range(_GREEDY_ROUNDS):
+        moved = False
+        for i, values in enumerate(grid):
+            for v in values:
+                trial = (*point[:i], v, *point[i + 1 :])
+                cand = measure(trial)
+                if cand.valid and (not best.valid or (cand.tflops or 0) > (best.tflops or 0)):
+                    best, point, moved = cand, list(trial), True
+        if not moved:
+            break

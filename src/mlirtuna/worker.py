@@ -1,0 +1,239 @@
+"""A worker: claims jobs of one session, runs the tuner on its GPU, records through the fence.
+
+One worker process per GPU (see manager.py). Stopping: the first SIGINT/SIGTERM lets the current
+job finish, the second gives it back at once (state new, no retry counted).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+
+from mlirtuna import configs, jobs, machine, queue, sessions, tuners
+from mlirtuna.db import Database
+from mlirtuna.errors import DatabaseError, TunerError, TunerTimeout
+from mlirtuna.queue import Claimant, Lease
+from mlirtuna.tuners.base import TuneContext, Tuner
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LEASE_S = 120.0
+DEFAULT_MAX_RETRIES = 3
+DEFAULT_BACKOFF_S = 10.0
+# Idle polling: short, jittered and growing to a cap; never seconds-long random sleeps.
+POLL_MIN_S, POLL_MAX_S = 0.1, 2.0
+DB_RETRY_S = 1.0  # pause between tries while the database is unreachable
+
+
+@dataclass
+class WorkerSettings:
+    session_id: int
+    tuner: str = "cpu"
+    gpu_id: int = -1  # -1: a CPU worker
+    lease_s: float = DEFAULT_LEASE_S
+    job_timeout_s: float | None = None
+    max_retries: int = DEFAULT_MAX_RETRIES
+    backoff_s: float = DEFAULT_BACKOFF_S
+    until_empty: bool = False
+    max_jobs: int | None = None
+    mlir_build_dir: str | None = None
+    cpu_mem_limit: int = 4 << 30
+    machine_name: str = field(default_factory=machine.machine_name)
+
+    @property
+    def heartbeat_s(self) -> float:
+        return self.lease_s / 3
+
+
+@dataclass
+class WorkerStats:
+    completed: int = 0
+    failed: int = 0
+    lost: int = 0  # leases lost before recording (another worker took the job over)
+    released: int = 0
+
+
+class GiveBack(BaseException):
+    """Raised in the main thread by a second stop signal: give the current job back now."""
+
+
+class Heartbeat:
+    """Extends a lease every `interval` seconds in a thread, until stopped."""
+
+    def __init__(self, db: Database, lease: Lease, lease_s: float, interval: float) -> None:
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._loop, args=(db, lease, lease_s, interval), daemon=True,
+            name=f"heartbeat-{lease.job_id}",
+        )
+
+    def _loop(self, db: Database, lease: Lease, lease_s: float, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                if not queue.heartbeat(db, lease, lease_s):
+                    log.warning("job %s: lease lost (taken over, requeued or cancelled)",
+                                lease.job_id)
+                    self.lost.set()
+                    return
+            except Exception as exc:  # the database may come back before the lease runs out
+                log.warning("job %s: heartbeat failed: %s", lease.job_id, _first_line(exc))
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class Worker:
+    def __init__(self, db: Database, settings: WorkerSettings, tuner: Tuner | None = None) -> None:
+        self.db = db
+        self.settings = settings
+        self.tuner = tuner or tuners.make(settings.tuner, mlir_build_dir=settings.mlir_build_dir)
+        self.session = sessions.get(db, settings.session_id)
+        self.claimant = Claimant(settings.machine_name, settings.gpu_id, os.getpid())
+        self.stats = WorkerStats()
+        self.stop_requested = threading.Event()
+        self.current: Lease | None = None
+
+    # -- signals -----------------------------------------------------------------------------
+    def install_signal_handlers(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if self.stop_requested.is_set() and self.current is not None:
+            raise GiveBack()
+        self.stop_requested.set()
+        if self.current is not None:
+            log.warning("stopping after job %s (signal again to give it back now)",
+                        self.current.job_id)
+
+    # -- the loop ------------------------------------------------------------------------------
+    def run(self) -> WorkerStats:
+        idle = POLL_MIN_S
+        while not self.stop_requested.is_set() and not self._enough():
+            lease = self._retrying(self._claim)
+            if lease is None:
+                if self.settings.until_empty and self._retrying(
+                    lambda: jobs.is_drained(self.db, self.settings.session_id)
+                ):
+                    break
+                self.stop_requested.wait(random.uniform(idle / 2, idle))
+                idle = min(idle * 2, POLL_MAX_S)
+                continue
+            idle = POLL_MIN_S
+            self._work(lease)
+        return self.stats
+
+    def _enough(self) -> bool:
+        done = self.stats.completed + self.stats.failed + self.stats.lost
+        return self.settings.max_jobs is not None and done >= self.settings.max_jobs
+
+    def _claim(self) -> Lease | None:
+        queue.reclaim_expired(self.db, max_retries=self.settings.max_retries,
+                              session_id=self.settings.session_id)
+        return queue.claim(self.db, self.settings.session_id, self.claimant, self.settings.lease_s)
+
+    def _work(self, lease: Lease) -> None:
+        self.current = lease
+        try:
+            with Heartbeat(self.db, lease, self.settings.lease_s, self.settings.heartbeat_s) as hb:
+                outcome, error = self._tune(lease)
+                if hb.lost.is_set():
+                    self.stats.lost += 1
+                    return
+            self._finish(lease, outcome, error)
+        except GiveBack:
+            self._retrying(lambda: queue.release(self.db, lease))
+            self.stats.released += 1
+            log.warning("job %s given back", lease.job_id)
+            self.stop_requested.set()
+        finally:
+            self.current = None
+
+    def _tune(self, lease: Lease):
+        """(outcome, None) or (None, error text); a tuner failure never escapes as an exception."""
+        try:
+            with self.db.session() as s:
+                problem = configs.load_problem(s, lease.problem_id)
+            log.info("job %s: tuning %s", lease.job_id, problem.canonical())
+            return self.tuner.tune(problem, self._context()), None
+        except TunerTimeout as exc:
+            return None, _error_text(exc)
+        except TunerError as exc:
+            return None, _error_text(exc)
+        except (DatabaseError, GiveBack):
+            raise
+        except Exception as exc:  # a tuner bug must cost one attempt, not the job
+            log.exception("job %s: tuner crashed", lease.job_id)
+            return None, f"tuner crashed: {type(exc).__name__}: {exc}"
+
+    def _finish(self, lease: Lease, outcome, error: str | None) -> None:
+        if outcome is not None:
+            for note in outcome.notes:
+                log.warning("job %s: %s", lease.job_id, note)
+            if self._retrying(lambda: queue.record(self.db, lease, outcome)):
+                self.stats.completed += 1
+                log.info("job %s: completed, %s at %.3g TFlops", lease.job_id,
+                         outcome.winner.perf_config, outcome.winner.tflops or 0.0)
+            else:
+                self.stats.lost += 1
+            return
+        state = self._retrying(
+            lambda: queue.fail(self.db, lease, error or "unknown error",
+                               max_retries=self.settings.max_retries,
+                               backoff_s=self.settings.backoff_s)
+        )
+        if state is None:
+            self.stats.lost += 1
+        else:
+            self.stats.failed += 1
+            log.warning("job %s: %s -> %s", lease.job_id, _first_line(error), state)
+
+    def _context(self) -> TuneContext:
+        sess = self.session
+        return TuneContext(
+            arch=sess.arch, arch_full=sess.arch_full, num_cu=sess.num_cu,
+            num_chiplets=sess.num_chiplets, tuning_space=sess.tuning_space,
+            gpu_id=self.settings.gpu_id, timeout_s=self.settings.job_timeout_s,
+            mlir_build_dir=self.settings.mlir_build_dir, cpu_mem_limit=self.settings.cpu_mem_limit,
+        )
+
+    def _retrying(self, fn):
+        """Run a queue operation, waiting out a database that is away (restart, killed link)."""
+        while True:
+            try:
+                return fn()
+            except DatabaseError as exc:
+                log.warning("database unreachable (%s); retrying in %.0f s", _first_line(exc),
+                            DB_RETRY_S)
+            except Exception as exc:
+                if not _is_disconnect(exc):
+                    raise
+                log.warning("database connection lost (%s); retrying", _first_line(exc))
+            if self.stop_requested.wait(DB_RETRY_S) and self.current is None:
+                raise DatabaseError("stopped while the database was unreachable")
+
+
+def _is_disconnect(exc: BaseException) -> bool:
+    from sqlalchemy.exc import DBAPIError
+
+    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
+
+
+def _error_text(exc: TunerError) -> str:
+    return f"{exc}\n{exc.detail}".strip() if exc.detail else str(exc)
+
+
+def _first_line(exc: object) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
