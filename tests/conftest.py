@@ -8,7 +8,6 @@ missing or unreachable server is a failure, not a skip. Each test gets a fresh d
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +28,8 @@ _template_ready: set[str] = set()
 
 
 def _server_admin(backend: str) -> sa.Engine | None:
+    if backend in _skipped:
+        return None
     url = os.environ.get(SERVER_ENV[backend])
     if not url:
         _skipped[backend] = f"{SERVER_ENV[backend]} not set"
@@ -45,7 +46,7 @@ def _server_admin(backend: str) -> sa.Engine | None:
     return engine
 
 
-def _fresh_server_db(backend: str) -> Iterator[str]:
+def _fresh_server_db(backend: str, migrated: bool = True) -> Iterator[str]:
     admin = _server_admin(backend)
     if admin is None:
         if REQUIRE_ALL:
@@ -55,10 +56,15 @@ def _fresh_server_db(backend: str) -> Iterator[str]:
     base = resolve_url(os.environ[SERVER_ENV[backend]])
     with admin.connect() as conn:
         if backend == "postgresql":
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}" TEMPLATE {_pg_template(admin, base)}')
+            template = f" TEMPLATE {_pg_template(admin, base)}" if migrated else ""
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"{template}')
         else:
             conn.exec_driver_sql(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
     url = base.set(database=name)
+    if migrated and backend == "mysql":
+        migrate = Database(url, check_schema=False)
+        migrate.upgrade()
+        migrate.dispose()
     try:
         yield url.render_as_string(hide_password=False)
     finally:
@@ -89,33 +95,29 @@ BACKENDS = ["sqlite", "postgresql", "mysql"]
 
 @pytest.fixture(params=BACKENDS)
 def db_url(request, tmp_path) -> Iterator[str]:
-    """A URL of a fresh, empty-but-migrated database, once per backend."""
+    """A URL of a fresh database with the schema at head, once per backend."""
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'mlirtuna.db'}"
+        Database(url).dispose()  # the first use of a new SQLite file creates the schema
         yield url
         return
     yield from _fresh_server_db(request.param)
 
 
+@pytest.fixture(params=BACKENDS)
+def empty_db_url(request, tmp_path) -> Iterator[str]:
+    """A URL of a fresh database with no tables at all."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    yield from _fresh_server_db(request.param, migrated=False)
+
+
 @pytest.fixture
 def db(db_url) -> Iterator[Database]:
-    database = Database(db_url, check_schema=False)
-    database.upgrade()
+    database = Database(db_url)
     yield database
     database.dispose()
-
-
-@pytest.fixture
-def cli_env(db_url, monkeypatch) -> dict[str, str]:
-    """Environment for running the real CLI as a subprocess against the test database."""
-    env = dict(os.environ, MLIRTUNA_DB=db_url, PYTHONUNBUFFERED="1")
-    src = str(HERE.parent / "src")
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
-def mlirtuna_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "mlirtuna", *args]
 
 
 def pytest_sessionfinish(session, exitstatus):

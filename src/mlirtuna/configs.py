@@ -31,8 +31,12 @@ class ImportReport:
     warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, int]:
-        return {"lines": self.lines, "problems": self.problems, "new": self.new,
-                "existing": self.existing}
+        return {
+            "lines": self.lines,
+            "problems": self.problems,
+            "new": self.new,
+            "existing": self.existing,
+        }
 
 
 def import_files(
@@ -62,7 +66,9 @@ def import_files(
     return report
 
 
-def ensure_problems(s: Session, op: str, problems: Sequence[ProblemSpec]) -> tuple[dict[str, int], int]:
+def ensure_problems(
+    s: Session, op: str, problems: Sequence[ProblemSpec]
+) -> tuple[dict[str, int], int]:
     """Ids of these problems by test vector, inserting those not yet known; (ids, new count)."""
     by_vector = {p.canonical(): p for p in problems}
     ids = problem_ids(s, op, by_vector)
@@ -108,8 +114,11 @@ def tag_problems(s: Session, tag: str, priorities: dict[int, int]) -> None:
                 )
             )
         )
-    rows = [{"problem_id": p, "tag": tag, "priority": prio} for p, prio in priorities.items()
-            if p not in tagged]
+    rows = [
+        {"problem_id": p, "tag": tag, "priority": prio}
+        for p, prio in priorities.items()
+        if p not in tagged
+    ]
     if rows:
         s.execute(sa.insert(ProblemTag.__table__), rows)
 

@@ -55,7 +55,11 @@ def resolve_url(url: str | None = None) -> URL:
     driver = _DRIVERS.get(parsed.drivername)
     if driver:
         parsed = parsed.set(drivername=driver)
-    if parsed.password is None and os.environ.get(ENV_PASSWORD) and parsed.get_backend_name() != "sqlite":
+    if (
+        parsed.password is None
+        and os.environ.get(ENV_PASSWORD)
+        and parsed.get_backend_name() != "sqlite"
+    ):
         parsed = parsed.set(password=os.environ[ENV_PASSWORD])
     return parsed
 
@@ -116,7 +120,11 @@ class Database:
         self.backend = self.url.get_backend_name()  # sqlite | postgresql | mysql | mariadb
         self.engine = _make_engine(self.url)
         if check_schema:
-            self.ensure_schema()
+            try:
+                self.ensure_schema()
+            except BaseException:
+                self.dispose()  # no pooled connection may outlive a Database that failed
+                raise
 
     @property
     def is_sqlite(self) -> bool:

@@ -57,14 +57,18 @@ def load(
         raise UserError("choose the problems with exactly one of --tag, --file or --all")
     sessions.get(db, session_id)
     with db.session(immediate=True) as s:
-        selected = _select(s, op=op, tag=tag, file=file, all_problems=all_problems,
-                           options=options)
+        selected = _select(s, op=op, tag=tag, file=file, all_problems=all_problems, options=options)
         if not selected and tag is not None:
             raise UserError(f"no problems carry the tag {tag!r}: import them with --tag {tag}")
         have = set(s.scalars(sa.select(Job.problem_id).where(Job.session_id == session_id)))
         rows = [
-            {"session_id": session_id, "problem_id": pid, "priority": prio, "state": NEW,
-             "reason": ""}
+            {
+                "session_id": session_id,
+                "problem_id": pid,
+                "priority": prio,
+                "state": NEW,
+                "reason": "",
+            }
             for pid, prio in selected.items()
             if pid not in have
         ]
@@ -73,9 +77,7 @@ def load(
         return LoadReport(added=len(rows), existing=len(selected) - len(rows))
 
 
-def _select(
-    s: Session, *, op, tag, file, all_problems, options
-) -> dict[int, int]:
+def _select(s: Session, *, op, tag, file, all_problems, options) -> dict[int, int]:
     """{problem_id: priority} of the chosen problems."""
     if file is not None:
         if op is None:
@@ -149,6 +151,7 @@ class JobInfo:
 
     def as_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["message"] = self.first_line
         for key in ("compile_start", "compile_end"):
             d[key] = _iso(d[key])
         return d
@@ -159,9 +162,19 @@ def _iso(value: dt.datetime | None) -> str | None:
 
 
 _JOB_COLUMNS = (
-    Job.id, Job.session_id, Job.problem_id, Problem.op, Problem.test_vector, Job.state,
-    Job.retries, Job.priority, Job.machine_name, Job.gpu_id, Job.compile_start,
-    Job.compile_end, Job.result,
+    Job.id,
+    Job.session_id,
+    Job.problem_id,
+    Problem.op,
+    Problem.test_vector,
+    Job.state,
+    Job.retries,
+    Job.priority,
+    Job.machine_name,
+    Job.gpu_id,
+    Job.compile_start,
+    Job.compile_end,
+    Job.result,
 )
 
 
@@ -189,9 +202,9 @@ def show(db: Database, job_id: int) -> JobInfo:
     """A job with its whole text, every attempt, and its winner if it has one."""
     with db.session() as s:
         row = s.execute(
-            sa.select(*_JOB_COLUMNS).join(Problem, Problem.id == Job.problem_id).where(
-                Job.id == job_id
-            )
+            sa.select(*_JOB_COLUMNS)
+            .join(Problem, Problem.id == Job.problem_id)
+            .where(Job.id == job_id)
         ).first()
         if row is None:
             raise NotFound(f"no job {job_id}")
@@ -205,7 +218,9 @@ def show(db: Database, job_id: int) -> JobInfo:
                 "outcome": a.outcome or "running",
                 "message": a.message,
             }
-            for a in s.scalars(sa.select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.id))
+            for a in s.scalars(
+                sa.select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.id)
+            )
         ]
         winner = s.execute(
             sa.select(Result.perf_config, Result.tflops).where(Result.job_id == job_id)
@@ -229,8 +244,14 @@ def requeue(db: Database, session_id: int, state: str = ERROR, job_id: int | Non
         done = s.execute(
             sa.update(Job)
             .where(*where)
-            .values(state=NEW, retries=0, not_before=None, lease_token=None,
-                    lease_expires_at=None, finished_at=None)
+            .values(
+                state=NEW,
+                retries=0,
+                not_before=None,
+                lease_token=None,
+                lease_expires_at=None,
+                finished_at=None,
+            )
         )
         return done.rowcount
 
@@ -243,11 +264,22 @@ def cancel(db: Database, session_id: int, job_id: int | None = None) -> int:
         where.append(Job.id == job_id)
     with db.session(immediate=True) as s:
         done = s.execute(
-            sa.update(Job).where(*where).values(state=CANCELLED, lease_token=None,
-                                                lease_expires_at=None)
+            sa.update(Job)
+            .where(*where)
+            .values(state=CANCELLED, lease_token=None, lease_expires_at=None)
         )
         return done.rowcount
 
 
-__all__ = ["COMPLETED", "LoadReport", "JobInfo", "load", "counts", "list_jobs", "show",
-           "requeue", "cancel", "is_drained"]
+__all__ = [
+    "COMPLETED",
+    "JobInfo",
+    "LoadReport",
+    "cancel",
+    "counts",
+    "is_drained",
+    "list_jobs",
+    "load",
+    "requeue",
+    "show",
+]

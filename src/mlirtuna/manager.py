@@ -51,10 +51,24 @@ def plan(gpus: str, tuner: str, workers: int = 1) -> list[Slot]:
 
 def worker_argv(settings: WorkerSettings, slot: Slot) -> list[str]:
     argv = [
-        sys.executable, "-m", "mlirtuna", "worker", "--session", str(settings.session_id),
-        "--tuner", settings.tuner, "--gpu-id", str(slot.gpu_id), "--lease", str(settings.lease_s),
-        "--max-retries", str(settings.max_retries), "--retry-backoff", str(settings.backoff_s),
-        "--cpu-mem-limit", str(settings.cpu_mem_limit),
+        sys.executable,
+        "-m",
+        "mlirtuna",
+        "worker",
+        "--session",
+        str(settings.session_id),
+        "--tuner",
+        settings.tuner,
+        "--gpu-id",
+        str(slot.gpu_id),
+        "--lease",
+        str(settings.lease_s),
+        "--max-retries",
+        str(settings.max_retries),
+        "--retry-backoff",
+        str(settings.backoff_s),
+        "--cpu-mem-limit",
+        str(settings.cpu_mem_limit),
     ]
     if settings.job_timeout_s is not None:
         argv += ["--job-timeout", str(settings.job_timeout_s)]
@@ -78,15 +92,19 @@ def start(db_url: str, settings: WorkerSettings, slots: list[Slot], quiet: bool 
             env.pop("HIP_VISIBLE_DEVICES", None)
         procs.append(
             subprocess.Popen(
-                worker_argv(settings, slot), env=env, start_new_session=True,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if quiet else None,
+                worker_argv(settings, slot),
+                env=env,
+                start_new_session=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL if quiet else None,
             )
         )
     return procs
 
 
-def supervise(procs: list[subprocess.Popen], tick: Callable[[], None] | None = None,
-              interval: float = 0.5) -> int:
+def supervise(
+    procs: list[subprocess.Popen], tick: Callable[[], None] | None = None, interval: float = 0.5
+) -> int:
     """Wait for the workers, forwarding SIGINT/SIGTERM; returns the number of signals received."""
     received: list[int] = []
 

@@ -91,8 +91,10 @@ def claim(db: Database, session_id: int, who: Claimant, lease_s: float) -> Lease
     """Take the next job of the session, or None when there is nothing to take now."""
     token = uuid.uuid4().hex
     with db.session(immediate=True) as s:
-        row = _claim_sqlite(s, session_id, token, who, lease_s) if db.is_sqlite else (
-            _claim_skip_locked(s, session_id, token, who, lease_s)
+        row = (
+            _claim_sqlite(s, session_id, token, who, lease_s)
+            if db.is_sqlite
+            else (_claim_skip_locked(s, session_id, token, who, lease_s))
         )
         if row is None:
             return None
@@ -243,9 +245,9 @@ def reclaim_expired(db: Database, *, max_retries: int, session_id: int | None = 
     if session_id is not None:
         expired = sa.and_(expired, Job.session_id == session_id)
     with db.session(immediate=True) as s:
-        pick = sa.select(
-            Job.id, Job.lease_token, Job.machine_name, Job.gpu_id, Job.retries
-        ).where(expired)
+        pick = sa.select(Job.id, Job.lease_token, Job.machine_name, Job.gpu_id, Job.retries).where(
+            expired
+        )
         if not db.is_sqlite:
             pick = pick.with_for_update(skip_locked=True)
         rows = s.execute(pick).all()

@@ -76,8 +76,10 @@ def detect(spec: SessionSpec) -> SessionSpec:
     build_dir = spec.mlir_build_dir or os.environ.get(ENV_BUILD_DIR)
     out = SessionSpec(**{f.name: getattr(spec, f.name) for f in fields(spec)})
     out.rocm_v = spec.rocm_v if spec.rocm_v is not None else (machine.rocm_version() or "")
-    out.mlir_v = spec.mlir_v if spec.mlir_v is not None else (
-        (machine.git_hash(build_dir) if build_dir else None) or ""
+    out.mlir_v = (
+        spec.mlir_v
+        if spec.mlir_v is not None
+        else ((machine.git_hash(build_dir) if build_dir else None) or "")
     )
     out.docker = spec.docker if spec.docker is not None else (machine.docker_image() or "")
     if spec.tuner in ("cpu", "sleep"):

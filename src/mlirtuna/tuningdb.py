@@ -2,7 +2,8 @@
 
 Four layouts exist in the wild (see docs/reference: rocmlir-interfaces §1d, §2a, §5):
 
-- ``legacy``: ``# arch\\tconfig\\tperfconfig`` (E1 wrote ``# arch\\ttestVector\\tperfConfig``), 3 fields.
+- ``legacy``: ``# arch\\tconfig\\tperfconfig``, 3 fields (E1 wrote
+  ``# arch\\ttestVector\\tperfConfig``).
 - ``v2``: ``# arch\\tnumCUs\\ttestVector\\tperfConfig\\tTFlops (space)`` (tuningRunner E2 with
   ``--tflops``) or the 4-column form ``...\\tperfConfig (space)`` without it.
 - ``tuna``: MITuna's export, ``# arch\\tnumCUs\\ttestVector\\tperfConfig (tuna)``; "tuna" there is a
@@ -212,8 +213,9 @@ def _parse_headerless(fields: list[str], lineno: int) -> tuple[str, TuningRow]:
         raise InputError(f"{n} tab-separated fields; a tuning DB row has 3, 4, 5 or 10")
     columns = _POSITIONAL[kind]
     if n > len(columns):
-        raise InputError(f"{n} tab-separated fields, a headerless {kind} row has at most "
-                         f"{len(columns)}")
+        raise InputError(
+            f"{n} tab-separated fields, a headerless {kind} row has at most {len(columns)}"
+        )
     return kind, _make_row(dict(zip(columns, fields, strict=False)), None, lineno)
 
 
@@ -303,7 +305,9 @@ def write_v3(rows: Iterable[TuningRow], out: TextIO) -> None:
     out.write("\n".join(lines) + "\n")
 
 
-def write_v2(rows: Iterable[TuningRow], out: TextIO, tuning_space: str, tflops: bool = True) -> None:
+def write_v2(
+    rows: Iterable[TuningRow], out: TextIO, tuning_space: str, tflops: bool = True
+) -> None:
     """Write one E2 header and the rows (5 columns, or 4 with tflops=False).
 
     ``write_v2(rows, out, "tuna", tflops=False)`` produces MITuna's export layout.

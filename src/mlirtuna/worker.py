@@ -11,7 +11,6 @@ import os
 import random
 import signal
 import threading
-import time
 from dataclasses import dataclass, field
 
 from mlirtuna import configs, jobs, machine, queue, sessions, tuners
@@ -69,7 +68,9 @@ class Heartbeat:
         self.lost = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(
-            target=self._loop, args=(db, lease, lease_s, interval), daemon=True,
+            target=self._loop,
+            args=(db, lease, lease_s, interval),
+            daemon=True,
             name=f"heartbeat-{lease.job_id}",
         )
 
@@ -77,8 +78,9 @@ class Heartbeat:
         while not self._stop.wait(interval):
             try:
                 if not queue.heartbeat(db, lease, lease_s):
-                    log.warning("job %s: lease lost (taken over, requeued or cancelled)",
-                                lease.job_id)
+                    log.warning(
+                        "job %s: lease lost (taken over, requeued or cancelled)", lease.job_id
+                    )
                     self.lost.set()
                     return
             except Exception as exc:  # the database may come back before the lease runs out
@@ -114,8 +116,9 @@ class Worker:
             raise GiveBack()
         self.stop_requested.set()
         if self.current is not None:
-            log.warning("stopping after job %s (signal again to give it back now)",
-                        self.current.job_id)
+            log.warning(
+                "stopping after job %s (signal again to give it back now)", self.current.job_id
+            )
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> WorkerStats:
@@ -139,8 +142,9 @@ class Worker:
         return self.settings.max_jobs is not None and done >= self.settings.max_jobs
 
     def _claim(self) -> Lease | None:
-        queue.reclaim_expired(self.db, max_retries=self.settings.max_retries,
-                              session_id=self.settings.session_id)
+        queue.reclaim_expired(
+            self.db, max_retries=self.settings.max_retries, session_id=self.settings.session_id
+        )
         return queue.claim(self.db, self.settings.session_id, self.claimant, self.settings.lease_s)
 
     def _work(self, lease: Lease) -> None:
@@ -183,15 +187,23 @@ class Worker:
                 log.warning("job %s: %s", lease.job_id, note)
             if self._retrying(lambda: queue.record(self.db, lease, outcome)):
                 self.stats.completed += 1
-                log.info("job %s: completed, %s at %.3g TFlops", lease.job_id,
-                         outcome.winner.perf_config, outcome.winner.tflops or 0.0)
+                log.info(
+                    "job %s: completed, %s at %.3g TFlops",
+                    lease.job_id,
+                    outcome.winner.perf_config,
+                    outcome.winner.tflops or 0.0,
+                )
             else:
                 self.stats.lost += 1
             return
         state = self._retrying(
-            lambda: queue.fail(self.db, lease, error or "unknown error",
-                               max_retries=self.settings.max_retries,
-                               backoff_s=self.settings.backoff_s)
+            lambda: queue.fail(
+                self.db,
+                lease,
+                error or "unknown error",
+                max_retries=self.settings.max_retries,
+                backoff_s=self.settings.backoff_s,
+            )
         )
         if state is None:
             self.stats.lost += 1
@@ -202,10 +214,15 @@ class Worker:
     def _context(self) -> TuneContext:
         sess = self.session
         return TuneContext(
-            arch=sess.arch, arch_full=sess.arch_full, num_cu=sess.num_cu,
-            num_chiplets=sess.num_chiplets, tuning_space=sess.tuning_space,
-            gpu_id=self.settings.gpu_id, timeout_s=self.settings.job_timeout_s,
-            mlir_build_dir=self.settings.mlir_build_dir, cpu_mem_limit=self.settings.cpu_mem_limit,
+            arch=sess.arch,
+            arch_full=sess.arch_full,
+            num_cu=sess.num_cu,
+            num_chiplets=sess.num_chiplets,
+            tuning_space=sess.tuning_space,
+            gpu_id=self.settings.gpu_id,
+            timeout_s=self.settings.job_timeout_s,
+            mlir_build_dir=self.settings.mlir_build_dir,
+            cpu_mem_limit=self.settings.cpu_mem_limit,
         )
 
     def _retrying(self, fn):
@@ -214,8 +231,9 @@ class Worker:
             try:
                 return fn()
             except DatabaseError as exc:
-                log.warning("database unreachable (%s); retrying in %.0f s", _first_line(exc),
-                            DB_RETRY_S)
+                log.warning(
+                    "database unreachable (%s); retrying in %.0f s", _first_line(exc), DB_RETRY_S
+                )
             except Exception as exc:
                 if not _is_disconnect(exc):
                     raise

@@ -52,7 +52,10 @@ app = typer.Typer(
 def _global(
     ctx: typer.Context,
     db: str = typer.Option(
-        None, "--db", envvar="MLIRTUNA_DB", show_envvar=True,
+        None,
+        "--db",
+        envvar="MLIRTUNA_DB",
+        show_envvar=True,
         help="Database URL: sqlite:///FILE, postgresql://USER@HOST/DB or mysql://USER@HOST/DB "
         "[default: sqlite:///mlirtuna.db]. A password is best given in the env "
         "(MLIRTUNA_DB or MLIRTUNA_DB_PASSWORD), not here.",

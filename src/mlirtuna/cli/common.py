@@ -36,6 +36,7 @@ def database(ctx: click.Context, *, check_schema: bool = True) -> Database:
     st = state(ctx)
     if st._db is None:
         st._db = Database(resolve_url(st.db_url), check_schema=check_schema)
+        ctx.find_root().call_on_close(st._db.dispose)  # no connection outlives the command
     return st._db
 
 

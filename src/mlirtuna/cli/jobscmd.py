@@ -31,8 +31,9 @@ def load(
 ) -> None:
     """Make one `new` job per selected problem (idempotent)."""
     options = common.expand_options(data_type, direction, layout, no_expand)
-    report = jobs.load(common.database(ctx), session, op=op, tag=tag, file=file,
-                       all_problems=all_, options=options)
+    report = jobs.load(
+        common.database(ctx), session, op=op, tag=tag, file=file, all_problems=all_, options=options
+    )
     if as_json:
         common.print_json(report.as_dict())
     else:
@@ -61,23 +62,41 @@ def list_(
 
 
 @app.command()
-def show(ctx: typer.Context, job_id: int = typer.Argument(..., metavar="ID"),
-         as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def show(
+    ctx: typer.Context,
+    job_id: int = typer.Argument(..., metavar="ID"),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
     """Show one job: output or error text, timings, machine, GPU, attempts."""
     info = jobs.show(common.database(ctx), job_id)
     if as_json:
         common.print_json(info.as_dict())
         return
     d = info.as_dict()
-    for key in ("id", "session_id", "op", "test_vector", "state", "retries", "priority",
-                "machine_name", "gpu_id", "compile_start", "compile_end", "perf_config",
-                "tflops", "candidates"):
+    for key in (
+        "id",
+        "session_id",
+        "op",
+        "test_vector",
+        "state",
+        "retries",
+        "priority",
+        "machine_name",
+        "gpu_id",
+        "compile_start",
+        "compile_end",
+        "perf_config",
+        "tflops",
+        "candidates",
+    ):
         print(f"{key:14} {d[key]}")
     print("attempts:")
     for a in info.attempts:
-        print(f"  {a['claimed_at']} -> {a['ended_at'] or '…'}  {a['outcome']:9} "
-              f"{a['machine_name']} gpu {a['gpu_id']} pid {a['pid']}"
-              + (f"  {a['message'].splitlines()[0]}" if a["message"] else ""))
+        print(
+            f"  {a['claimed_at']} -> {a['ended_at'] or '…'}  {a['outcome']:9} "
+            f"{a['machine_name']} gpu {a['gpu_id']} pid {a['pid']}"
+            + (f"  {a['message'].splitlines()[0]}" if a["message"] else "")
+        )
     print("result:")
     print(info.result or "")
 
@@ -86,8 +105,9 @@ def show(ctx: typer.Context, job_id: int = typer.Argument(..., metavar="ID"),
 def requeue(
     ctx: typer.Context,
     session: int = typer.Option(..., "--session", help="Session id."),
-    state: str = typer.Option("error", "--state", help="error, running (a dead worker's) or "
-                              "cancelled."),
+    state: str = typer.Option(
+        "error", "--state", help="error, running (a dead worker's) or cancelled."
+    ),
     job: int = typer.Option(None, "--job", help="Only this job."),
 ) -> None:
     """Put jobs back to new, with their retries reset."""
@@ -131,8 +151,9 @@ def status(
 def wait(
     ctx: typer.Context,
     session: int = typer.Option(..., "--session", help="Session id."),
-    timeout: float = typer.Option(None, "--timeout", help="Give up after this many seconds "
-                                  "(exit 1)."),
+    timeout: float = typer.Option(
+        None, "--timeout", help="Give up after this many seconds (exit 1)."
+    ),
     poll: float = typer.Option(2.0, "--poll", help="Seconds between checks."),
 ) -> None:
     """Block until the session has no new or running job; exit 1 if any ended in error."""

@@ -11,18 +11,24 @@ OP_HELP = "conv, gemm or attention."
 
 
 def data_type_opt():
-    return typer.Option(None, "--data-type", help="Comma-separated rocMLIR types to expand over "
-                        "(f32,f16,bf16,i8,fp8…) [default: perfRunner's].")
+    return typer.Option(
+        None,
+        "--data-type",
+        help="Comma-separated rocMLIR types to expand over "
+        "(f32,f16,bf16,i8,fp8…) [default: perfRunner's].",
+    )
 
 
 def direction_opt():
-    return typer.Option(None, "--direction", help="Conv directions to expand over: fwd,bwd,wrw "
-                        "[default: all].")
+    return typer.Option(
+        None, "--direction", help="Conv directions to expand over: fwd,bwd,wrw [default: all]."
+    )
 
 
 def layout_opt():
-    return typer.Option(None, "--layout", help="Conv layouts to expand over: NCHW,NHWC "
-                        "[default: both].")
+    return typer.Option(
+        None, "--layout", help="Conv layouts to expand over: NCHW,NHWC [default: both]."
+    )
 
 
 def no_expand_opt():
@@ -48,9 +54,11 @@ def import_(
     if as_json:
         common.print_json(report.as_dict())
     else:
-        print(f"{report.lines} lines read, {report.problems} problems after expansion: "
-              f"{report.new} new, {report.existing} already present"
-              + (f" (tag {tag})" if tag else ""))
+        print(
+            f"{report.lines} lines read, {report.problems} problems after expansion: "
+            f"{report.new} new, {report.existing} already present"
+            + (f" (tag {tag})" if tag else "")
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -15,11 +15,13 @@ app = typer.Typer(no_args_is_help=True, help="Tuning sessions: what the results 
 def new(
     ctx: typer.Context,
     tuner: str = typer.Option("cpu", "--tuner", help="rocmlir or cpu (sleep for tests)."),
-    tuning_space: str = typer.Option(sessions.DEFAULT_TUNING_SPACE, "--tuning-space",
-                                     help="quick, full, greedy or exhaustive."),
+    tuning_space: str = typer.Option(
+        sessions.DEFAULT_TUNING_SPACE, "--tuning-space", help="quick, full, greedy or exhaustive."
+    ),
     arch: str = typer.Option(None, "--arch", help="Chip name, e.g. gfx942 [detected]."),
-    arch_full: str = typer.Option(None, "--arch-full",
-                                  help="With feature flags, e.g. gfx942:sramecc+:xnack- [detected]."),
+    arch_full: str = typer.Option(
+        None, "--arch-full", help="With feature flags, e.g. gfx942:sramecc+:xnack- [detected]."
+    ),
     num_cu: int = typer.Option(None, "--num-cu", help="Compute units [detected]."),
     num_chiplets: int = typer.Option(None, "--num-chiplets", help="Chiplets (XCDs) [detected]."),
     rocm_v: str = typer.Option(None, "--rocm-v", help="ROCm version [/opt/rocm/.info/version]."),
@@ -27,28 +29,45 @@ def new(
     reason: str = typer.Option("", "--reason", help="Why this tuning is run."),
     ticket: str = typer.Option("", "--ticket", help="Ticket or issue id."),
     docker: str = typer.Option(None, "--docker", help="Docker image [from the environment]."),
-    mlir_build_dir: str = typer.Option(None, "--mlir-build-dir", envvar="MLIRTUNA_ROCMLIR_BUILD",
-                                       show_envvar=True, help="rocMLIR build dir."),
+    mlir_build_dir: str = typer.Option(
+        None,
+        "--mlir-build-dir",
+        envvar="MLIRTUNA_ROCMLIR_BUILD",
+        show_envvar=True,
+        help="rocMLIR build dir.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the new session as JSON."),
 ) -> None:
     """Open a session, detecting what the flags leave out (never guessing)."""
     spec = sessions.SessionSpec(
-        tuner=tuner, tuning_space=tuning_space, arch=arch, arch_full=arch_full, num_cu=num_cu,
-        num_chiplets=num_chiplets, rocm_v=rocm_v, mlir_v=mlir_v, reason=reason, ticket=ticket,
-        docker=docker, mlir_build_dir=mlir_build_dir,
+        tuner=tuner,
+        tuning_space=tuning_space,
+        arch=arch,
+        arch_full=arch_full,
+        num_cu=num_cu,
+        num_chiplets=num_chiplets,
+        rocm_v=rocm_v,
+        mlir_v=mlir_v,
+        reason=reason,
+        ticket=ticket,
+        docker=docker,
+        mlir_build_dir=mlir_build_dir,
     )
     created = sessions.create(common.database(ctx), spec)
     if as_json:
         common.print_json(created.as_dict())
     else:
         print(created.id)
-        common.err(f"session {created.id}: {created.arch_full}, {created.num_cu} CUs, "
-                   f"{created.num_chiplets} chiplet(s), {created.tuning_space}, {created.tuner}")
+        common.err(
+            f"session {created.id}: {created.arch_full}, {created.num_cu} CUs, "
+            f"{created.num_chiplets} chiplet(s), {created.tuning_space}, {created.tuner}"
+        )
 
 
 @app.command("list")
-def list_(ctx: typer.Context,
-          as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def list_(
+    ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")
+) -> None:
     """List sessions."""
     rows = sessions.list_all(common.database(ctx))
     if as_json:
@@ -56,14 +75,26 @@ def list_(ctx: typer.Context,
         return
     table = Table("id", "created", "arch", "CUs", "chiplets", "space", "tuner", "mlir_v", "reason")
     for r in rows:
-        table.add_row(str(r.id), r.created_at, r.arch_full, str(r.num_cu), str(r.num_chiplets),
-                      r.tuning_space, r.tuner, r.mlir_v[:12], r.reason)
+        table.add_row(
+            str(r.id),
+            r.created_at,
+            r.arch_full,
+            str(r.num_cu),
+            str(r.num_chiplets),
+            r.tuning_space,
+            r.tuner,
+            r.mlir_v[:12],
+            r.reason,
+        )
     common.out.print(table)
 
 
 @app.command()
-def show(ctx: typer.Context, session_id: int = typer.Argument(..., metavar="ID"),
-         as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def show(
+    ctx: typer.Context,
+    session_id: int = typer.Argument(..., metavar="ID"),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
     """Show one session."""
     row = sessions.get(common.database(ctx), session_id)
     if as_json:

@@ -29,14 +29,24 @@ OPS = ("conv", "gemm", "attention")
 class ExpandOptions:
     """What perfRunner's expansion may fill in where a config line leaves it out.
 
-    None means perfRunner's default set for that op. `expand=False` takes every line as written
-    (a conv line without a data-type prefix is then f32 `conv`).
+    Only what a line leaves out is filled in: its own prefix/-t/-F/layouts always win. None means
+    perfRunner's default set for that op (see each op module). Data types take rocMLIR names
+    (f32 f16 bf16 i8 fp8 …; conv also takes its MIOpen prefixes), directions fwd/bwd/wrw or
+    1/2/4. `expand=False` takes every line as written (a conv line without a data-type prefix is
+    then f32 `conv`).
     """
 
     data_types: tuple[str, ...] | None = None
     directions: tuple[str, ...] | None = None
     layouts: tuple[str, ...] | None = None
     expand: bool = True
+
+    def __post_init__(self) -> None:
+        # Kept hashable (the op modules cache resolved options) whatever sequence a caller gives.
+        for name in ("data_types", "directions", "layouts"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))
 
 
 # --- Token helpers shared by the op modules. They live here, above the op imports at the end of
@@ -106,21 +116,19 @@ class SizeFlags:
     def __init__(self, *rows: tuple[str, str, int, int | None]) -> None:
         self.rows = rows
         self.flags = tuple(row[0] for row in rows)
-        self._values = attrgetter(*(row[1] for row in rows))
+        self.names = tuple(row[1] for row in rows)
+        self._values = attrgetter(*self.names)
         self._minimums = tuple(row[2] for row in rows)
 
     def parse(self, flags: Mapping[str, str]) -> dict[str, int]:
         """Field -> value for every row, the default where the flag is absent."""
         try:
+            return dict(zip(self.names, map(int, map(flags.__getitem__, self.flags)), strict=True))
+        except (KeyError, ValueError):  # a flag absent, or not a number: the slow path
             return {
-                name: int(flags[flag]) if flag in flags else _default(flag, default)
+                name: int_value(flag, flags[flag]) if flag in flags else _default(flag, default)
                 for flag, name, _, default in self.rows
             }
-        except ValueError:  # int() said no: find the flag and say so in our words
-            for flag in self.flags:
-                if flag in flags:
-                    int_value(flag, flags[flag])
-            raise
 
     def check(self, problem: object) -> None:
         """Every field an int at least its minimum (from a line or a database row alike)."""
@@ -157,8 +165,6 @@ def option_values(
     """Resolves one ExpandOptions field against the names an op knows (None: the default)."""
     if given is None:
         return tuple(default)
-    if isinstance(given, str):  # a lone string would otherwise be read letter by letter
-        given = (given,)
     values = []
     for name in given:
         if name not in names:
@@ -206,7 +212,7 @@ def check_options(op: str, options: ExpandOptions) -> None:
 
 
 def expand_problems(op: str, line: str, options: ExpandOptions = ExpandOptions()) -> list[Problem]:
-    """perfRunner's expansion of one config line, as problems (duplicates removed)."""
+    """perfRunner's expansion of one config line, as problems."""
     return _module(op).expand_problems(line, options)
 
 

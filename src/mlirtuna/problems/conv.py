@@ -5,7 +5,8 @@ num_chiplets, TUNE_REP_MS and -transBias), checked against 00267dbf and the olde
 
 - Line: `[prefix] -F 1|2|4 -f FIL -I IN -O OUT -n N -c C -H H -W W -k K -y Y -x X -p P -q Q
   -u U -v V -l L -j J -g G [-m conv] [-t 1]`. `-m conv -t 1` are MIOpenDriver trailers: accepted
-  (only `-m conv`; `-m trans` is another op) and always printed in the canonical string.
+  (only `-m conv`, `-m trans` is another op; `-t` 0 or 1, it is a timing switch, not a type) and
+  always printed as `-m conv … -t 1` in the canonical string.
 - Prefix -> `data_type`, the rocmlir-gen `-t` name perfRunner uses: conv f32, convfp16 f16,
   convbfp16 bf16, convint8 i8, convfp8 fp8, convfp8_fp8 fp8_fp8, convfp8_bf8 fp8_bf8,
   convbf8_fp8 bf8_fp8, convbf8_bf8 bf8_bf8. Keeping the pair name (not just `fp8`) is what lets
@@ -131,8 +132,9 @@ class ConvProblem:
             raise InputError(f"data types {types} do not match {self.data_type!r}")
         if self.direction not in DIRECTION_CODES:
             raise InputError(f"-F: unknown direction {self.direction!r}")
-        for flag, layout in zip(LAYOUT_FLAGS, self.layouts(), strict=True):
-            _check_layout(flag, layout)
+        error = _layouts_error(self.fil_layout, self.in_layout, self.out_layout)
+        if error:
+            raise InputError(error)
         if self.spatial_dim != 2:
             raise InputError(f"only 2-D convolutions are supported, got {self.spatial_dim}-D")
         SIZE_FLAGS.check(self)
@@ -151,9 +153,6 @@ class ConvProblem:
             raise InputError(
                 f"output size {out_h}x{out_w} is empty: the filter does not fit the padded input"
             )
-
-    def layouts(self) -> tuple[str, str, str]:
-        return self.fil_layout, self.in_layout, self.out_layout
 
     def out_size(self) -> tuple[int, int]:
         """Output height and width, as perfRunner computes them."""
@@ -224,10 +223,14 @@ def _layout_error(layout: str) -> str | None:
     return None
 
 
-def _check_layout(flag: str, layout: str) -> None:
-    error = _layout_error(layout)
-    if error:
-        raise InputError(f"{flag}: bad layout {layout!r}: {error}")
+@lru_cache(maxsize=1024)
+def _layouts_error(*layouts: str) -> str | None:
+    """The message for the first bad one of (filter, input, output) layouts, or None."""
+    for flag, layout in zip(LAYOUT_FLAGS, layouts, strict=True):
+        error = _layout_error(layout)
+        if error:
+            return f"{flag}: bad layout {layout!r}: {error}"
+    return None
 
 
 def _split(line: str) -> tuple[str | None, dict[str, str]]:
@@ -245,6 +248,11 @@ def _split(line: str) -> tuple[str | None, dict[str, str]]:
     flags = flag_values(tokens, "conv", FLAGS)
     if flags.get("-m", "conv") != "conv":
         raise InputError(f"-m: only 'conv' is supported, got {flags['-m']!r}")
+    if flags.get("-t", "1") not in ("0", "1"):  # MIOpenDriver's timing switch, not a data type
+        raise InputError(
+            f"-t: expected 0 or 1 (MIOpenDriver's timing flag; the data type is the prefix, "
+            f"e.g. convfp16), got {flags['-t']!r}"
+        )
     return prefix, flags
 
 
@@ -314,15 +322,14 @@ def expand_problems(line: str, options: ExpandOptions) -> list[ConvProblem]:
     layouts = all_layouts if None in given else (None,)
     sizes = SIZE_FLAGS.parse(flags)
     both_given = prefix is not None and "-F" in flags
-    problems = []
-    for direction in directions:
-        for data_type in types:
-            if data_type in FORWARD_ONLY and direction != "fwd" and not both_given:
-                continue
-            for fill in layouts:
-                filled = tuple(fill if x is None else x for x in given)
-                problems.append(_make(data_type, direction, filled, sizes))
-    return problems
+    filled = [tuple(fill if x is None else x for x in given) for fill in layouts]
+    return [
+        _make(data_type, direction, layout, sizes)
+        for direction in directions
+        for data_type in types
+        if direction == "fwd" or data_type not in FORWARD_ONLY or both_given
+        for layout in filled
+    ]
 
 
 def expand(line: str, options: ExpandOptions) -> list[str]:

@@ -52,7 +52,9 @@ class TuneOutcome:
     output: str = ""  # the tool's own output, kept in job.result
     compile_start: dt.datetime | None = None  # UTC; set from the tuner's phases where it has them
     compile_end: dt.datetime | None = None
-    notes: list[str] = field(default_factory=list)  # things worth logging (e.g. winner disagreement)
+    notes: list[str] = field(
+        default_factory=list
+    )  # things worth logging (e.g. winner disagreement)
 
 
 class Tuner(Protocol):

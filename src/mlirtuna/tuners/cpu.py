@@ -40,6 +40,11 @@ _GREEDY_ROUNDS = 3
 _GiB = float(1 << 30)
 
 
+def _gib(nbytes: int) -> str:
+    gib = nbytes / _GiB
+    return f"{gib:.1f}" if gib >= 0.1 else f"{gib:.2g}"
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -107,10 +112,8 @@ class CpuTuner:
             )
         need = op.mem_bytes()
         if need > ctx.cpu_mem_limit:
-            raise TunerError(
-                f"problem needs ~{need / _GiB:.1f} GiB, "
-                f"over --cpu-mem-limit {ctx.cpu_mem_limit / _GiB:.1f} GiB"
-            )
+            limit = _gib(ctx.cpu_mem_limit)
+            raise TunerError(f"problem needs ~{_gib(need)} GiB, over --cpu-mem-limit {limit} GiB")
         compile_start = _now()
         op.setup(np.random.default_rng(self.seed))  # data + reference
         deadline.check(0)

@@ -101,17 +101,19 @@ def compare(out: np.ndarray, ref: np.ndarray, et: ElemType, what: str = "") -> s
     """None when `out` matches `ref` within `et`'s tolerance, else the reason."""
     where = f" in {what}" if what else ""
     if et.is_int:
-        diff = out.astype(np.int64) - ref
+        diff = out.astype(np.int64)
+        diff -= ref
         bad = int(np.count_nonzero(diff))
         if bad:
-            worst = int(np.abs(diff).max())
+            worst = int(np.abs(diff, out=diff).max())
             return f"wrong result{where}: {bad} of {diff.size} values differ (max abs err {worst})"
         return None
-    got = out.astype(np.float64)
+    got = out.astype(np.float64)  # the only full-size temporary: see mem_bytes()
     if not np.isfinite(got).all():
         return f"wrong result{where}: non-finite values"
-    scale = max(float(np.abs(ref).max(initial=0.0)), 1e-30)
-    err = float(np.abs(got - ref).max(initial=0.0)) / scale
+    scale = max(float(ref.max(initial=0.0)), -float(ref.min(initial=0.0)), 1e-30)
+    np.subtract(got, ref, out=got)
+    err = float(np.abs(got, out=got).max(initial=0.0)) / scale
     if err > et.tol:
         return f"wrong result{where}: max rel err {err:.3g} > tol {et.tol:g}"
     return None
@@ -377,8 +379,8 @@ class ConvOp(CpuOp):
             "wrw": (self.kg, self.cyx, self.p),
         }[self.direction]
         self._out_types = [self.tout]
-        self._out_names = [{"fwd": "output", "bwd": "input grad", "wrw": "filter grad"}[
-            self.direction]]  # fmt: skip
+        names = {"fwd": "output", "bwd": "input grad", "wrw": "filter grad"}
+        self._out_names = [names[self.direction]]
 
     # sizes of the tensors (element counts)
     def _counts(self) -> tuple[int, int, int, int]:
@@ -653,8 +655,8 @@ class AttentionOp(CpuOp):
                 o_all, lse_all = next(splits)
                 for o_s, lse_s in splits:  # merge split_kv partials by their log-sum-exp
                     both = np.logaddexp(lse_all, lse_s)
-                    o_all = (o_all * np.exp(lse_all - both)[:, None]
-                             + o_s * np.exp(lse_s - both)[:, None])  # fmt: skip
+                    o_all = o_all * np.exp(lse_all - both)[:, None]
+                    o_all += o_s * np.exp(lse_s - both)[:, None]
                     lse_all = both
                 self.o[h, q0:q1] = self.tout.store(o_all)
                 self.lse[h, q0:q1] = lse_all

@@ -44,27 +44,47 @@ import time
 
 ERA = os.environ.get("FAKE_TUNINGRUNNER_ERA", "E3").upper()
 FAULT = os.environ.get("FAKE_TUNINGRUNNER_FAULT", "")
+E2_OPS = ["conv", "gemm", "fusion", "attention"]
+E3_OPS = ["conv", "gemm", "fusion", "attention", "gemm_gemm", "conv_gemm"]
+E2_SPACES = ["quick", "full", "exhaustive"]
+E3_SPACES = ["quick", "full", "greedy", "exhaustive"]
+VERIFY_MODES = ["none", "cpu", "gpu"]
+E2_TYPES = ["f32", "f16", "i8", "i8_i32", "i8_i8", "fp8", "fp8_f32", "fp8_fp8"]
+E3_TYPES = ["f32", "f16", "bf16", "i8", "i8_i32", "i8_i8", "fp8", "fp8_f32", "fp8_fp8", "f4E2M1FN"]
 SPACE_SIZES = {"quick": 8, "full": 40, "greedy": 60, "exhaustive": 150}
-V3_HEADER = ("# arch\tnumCUs\tnumChiplets\ttestVector\tperfConfig\tTFlops\ttuningSpace\tcommitId"
-             "\ttimestamp\tdurationSec")
+V3_HEADER = (
+    "# arch\tnumCUs\tnumChiplets\ttestVector\tperfConfig\tTFlops\ttuningSpace\tcommitId"
+    "\ttimestamp\tdurationSec"
+)
 
-CONV_COLUMNS = ["Direction", "DataType", "Chip", "numCU", "FilterLayout", "InputLayout",
-                "OutputLayout", "N", "C", "H", "W", "K", "Y", "X", "DilationH", "DilationW",
-                "StrideH", "StrideW", "PaddingH", "PaddingW", "PerfConfig", "LDSBankConflict",
-                "TFlops"]
-GEMM_COLUMNS_E2 = ["DataType", "OutDataType", "Chip", "numCU", "TransA", "TransB", "G", "M", "K",
-                   "N", "PerfConfig", "LDSBankConflict", "TFlops"]
-GEMM_COLUMNS_E3 = ["DataType", "OutDataType", "Chip", "numCU", "TransA", "TransB", "G", "M", "K",
-                   "N", "ScaledGemm", "ScaleADtype", "ScaleBDtype", "TransScaleA", "TransScaleB",
-                   "PerfConfig", "LDSBankConflict", "TFlops"]
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+# perfRunner's TABLE_COLUMNS per op (reportUtils *_TEST_PARAMETERS + LDSBankConflict + TFlops).
+CONV_COLUMNS = _words(
+    "Direction DataType Chip numCU FilterLayout InputLayout OutputLayout N C H W K Y X "
+    "DilationH DilationW StrideH StrideW PaddingH PaddingW PerfConfig LDSBankConflict "
+    "TFlops"
+)
+GEMM_COLUMNS_E2 = _words(
+    "DataType OutDataType Chip numCU TransA TransB G M K N PerfConfig LDSBankConflict TFlops"
+)
+GEMM_COLUMNS_E3 = _words(
+    "DataType OutDataType Chip numCU TransA TransB G M K N ScaledGemm ScaleADtype "
+    "ScaleBDtype TransScaleA TransScaleB PerfConfig LDSBankConflict TFlops"
+)
 # E2's attention columns are a guess (not read in the sources); E3's are reportUtils'.
-ATTN_COLUMNS_E2 = ["DataType", "Chip", "numCU", "TransQ", "TransK", "TransV", "TransO",
-                   "WithAttnScale", "G", "SeqLenQ", "SeqLenK", "HeadDimQK", "HeadDimV",
-                   "PerfConfig", "TFlops"]
-ATTN_COLUMNS_E3 = ["DataType", "Chip", "numCU", "TransQ", "TransK", "TransV", "TransO", "Causal",
-                   "ReturnLSE", "SplitKV", "WithAttnScale", "WithAttnBias", "G", "SeqLenQ",
-                   "SeqLenK", "NumHeadsQ", "NumHeadsKV", "HeadDimQK", "HeadDimV", "PerfConfig",
-                   "TFlops"]
+ATTN_COLUMNS_E2 = _words(
+    "DataType Chip numCU TransQ TransK TransV TransO WithAttnScale G SeqLenQ SeqLenK "
+    "HeadDimQK HeadDimV PerfConfig TFlops"
+)
+ATTN_COLUMNS_E3 = _words(
+    "DataType Chip numCU TransQ TransK TransV TransO Causal ReturnLSE SplitKV "
+    "WithAttnScale WithAttnBias G SeqLenQ SeqLenK NumHeadsQ NumHeadsKV HeadDimQK HeadDimV "
+    "PerfConfig TFlops"
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -73,112 +93,80 @@ ATTN_COLUMNS_E3 = ["DataType", "Chip", "numCU", "TransQ", "TransK", "TransV", "T
 
 
 def e2_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rocMLIR tuning runner",
-                                description="A script for tunning MLIR conv2d or gemm kernels",
-                                allow_abbrev=False)
-    p.add_argument("--op", "--operation", choices=["conv", "gemm", "fusion", "attention"],
-                   default="conv", help="Operation for tuning")
-    p.add_argument("-c", "--configs_file", type=str, default="conv-configs",
-                   help="File of configurations to test")
-    p.add_argument("-o", "--output", type=str, default="tuning_results_local.tsv",
-                   help="File to output tuning results to. Will append to existing files")
-    p.add_argument("--mlir-build-dir", type=str, default=".",
-                   help="The build directory of MLIR based kernel generator")
-    p.add_argument("--config", type=str, nargs="*",
-                   help="The specific config to test, if you want to test one")
-    p.add_argument("--rocmlir_gen_flags", type=str, default=argparse.SUPPRESS,
-                   help="rocmlir-gen flags to toggle each feature")
-    p.add_argument("--debug", "-d", action="store_true", default=False,
-                   help="Print debug messages on failure or inapplicability")
-    p.add_argument("--tuning-space", default="exhaustive", choices=["quick", "full", "exhaustive"],
-                   help="Which space of tuning configs should be used while tuning")
-    p.add_argument("--quiet", "-q", action="store_true", default=False,
-                   help="Quiet mode (don't output each test result)")
-    p.add_argument("--verify-mode", default="gpu", choices=["none", "cpu", "gpu"],
-                   help="How to verify the winning tuned kernel")
-    p.add_argument("--test_dir", default="../mlir/test/fusion/resnet50-e2e", type=str,
-                   help="fusion E2E tests directory")
-    p.add_argument("--data-type", nargs="+",
-                   choices=["f32", "f16", "i8", "i8_i32", "i8_i8", "fp8", "fp8_f32", "fp8_fp8"],
-                   default=["f32", "f16", "i8"], help="Force a set of datatypes")
-    p.add_argument("--tflops", action="store_true", default=False,
-                   help="Include the TFlops along with the winning perf-configs")
-    p.add_argument("--compact-print", action="store_true", default=False,
-                   help="Print info only when a change happens")
+    """E2's flags, choices and defaults (help texts are the stand-in's own words)."""
+    p = argparse.ArgumentParser(
+        prog="rocMLIR tuning runner",
+        description="Stand-in for the E2 rocMLIR tuning runner (conv, gemm, attention)",
+        allow_abbrev=False,
+    )
+    add = p.add_argument
+    add("--op", "--operation", choices=E2_OPS, default="conv", help="op to tune")
+    add("-c", "--configs_file", type=str, default="conv-configs", help="config list to tune")
+    add("-o", "--output", type=str, default="tuning_results_local.tsv", help="appended to")
+    add("--mlir-build-dir", type=str, default=".", help="rocMLIR build directory")
+    add("--config", type=str, nargs="*", help="tune just this config")
+    add("--rocmlir_gen_flags", type=str, default=argparse.SUPPRESS, help="extra rocmlir-gen flags")
+    add("--debug", "-d", action="store_true", default=False, help="also write <output>.debug")
+    add("--tuning-space", default="exhaustive", choices=E2_SPACES, help="tuning space kind")
+    add("--quiet", "-q", action="store_true", default=False, help="no progress lines")
+    add("--verify-mode", default="gpu", choices=VERIFY_MODES, help="how the winner is verified")
+    add("--test_dir", default="../mlir/test/fusion/resnet50-e2e", type=str, help="fusion tests")
+    add("--data-type", nargs="+", choices=E2_TYPES, default=["f32", "f16", "i8"], help="gemm types")
+    add("--tflops", action="store_true", default=False, help="add a TFlops column")
+    add("--compact-print", action="store_true", default=False, help="print on changes only")
     return p
 
 
 def e3_parser(available_gpus: list[int]) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tuningRunner.py",
-                                description="Automated performance tuning for rocMLIR generated "
-                                            "kernels",
-                                allow_abbrev=False)
+    """E3's flags, choices and defaults (help texts are the stand-in's own words)."""
+    p = argparse.ArgumentParser(
+        prog="tuningRunner.py",
+        description="Stand-in for the E3 rocMLIR tuningRunner.py (conv, gemm, attention)",
+        allow_abbrev=False,
+    )
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("-c", "--configs-file", "--configs_file", type=str, metavar="FILE",
-                        help="Path to file containing list of configurations to tune. Use '-' "
-                             "for stdin.")
-    source.add_argument("--config", type=str, metavar="CONFIG",
-                        help="Specific config to tune. Can be a config string or path to an "
-                             ".mlir file.")
-    source.add_argument("--test-dir", "--test_dir", type=str, metavar="DIR",
-                        help="Directory containing fusion E2E tests to extract configs from. "
-                             "Only used when --op=fusion.")
-    p.add_argument("--op", "--operation", required=True,
-                   choices=["conv", "gemm", "fusion", "attention", "gemm_gemm", "conv_gemm"],
-                   help="Operation to tune")
-    p.add_argument("-o", "--output", type=str, default="tuning_results_local.tsv",
-                   metavar="FILE",
-                   help="Output file path for tuning results in TSV format. Results will be "
-                        "appended if file exists. Use '-' for stdout.")
-    p.add_argument("--mlir-build-dir", type=str, default=".", metavar="DIR",
-                   help="Path to rocMLIR build directory")
-    p.add_argument("--rocmlir-gen-flags", "--rocmlir_gen_flags", type=str, default="",
-                   metavar="FLAGS", help="Additional flags to pass to rocmlir-gen")
-    p.add_argument("-d", "--debug", action="store_true", default=False,
-                   help="Enable debug output including detailed measurements")
-    p.add_argument("--tuning-space", default="full",
-                   choices=["quick", "full", "greedy", "exhaustive"],
-                   help="Tuning space kind to use")
+    source.add_argument("-c", "--configs-file", "--configs_file", metavar="FILE", help="list")
+    source.add_argument("--config", type=str, metavar="CONFIG", help="tune just this config")
+    source.add_argument("--test-dir", "--test_dir", metavar="DIR", help="fusion tests")
+    add = p.add_argument
+    add("--op", "--operation", required=True, choices=E3_OPS, help="op to tune")
+    add("-o", "--output", default="tuning_results_local.tsv", metavar="FILE", help="appended to")
+    add("--mlir-build-dir", type=str, default=".", metavar="DIR", help="rocMLIR build directory")
+    add("--rocmlir-gen-flags", "--rocmlir_gen_flags", default="", metavar="FLAGS", help="extra")
+    add("-d", "--debug", action="store_true", default=False, help="also write <output>.debug")
+    add("--tuning-space", default="full", choices=E3_SPACES, help="tuning space kind")
     logging_group = p.add_mutually_exclusive_group()
-    logging_group.add_argument("-q", "--quiet", action="store_true", default=False,
-                               help="Suppress non-error output")
-    logging_group.add_argument("-v", "--verbose", action="store_true", default=False,
-                               help="Enable verbose output, including commands being executed")
-    p.add_argument("--verify-mode", default="gpu", choices=["none", "cpu", "gpu"],
-                   help="Verification mode to use when verifying perf configs")
-    p.add_argument("--verify-perf-configs", action="store_true", default=False,
-                   help="Verify each perf config during tuning, not just the winning config.")
-    p.add_argument("--data-type", nargs="+", metavar="TYPE", default=["f32", "f16", "i8"],
-                   choices=["f32", "f16", "bf16", "i8", "i8_i32", "i8_i8", "fp8", "fp8_f32",
-                            "fp8_fp8", "f4E2M1FN"],
-                   help="Force a set of data types for gemm tuning. Only used when --op=gemm.")
-    p.add_argument("--scale-type", nargs="+", metavar="TYPE", default=None,
-                   choices=["f32", "f8E8M0FNU"],
-                   help="Force a set of scale types for gemm tuning. Only used when --op=gemm.")
-    p.add_argument("--tflops", action="store_true", default=False,
-                   help="[Deprecated, TFlops is always included] Include achieved TFLOPS in the "
-                        "output")
-    p.add_argument("--abort-on-error", action="store_true", default=False,
-                   help="Abort tuning upon first error encounter")
-    p.add_argument("--retune", action="store_true", default=False,
-                   help="Force retuning of all configs, ignoring existing results in the output "
-                        "file")
-    p.add_argument("--retry", nargs="+", choices=["failed", "timed_out", "crashed"], default=[],
-                   metavar="STATE", help="Retry configs in specified states")
-    p.add_argument("--timeout", type=int, default=None, metavar="SECONDS",
-                   help="Timeout in seconds for tuning each config")
-    p.add_argument("--verify-timeout", type=int, default=None, metavar="SECONDS",
-                   help="Timeout in seconds for each verification run")
-    p.add_argument("--gpus", type=int, nargs="+", choices=available_gpus, default=available_gpus,
-                   metavar="GPU_ID",
-                   help="GPUs to use for tuning (available: %s, default: all)" % available_gpus)
-    p.add_argument("--num-cpus", type=int, default=None, metavar="N",
-                   help="Maximum CPU threads for compilation (default: auto-detect based on NUMA "
-                        "topology)")
-    p.add_argument("--wait-for-compiles", action="store_true", default=False,
-                   help="Wait for all compilation tasks to complete before starting tuning.")
-    p.add_argument("-s", "--status", action="store_true", default=False,
-                   help="Only show tuning status without performing any tuning")
+    logging_group.add_argument("-q", "--quiet", action="store_true", default=False, help="quiet")
+    logging_group.add_argument("-v", "--verbose", action="store_true", default=False, help="loud")
+    add("--verify-mode", default="gpu", choices=VERIFY_MODES, help="how the winner is verified")
+    add("--verify-perf-configs", action="store_true", default=False, help="verify every one")
+    add("--data-type", nargs="+", choices=E3_TYPES, default=["f32", "f16", "i8"], metavar="TYPE")
+    add("--scale-type", nargs="+", choices=["f32", "f8E8M0FNU"], default=None, metavar="TYPE")
+    add("--tflops", action="store_true", default=False, help="deprecated: always written")
+    add("--abort-on-error", action="store_true", default=False, help="stop at the first error")
+    add("--retune", action="store_true", default=False, help="ignore configs already tuned")
+    add(
+        "--retry",
+        nargs="+",
+        choices=["failed", "timed_out", "crashed"],
+        default=[],
+        metavar="STATE",
+        help="retry configs in these states",
+    )
+    add("--timeout", type=int, default=None, metavar="SECONDS", help="per config")
+    add("--verify-timeout", type=int, default=None, metavar="SECONDS", help="per verification")
+    add(
+        "--gpus",
+        type=int,
+        nargs="+",
+        choices=available_gpus,
+        default=available_gpus,
+        metavar="GPU_ID",
+        help=f"physical GPU ids (available: {available_gpus})",
+    )
+    add("--num-cpus", type=int, default=None, metavar="N", help="compile threads")
+    add("--wait-for-compiles", action="store_true", default=False, help="compile all first")
+    add("-s", "--status", action="store_true", default=False, help="only show the status")
     return p
 
 
@@ -213,16 +201,16 @@ def _perf_config(op: str, era: str, m: int, n: int, kpb: int, split_k: int) -> s
     wave = min(m, n, 64)
     if op == "attention":
         if era == "E2":
-            return "attn:v1:%d,%d,%d,%d,%d,%d,32,4,1,1,1" % (m, n, 64, kpb, wave, wave)
-        return "attn:v3:%d,%d,%d,%d,%d,%d,32,4,1,1,2,0,1" % (m, n, 64, kpb, wave, wave)
+            return f"attn:v1:{m},{n},64,{kpb},{wave},{wave},32,4,1,1,1"
+        return f"attn:v3:{m},{n},64,{kpb},{wave},{wave},32,4,1,1,2,0,1"
     if era == "E2":
-        return "v2:%d,%d,%d,%d,32,4,%d,1,1" % (m, n, kpb, wave, split_k)
-    return "v4:%d,%d,%d,%d,%d,32,4,%d,1,2,0,0,1,1" % (m, n, kpb, wave, wave, split_k)
+        return f"v2:{m},{n},{kpb},{wave},32,4,{split_k},1,1"
+    return f"v4:{m},{n},{kpb},{wave},{wave},32,4,{split_k},1,2,0,0,1,1"
 
 
 def _unit(*parts: str) -> float:
     digest = hashlib.sha256("\x00".join(parts).encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2.0 ** 64
+    return int.from_bytes(digest[:8], "big") / 2.0**64
 
 
 def candidate_time_ns(config: str, perf_config: str, flops: float) -> float | None:
@@ -241,16 +229,23 @@ def compute_tflops(flops: float, ns: float | None) -> float:
 
 
 def measurements_ms(config: str, perf_config: str, ns: float) -> list[float]:
-    return [round(ns * 1e-6 * (0.98 + 0.04 * _unit("m%d" % i, config, perf_config)), 6)
-            for i in range(10)]
+    return [
+        round(ns * 1e-6 * (0.98 + 0.04 * _unit(f"m{i}", config, perf_config)), 6) for i in range(10)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
 # Parsing the config string (enough of perfRunner's from_command_line for flops and .debug)
 # ---------------------------------------------------------------------------------------------
 
-CONV_TYPES = {"conv": "f32", "convfp16": "f16", "convbfp16": "bf16", "convint8": "i8",
-              "convfp8": "fp8", "convfp8_fp8": "fp8_fp8"}
+CONV_TYPES = {
+    "conv": "f32",
+    "convfp16": "f16",
+    "convbfp16": "bf16",
+    "convint8": "i8",
+    "convfp8": "fp8",
+    "convfp8_fp8": "fp8_fp8",
+}
 
 
 def _flag_pairs(tokens: list[str]) -> dict[str, str]:
@@ -282,13 +277,28 @@ def _describe_conv(tokens: list[str], gpu: Gpu) -> tuple[dict, float]:
     ho = (hi + 2 * p - (y - 1) * dil_h - 1) // u + 1
     wo = (wi + 2 * q - (x - 1) * dil_w - 1) // v + 1
     flops = 2.0 * n * (c // g) * k * ho * wo * y * x
-    row = {"Direction": {"1": "fwd", "2": "bwd", "4": "wrw"}[f.get("-F", "1")],
-           "DataType": dtype, "Chip": gpu.chip, "numCU": gpu.num_cu,
-           "FilterLayout": _map_layout(f.get("-f", "NCHW"), {"N": "k", "C": "c"}),
-           "InputLayout": _map_layout(f.get("-I", "NCHW"), {"N": "n", "C": "c"}),
-           "OutputLayout": _map_layout(f.get("-O", "NCHW"), {"N": "n", "C": "k"}),
-           "N": n, "C": c, "H": hi, "W": wi, "K": k, "Y": y, "X": x, "DilationH": dil_h,
-           "DilationW": dil_w, "StrideH": u, "StrideW": v, "PaddingH": p, "PaddingW": q}
+    row = {
+        "Direction": {"1": "fwd", "2": "bwd", "4": "wrw"}[f.get("-F", "1")],
+        "DataType": dtype,
+        "Chip": gpu.chip,
+        "numCU": gpu.num_cu,
+        "FilterLayout": _map_layout(f.get("-f", "NCHW"), {"N": "k", "C": "c"}),
+        "InputLayout": _map_layout(f.get("-I", "NCHW"), {"N": "n", "C": "c"}),
+        "OutputLayout": _map_layout(f.get("-O", "NCHW"), {"N": "n", "C": "k"}),
+        "N": n,
+        "C": c,
+        "H": hi,
+        "W": wi,
+        "K": k,
+        "Y": y,
+        "X": x,
+        "DilationH": dil_h,
+        "DilationW": dil_w,
+        "StrideH": u,
+        "StrideW": v,
+        "PaddingH": p,
+        "PaddingW": q,
+    }
     return row, flops
 
 
@@ -304,12 +314,28 @@ def _bool(text: str) -> bool:
 def _describe_gemm(tokens: list[str], gpu: Gpu, era: str) -> tuple[dict, float]:
     f = _flag_pairs(tokens)
     g, m, k, n = (int(f[x]) for x in ("-g", "-m", "-k", "-n"))
-    row = {"DataType": f["-t"], "OutDataType": f.get("-out_datatype", f["-t"]),
-           "Chip": gpu.chip, "numCU": gpu.num_cu, "TransA": _bool(f.get("-transA", "false")),
-           "TransB": _bool(f.get("-transB", "false")), "G": g, "M": m, "K": k, "N": n}
+    row = {
+        "DataType": f["-t"],
+        "OutDataType": f.get("-out_datatype", f["-t"]),
+        "Chip": gpu.chip,
+        "numCU": gpu.num_cu,
+        "TransA": _bool(f.get("-transA", "false")),
+        "TransB": _bool(f.get("-transB", "false")),
+        "G": g,
+        "M": m,
+        "K": k,
+        "N": n,
+    }
     if era == "E3":
-        row.update({"ScaledGemm": False, "ScaleADtype": "", "ScaleBDtype": "",
-                    "TransScaleA": False, "TransScaleB": False})
+        row.update(
+            {
+                "ScaledGemm": False,
+                "ScaleADtype": "",
+                "ScaleBDtype": "",
+                "TransScaleA": False,
+                "TransScaleB": False,
+            }
+        )
     return row, 2.0 * g * m * k * n
 
 
@@ -321,13 +347,21 @@ def _describe_attention(tokens: list[str], gpu: Gpu, era: str) -> tuple[dict, fl
     heads = g * max(hq, hkv)
     flops = 2.0 * heads * sq * dqk * sk + 2.0 * heads * sq * sk * dv
     row = {"DataType": f["-t"], "Chip": gpu.chip, "numCU": gpu.num_cu}
-    for col, flag in (("TransQ", "-transQ"), ("TransK", "-transK"), ("TransV", "-transV"),
-                      ("TransO", "-transO")):
+    for col, flag in (
+        ("TransQ", "-transQ"),
+        ("TransK", "-transK"),
+        ("TransV", "-transV"),
+        ("TransO", "-transO"),
+    ):
         row[col] = _bool(f.get(flag, "false"))
     if era == "E3":
-        row.update({"Causal": _bool(f.get("-causal", "false")),
-                    "ReturnLSE": _bool(f.get("-return_lse", "false")),
-                    "SplitKV": int(f.get("-split_kv", "1"))})
+        row.update(
+            {
+                "Causal": _bool(f.get("-causal", "false")),
+                "ReturnLSE": _bool(f.get("-return_lse", "false")),
+                "SplitKV": int(f.get("-split_kv", "1")),
+            }
+        )
     row["WithAttnScale"] = _bool(f.get("-with-attn-scale", "false"))
     if era == "E3":
         row["WithAttnBias"] = _bool(f.get("-with-attn-bias", "false"))
@@ -360,8 +394,7 @@ class Result:
         self.max_tflops = -math.inf
 
 
-def tune(op: str, config: str, space: str, gpu: Gpu, era: str, debug: bool,
-         progress) -> Result:
+def tune(op: str, config: str, space: str, gpu: Gpu, era: str, debug: bool, progress) -> Result:
     """Run the "driver" over the space; entries are .debug rows (TFlops NaN when N/A)."""
     problem, flops = describe(op, config, gpu, era)
     result = Result(config)
@@ -369,7 +402,7 @@ def tune(op: str, config: str, space: str, gpu: Gpu, era: str, debug: bool,
         ns = None if FAULT == "none" else candidate_time_ns(config, pc, flops)
         if i > 0 and i % 100 == 0:
             progress(i, result)
-        result.driver_lines.append("%s\t%s" % (pc, "N/A" if ns is None else repr(ns)))
+        result.driver_lines.append("{}\t{}".format(pc, "N/A" if ns is None else repr(ns)))
         entry = dict(problem)
         entry["PerfConfig"] = pc
         if "LDSBankConflict" in debug_columns(op, era):
@@ -396,7 +429,7 @@ def hang() -> None:
     pidfile = os.environ.get("FAKE_TUNINGRUNNER_CHILD_PIDFILE")
     if pidfile:
         with open(pidfile, "w") as f:
-            f.write("%d\n" % child.pid)
+            f.write(f"{child.pid}\n")
     if os.environ.get("FAKE_TUNINGRUNNER_IGNORE_SIGTERM") == "1":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     while True:
@@ -411,14 +444,20 @@ def maybe_delay() -> None:
 
 def write_garbage(out) -> None:
     """A file whose second line has a non-numeric numCUs and too few fields."""
-    out.write(V3_HEADER + "\n" if ERA == "E3" else
-              "# arch\tnumCUs\ttestVector\tperfConfig\tTFlops (exhaustive)\n")
+    out.write(
+        V3_HEADER + "\n"
+        if ERA == "E3"
+        else "# arch\tnumCUs\ttestVector\tperfConfig\tTFlops (exhaustive)\n"
+    )
     out.write("gfx942:sramecc+:xnack-\tthree hundred\t-t f16\n")
 
 
 def crash_partial(out) -> None:
-    out.write(V3_HEADER + "\n" if ERA == "E3" else
-              "# arch\tnumCUs\ttestVector\tperfConfig\tTFlops (exhaustive)\n")
+    out.write(
+        V3_HEADER + "\n"
+        if ERA == "E3"
+        else "# arch\tnumCUs\ttestVector\tperfConfig\tTFlops (exhaustive)\n"
+    )
     out.write("gfx942:sramecc+:xnack-\t30")
     out.flush()
     sys.stderr.write("Segmentation fault (core dumped)\n")
@@ -449,14 +488,21 @@ def e2_main(argv: list[str]) -> int:
             hang()
         if FAULT == "fail":
             e2_fail()
-        result = tune(args.op, config, args.tuning_space, gpu, "E2", args.debug,
-                      lambda i, r: e2_progress(args, i, r))
+        result = tune(
+            args.op,
+            config,
+            args.tuning_space,
+            gpu,
+            "E2",
+            args.debug,
+            lambda i, r: e2_progress(args, i, r),
+        )
         if args.debug:
             print("\n".join(result.driver_lines), file=sys.stderr)
         all_entries.extend(result.entries)
         if FAULT == "empty":
             # E2's quirk: a verification failure returns (None, None) and main() just returns.
-            print("Verifying with perfConfig = %s" % result.winner, file=sys.stderr)
+            print(f"Verifying with perfConfig = {result.winner}", file=sys.stderr)
             print("Verification failed:\nOutput = \nErrors = [0 0 0]", file=sys.stderr)
             return 0
         e2_report(args, result)
@@ -474,66 +520,82 @@ def e2_main(argv: list[str]) -> int:
 
 
 def e2_fail() -> None:
-    print("Traceback (most recent call last):\n"
-          '  File "./bin/tuningRunner.py", line 318, in <module>\n'
-          "    sys.exit(main())\n"
-          "RuntimeError: ERROR: rocmlir-tuning-driver failed (FAKE_TUNINGRUNNER_FAULT=fail)",
-          file=sys.stderr)
+    print(
+        "Traceback (most recent call last):\n"
+        '  File "./bin/tuningRunner.py", line 318, in <module>\n'
+        "    sys.exit(main())\n"
+        "RuntimeError: ERROR: rocmlir-tuning-driver failed (FAKE_TUNINGRUNNER_FAULT=fail)",
+        file=sys.stderr,
+    )
     sys.exit(1)
 
 
 def e2_progress(args, i: int, result: Result) -> None:
     if not args.quiet and not args.compact_print:
-        print("Tested %d configs, best perf %s TFlops on perf_config %s"
-              % (i, result.max_tflops, result.winner), file=sys.stderr)
+        print(
+            f"Tested {i} configs, best perf {result.max_tflops} TFlops on perf_config "
+            f"{result.winner}",
+            file=sys.stderr,
+        )
 
 
 def e2_report(args, result: Result) -> None:
     tv, pc, tf = result.test_vector, result.winner, result.max_tflops
     if args.verify_mode != "none":
-        print("Verifying with perfConfig = %s" % pc, file=sys.stderr)
-        print("Tuned and verified : %s : %s with %s TFlops and %s on verification"
-              % (tv, pc, tf, tf * 0.97), file=sys.stderr)
+        print(f"Verifying with perfConfig = {pc}", file=sys.stderr)
+        print(
+            f"Tuned and verified : {tv} : {pc} with {tf} TFlops and {tf * 0.97} on verification",
+            file=sys.stderr,
+        )
         if args.verify_mode == "gpu":
             print("Note: Verify tflops counts verification kernel", file=sys.stderr)
     else:
-        print("Tuned : %s : %s with %s TFlops" % (tv, pc, tf), file=sys.stderr)
+        print(f"Tuned : {tv} : {pc} with {tf} TFlops", file=sys.stderr)
 
 
 def e2_write_debug(args, entries: list[dict]) -> None:
     columns = list(entries[0].keys()) if entries else []
     # pandas' to_csv(sep='\t') with its default index=True: an unnamed first column.
-    lines = ["\t".join([""] + columns)]
+    lines = ["\t".join(["", *columns])]
     for i, e in enumerate(entries):
         lines.append("\t".join([str(i)] + [debug_cell(e[c]) for c in columns]))
     print("\n".join(lines[:20]), file=sys.stderr)  # stands in for print(allData)
-    with open("%s.debug" % args.output, "w") as f:
+    with open(f"{args.output}.debug", "w") as f:
         f.write("\n".join(lines) + "\n")
 
 
 def e2_write_output(args, gpu: Gpu, winners: list[Result], out) -> None:
     space = args.tuning_space
     if args.tflops:
-        print("# arch\tnumCUs\ttestVector\tperfConfig\tTFlops (%s)" % space, file=out)
+        print(f"# arch\tnumCUs\ttestVector\tperfConfig\tTFlops ({space})", file=out)
     else:
-        print("# arch\tnumCUs\ttestVector\tperfConfig (%s)" % space, file=out)
+        print(f"# arch\tnumCUs\ttestVector\tperfConfig ({space})", file=out)
     for r in winners:
         if args.tflops:
-            print("Arch = %s(%d CUs), vector = '%s', perfConfig = %s, TFlops = %s"
-                  % (gpu.arch, gpu.num_cu, r.test_vector, r.winner, r.max_tflops),
-                  file=sys.stderr)
-            print("%s\t%d\t%s\t%s\t%s" % (gpu.arch, gpu.num_cu, r.test_vector, r.winner,
-                                          r.max_tflops), file=out)
+            print(
+                f"Arch = {gpu.arch}({gpu.num_cu} CUs), vector = '{r.test_vector}', "
+                f"perfConfig = {r.winner}, TFlops = {r.max_tflops}",
+                file=sys.stderr,
+            )
+            print(
+                f"{gpu.arch}\t{gpu.num_cu}\t{r.test_vector}\t{r.winner}\t{r.max_tflops}",
+                file=out,
+            )
         else:
-            print("Arch = %s(%d CUs), vector = '%s', perfConfig = %s"
-                  % (gpu.arch, gpu.num_cu, r.test_vector, r.winner), file=sys.stderr)
-            print("%s\t%d\t%s\t%s" % (gpu.arch, gpu.num_cu, r.test_vector, r.winner), file=out)
+            print(
+                f"Arch = {gpu.arch}({gpu.num_cu} CUs), vector = '{r.test_vector}', "
+                f"perfConfig = {r.winner}",
+                file=sys.stderr,
+            )
+            print(f"{gpu.arch}\t{gpu.num_cu}\t{r.test_vector}\t{r.winner}", file=out)
 
 
 def read_configs_file(path: str) -> list[str]:
-    stream = sys.stdin if path == "-" else open(path)
-    with stream:
-        lines = [line.strip() for line in stream]
+    if path == "-":
+        lines = [line.strip() for line in sys.stdin]
+    else:
+        with open(path) as f:
+            lines = [line.strip() for line in f]
     return [line for line in lines if line and not line.startswith("#")]
 
 
@@ -548,8 +610,10 @@ class Log:
 
     def _emit(self, level: str, msg: str) -> None:
         lines = msg.splitlines() or [""]
-        print("%s: %s" % (level, "\n".join([lines[0]] + ["    " + x for x in lines[1:]])),
-              file=sys.stderr)
+        print(
+            "{}: {}".format(level, "\n".join([lines[0]] + ["    " + x for x in lines[1:]])),
+            file=sys.stderr,
+        )
 
     def info(self, msg: str) -> None:
         if not self.quiet:
@@ -569,43 +633,51 @@ def e3_main(argv: list[str]) -> int:
     args = e3_parser(available).parse_args(argv)
     log = Log(args.quiet)
     if rocr or hip:
-        names = [n for n in ("ROCR_VISIBLE_DEVICES=%s" % rocr if rocr else "",
-                             "HIP_VISIBLE_DEVICES=%s" % hip if hip else "") if n]
-        log.warning("Ignoring %s. This script manages GPU visibility internally. Use '--gpus' "
-                    "to select specific GPUs." % " and ".join(names))
+        names = [
+            n
+            for n in (
+                f"ROCR_VISIBLE_DEVICES={rocr}" if rocr else "",
+                f"HIP_VISIBLE_DEVICES={hip}" if hip else "",
+            )
+            if n
+        ]
+        log.warning(
+            "Ignoring {}. This script manages GPU visibility internally. Use '--gpus' "
+            "to select specific GPUs.".format(" and ".join(names))
+        )
     gpu = Gpu()
     if args.op not in ("conv", "gemm", "attention"):
         log.error("the stand-in tunes conv, gemm and attention only")
         return 1
     configs = [args.config] if args.config else read_configs_file(args.configs_file)
-    context = "%s/%d/%d/%s" % (gpu.chip, gpu.num_cu, gpu.num_chiplets, args.tuning_space)
-    pending = configs if args.retune else [c for c in configs
-                                           if not e3_already_tuned(args, gpu, c)]
+    context = f"{gpu.chip}/{gpu.num_cu}/{gpu.num_chiplets}/{args.tuning_space}"
+    pending = configs if args.retune else [c for c in configs if not e3_already_tuned(args, gpu, c)]
     if len(pending) < len(configs):
-        log.info("Skipping %d already tuned config(s) - use '--retune' to retune"
-                 % (len(configs) - len(pending)))
+        log.info(
+            f"Skipping {len(configs) - len(pending)} already tuned config(s) - use '--retune' "
+            "to retune"
+        )
     if args.status:
-        log.info("%d/%d config(s) pending tuning" % (len(pending), len(configs)))
+        log.info(f"{len(pending)}/{len(configs)} config(s) pending tuning")
         return 0
     if not pending:
         log.info("No configurations to tune")
         return 0
     gpu_id = args.gpus[0]
-    log.info("Using 1 GPU(s)\nGPU %d: NUMA node 0, 16 compile threads" % gpu_id)
+    log.info(f"Using 1 GPU(s)\nGPU {gpu_id}: NUMA node 0, 16 compile threads")
     failed: dict[str, str] = {}
     header_written = False
-    debug_path = None if args.output == "-" else "%s.debug" % args.output
+    debug_path = None if args.output == "-" else f"{args.output}.debug"
     if args.debug and debug_path is None:
         log.warning("Debug output disabled when writing to stdout")
     with open_output(args.output) as out:
         for config in pending:
             start = time.time()
-            timestamp = datetime.datetime.now(datetime.timezone.utc).strftime(
-                "%Y-%m-%dT%H:%M:%SZ")
+            timestamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             state = e3_tune_one(args, gpu, gpu_id, config, log, out)
             if isinstance(state, str):
                 failed[config] = state
-                log.error("Tuning unsuccessful for '%s' on GPU %d" % (config, gpu_id))
+                log.error(f"Tuning unsuccessful for '{config}' on GPU {gpu_id}")
                 if args.abort_on_error:
                     break
                 continue
@@ -613,15 +685,29 @@ def e3_main(argv: list[str]) -> int:
                 print(V3_HEADER, file=out)
                 header_written = True
             duration = max(time.time() - start, 0.01)
-            print("\t".join([gpu.arch, str(gpu.num_cu), str(gpu.num_chiplets), config,
-                             state.winner, str(state.max_tflops), args.tuning_space,
-                             os.environ.get("FAKE_TUNINGRUNNER_COMMIT",
-                                            "0123456789abcdef0123456789abcdef01234567"),
-                             timestamp, "%.1f" % duration]), file=out)
+            print(
+                "\t".join(
+                    [
+                        gpu.arch,
+                        str(gpu.num_cu),
+                        str(gpu.num_chiplets),
+                        config,
+                        state.winner,
+                        str(state.max_tflops),
+                        args.tuning_space,
+                        os.environ.get(
+                            "FAKE_TUNINGRUNNER_COMMIT", "0123456789abcdef0123456789abcdef01234567"
+                        ),
+                        timestamp,
+                        f"{duration:.1f}",
+                    ]
+                ),
+                file=out,
+            )
             out.flush()
             if args.debug and debug_path:
                 e3_append_debug(debug_path, state.entries)
-            log.info("Tuning successful for '%s' on GPU %d" % (config, gpu_id))
+            log.info(f"Tuning successful for '{config}' on GPU {gpu_id}")
     if failed:
         e3_write_state(args.output, context, failed)
         log.error("Encountered errors during tuning")
@@ -631,20 +717,28 @@ def e3_main(argv: list[str]) -> int:
 
 
 def e3_tune_one(args, gpu: Gpu, gpu_id: int, config: str, log: Log, out):
-    """The Result, or the state name ("failed") when tuning this config failed."""
+    """The Result, or the state name ("failed"/"timed_out") when tuning this config failed."""
+    delay = float(os.environ.get("FAKE_TUNINGRUNNER_DELAY", "0") or 0)
+    if args.timeout is not None and delay > args.timeout:
+        time.sleep(args.timeout)
+        log.error(
+            f"[GPU {gpu_id}] Tuning timed out after {args.timeout}s\nReproduce: "
+            f"ROCR_VISIBLE_DEVICES={gpu_id} rocmlir-gen ... | rocmlir-tuning-driver ..."
+        )
+        return "timed_out"
     maybe_delay()
-    pipeline = ("rocmlir-gen %s | rocmlir-tuning-driver --tuning-space=%s --num-iterations=10"
-                % (config, args.tuning_space))
+    pipeline = f"rocmlir-gen {config} | rocmlir-tuning-driver --tuning-space={args.tuning_space}"
     if FAULT == "hang":
         hang()
     if FAULT == "fail":
-        log.error("[GPU %d] Tuning pipeline failed\nExit code: 1\nReproduce: "
-                  "ROCR_VISIBLE_DEVICES=%d %s\nSTDERR:\nCompilation failed" % (gpu_id, gpu_id,
-                                                                             pipeline))
+        log.error(
+            f"[GPU {gpu_id}] Tuning pipeline failed\nExit code: 1\nReproduce: "
+            f"ROCR_VISIBLE_DEVICES={gpu_id} {pipeline}\nSTDERR:\nCompilation failed"
+        )
         return "failed"
     result = tune(args.op, config, args.tuning_space, gpu, "E3", args.debug, lambda i, r: None)
     if result.winner == "None":
-        log.error("[GPU %d] No valid perf config found" % gpu_id)
+        log.error(f"[GPU {gpu_id}] No valid perf config found")
         return "failed"
     if FAULT == "empty":
         sys.exit(0)  # forced: the real E3 exits 1 here; the E2 quirk, for both eras
@@ -664,9 +758,14 @@ def e3_already_tuned(args, gpu: Gpu, config: str) -> bool:
             fields = line.rstrip("\n").split("\t")
             if line.startswith("#") or len(fields) != 10:
                 continue
-            if (fields[0] in (gpu.arch, gpu.chip) and fields[1] == str(gpu.num_cu)
-                    and fields[2] == str(gpu.num_chiplets) and fields[3] == config
-                    and fields[6] == args.tuning_space and fields[4] != "None"):
+            if (
+                fields[0] in (gpu.arch, gpu.chip)
+                and fields[1] == str(gpu.num_cu)
+                and fields[2] == str(gpu.num_chiplets)
+                and fields[3] == config
+                and fields[6] == args.tuning_space
+                and fields[4] != "None"
+            ):
                 return True
     return False
 
@@ -701,8 +800,9 @@ def log_invocation(argv: list[str]) -> None:
     path = os.environ.get("FAKE_TUNINGRUNNER_LOG")
     if not path:
         return
-    env = {k: os.environ[k] for k in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
-           if k in os.environ}
+    env = {
+        k: os.environ[k] for k in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES") if k in os.environ
+    }
     with open(path, "a") as f:
         f.write(json.dumps({"era": ERA, "argv": argv, "cwd": os.getcwd(), "env": env}) + "\n")
 
@@ -714,7 +814,7 @@ def main(argv: list[str] | None = None) -> int:
         return e2_main(argv)
     if ERA == "E3":
         return e3_main(argv)
-    print("FAKE_TUNINGRUNNER_ERA must be E2 or E3, not %r" % ERA, file=sys.stderr)
+    print(f"FAKE_TUNINGRUNNER_ERA must be E2 or E3, not {ERA!r}", file=sys.stderr)
     return 2
 
 

@@ -1,0 +1,223 @@
+"""`mlirtuna export`, `import-tsv`, `compare` and `results`: what comes out of the database."""
+
+from __future__ import annotations
+
+import csv
+import sys
+
+import typer
+from rich.table import Table
+
+from mlirtuna import compare as comparing
+from mlirtuna import export as exporting
+from mlirtuna import history, results
+from mlirtuna.cli import common
+from mlirtuna.errors import UserError
+
+SHOWN_REGRESSIONS = 20
+
+
+def export(
+    ctx: typer.Context,
+    arch: str = typer.Option(
+        None,
+        "--arch",
+        help="Chip (gfx942) or exact arch_full "
+        "(gfx942:sramecc+:xnack-); needed unless --session is given.",
+    ),
+    num_cu: int = typer.Option(None, "--num-cu", help="Only sessions with this many CUs."),
+    num_chiplets: int = typer.Option(
+        None, "--num-chiplets", help="Only sessions with this many chiplets."
+    ),
+    session: list[int] = typer.Option(
+        None,
+        "--session",
+        help="Export these sessions (repeat the flag); the newest wins per problem.",
+    ),
+    op: str = typer.Option(None, "--op", help="Only problems of this op."),
+    tuning_space: str = typer.Option(
+        None,
+        "--tuning-space",
+        help="Only sessions of this space (quick for perfRunner's --quick_tuning_db).",
+    ),
+    fmt: str = typer.Option(
+        "v3",
+        "--format",
+        help="v3 (tuningRunner E3, 10 columns), v2 "
+        "(E2, 5 columns) or t4 (T4 results JSON of one session).",
+    ),
+    output: str = typer.Option(
+        ..., "-o", "--output", help="File to write (atomically); - for stdout."
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print {rows, sessions, format} on stdout (not with -o -)."
+    ),
+) -> None:
+    """Write the tuning DB perfRunner reads: per problem, the newest matching session's winner."""
+    if as_json and output == "-":
+        raise UserError("--json and -o - both write to stdout: choose one")
+    query = exporting.ExportQuery(
+        arch=arch,
+        num_cu=num_cu,
+        num_chiplets=num_chiplets,
+        sessions=tuple(session or ()),
+        op=op,
+        tuning_space=tuning_space,
+    )
+    done = exporting.export(common.database(ctx), query, fmt, output)
+    if as_json:
+        common.print_json(done.as_dict())
+    else:
+        where = "stdout" if output == "-" else output
+        common.err(
+            f"{done.rows} rows from session(s) {', '.join(map(str, done.sessions))} "
+            f"written to {where} ({done.format})"
+        )
+
+
+def import_tsv(
+    ctx: typer.Context,
+    files: list[str] = typer.Argument(
+        ..., metavar="FILE...", help="Tuning DBs: legacy, v2, v3 or MITuna export."
+    ),
+    op: str = typer.Option(
+        ..., "--op", help="conv, gemm or attention: how to parse the test vectors."
+    ),
+    reason: str = typer.Option(None, "--reason", help="Reason of the new sessions [file name]."),
+    num_cu: int = typer.Option(
+        None, "--num-cu", help="numCUs of rows that lack it (legacy files: required)."
+    ),
+    num_chiplets: int = typer.Option(
+        None, "--num-chiplets", help="numChiplets of rows that lack it [1]."
+    ),
+    tuning_space: str = typer.Option(
+        None, "--tuning-space", help="Space of rows whose file does not say [exhaustive]."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Load existing .tsv tuning DBs: one imported session per file and context (all or nothing)."""
+    fill = history.Fill(num_cu=num_cu, num_chiplets=num_chiplets, tuning_space=tuning_space)
+    report = history.import_tsv(common.database(ctx), op, files, reason=reason, fill=fill)
+    if as_json:
+        common.print_json(report.as_dict())
+        return
+    for x in report.sessions:
+        print(
+            f"session {x.id}: {x.results} results from {x.file} ({x.arch}, {x.num_cu} CUs, "
+            f"{x.num_chiplets} chiplet(s), {x.tuning_space}, commit {x.commit or 'unknown'})"
+        )
+    common.err(
+        f"{report.rows} rows read, {report.skipped} without a winner skipped; "
+        f"{report.problems} problems, {report.new_problems} new"
+    )
+
+
+def compare(
+    ctx: typer.Context,
+    a: str = typer.Argument(..., metavar="A", help="Old: a session id or a .tsv file."),
+    b: str = typer.Argument(..., metavar="B", help="New: a session id or a .tsv file."),
+    threshold: str = typer.Option(
+        "5%", "--threshold", help="A TFlops drop past this is a regression."
+    ),
+    op: str = typer.Option(None, "--op", help="Only this op; re-canonicalizes .tsv test vectors."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+    fail: bool = typer.Option(False, "--fail-on-regression", help="Exit 1 if any regression."),
+) -> None:
+    """Compare two tunings problem by problem (matched by canonical test vector)."""
+    limit = comparing.parse_threshold(threshold)
+
+    def db():
+        return common.database(ctx)
+
+    result = comparing.compare(
+        comparing.load_side(a, op, db), comparing.load_side(b, op, db), limit
+    )
+    if as_json:
+        common.print_json(result.as_dict())
+    else:
+        _print_comparison(result)
+    if fail and result.regressions:
+        raise typer.Exit(1)
+
+
+def _print_comparison(c: comparing.Comparison) -> None:
+    summary = Table("", "value", title=f"A = {c.a}\nB = {c.b}", title_justify="left")
+    pct = "" if c.same_winner_pct is None else f" ({c.same_winner_pct:.1f}%)"
+    for label, value in (
+        ("common problems", str(c.common)),
+        ("same winner", f"{c.same_winner}{pct}"),
+        ("TFlops B/A geomean", _fmt(c.geomean_ratio, ".3f")),
+        ("TFlops B/A min / max", f"{_fmt(c.min_ratio, '.3f')} / {_fmt(c.max_ratio, '.3f')}"),
+        ("with TFlops on both", str(c.with_tflops)),
+        (f"regressions (< {100 * (1 - c.threshold):g}%)", str(len(c.regressions))),
+        ("only in A / only in B", f"{c.only_a} / {c.only_b}"),
+    ):
+        summary.add_row(label, value)
+    common.out.print(summary)
+    if not c.regressions:
+        return
+    table = Table(
+        "B/A",
+        "test vector",
+        "perf config A",
+        "perf config B",
+        "TFlops A",
+        "TFlops B",
+        title="regressions, worst first",
+        title_justify="left",
+    )
+    for r in c.regressions[:SHOWN_REGRESSIONS]:
+        table.add_row(
+            f"{r.ratio:.3f}",
+            r.test_vector,
+            r.perf_config_a,
+            r.perf_config_b,
+            f"{r.tflops_a:.3g}",
+            f"{r.tflops_b:.3g}",
+        )
+    common.out.print(table)
+    if len(c.regressions) > SHOWN_REGRESSIONS:
+        common.err(f"… and {len(c.regressions) - SHOWN_REGRESSIONS} more (--json lists all)")
+
+
+def results_(
+    ctx: typer.Context,
+    session: int = typer.Option(..., "--session", help="Session id."),
+    op: str = typer.Option(None, "--op", help="Only problems of this op."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_csv: bool = typer.Option(False, "--csv", help="Print CSV."),
+) -> None:
+    """The winners of a session: perf config, TFlops, kernel time (ns), candidates tried."""
+    if as_json and as_csv:
+        raise UserError("choose one of --json and --csv")
+    rows = results.winners(common.database(ctx), session, op)
+    if as_json:
+        common.print_json([r.as_dict() for r in rows])
+    elif as_csv:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(("op", *results.FIELDS))
+        writer.writerows((r.op, *(getattr(r, f) for f in results.FIELDS)) for r in rows)
+    else:
+        table = Table("op", "test vector", "perf config", "TFlops", "kernel ns", "tried")
+        for r in rows:
+            table.add_row(
+                r.op,
+                r.test_vector,
+                r.perf_config,
+                _fmt(r.tflops, ".4g"),
+                _fmt(r.kernel_time, ".0f"),
+                str(r.candidates),
+            )
+        common.out.print(table)
+        common.err(f"{len(rows)} winners in session {session}")
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(export)
+    app.command("import-tsv")(import_tsv)
+    app.command()(compare)
+    app.command("results")(results_)

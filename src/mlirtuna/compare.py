@@ -1,0 +1,187 @@
+"""compare: an old tuning against a new one (sessions or .tsv files), problem by problem.
+
+Keying (decided here, documented in the CLI help):
+- Problems are matched by canonical test vector alone. A session's vectors are canonical already;
+  a .tsv's are re-canonicalized with the op's parser when `--op` is given (so a file written by
+  an older rocMLIR with other flag order still matches), else taken as written (tuningRunner E3
+  writes canonical ones). Vectors of different ops cannot collide (their syntax differs), so the
+  op is not part of the key.
+- Arch is not part of the key: comparing a gfx90a tuning with a gfx942 one is a legitimate
+  question. Each side must describe one context, though: a .tsv that gives the same vector for
+  two contexts (arch, numCUs, numChiplets, tuning space) is an error at FILE:LINE; within one
+  context a later row wins, as in perfRunner.
+- A side is a session id when it is a whole number, else a path (write ./12 for a file named 12).
+- Ratios are TFlops B/A over the common problems where both sides have a positive TFlops;
+  a regression is a ratio below 1 - threshold, listed worst first with both perf configs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+
+from mlirtuna import history, problems, results, sessions
+from mlirtuna.db import Database
+from mlirtuna.errors import InputError, UserError
+from mlirtuna.models import Job, Problem, Result
+
+DEFAULT_THRESHOLD = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    perf_config: str
+    tflops: float | None  # None: unknown (legacy rows, or not a positive number)
+
+
+@dataclass
+class Side:
+    label: str
+    entries: dict[str, Entry]  # canonical test vector -> winner
+
+
+@dataclass(frozen=True)
+class Regression:
+    test_vector: str
+    perf_config_a: str
+    perf_config_b: str
+    tflops_a: float
+    tflops_b: float
+    ratio: float
+
+
+@dataclass
+class Comparison:
+    a: str
+    b: str
+    threshold: float
+    common: int = 0
+    same_winner: int = 0
+    same_winner_pct: float | None = None
+    with_tflops: int = 0  # common problems where both sides have TFlops
+    geomean_ratio: float | None = None
+    min_ratio: float | None = None
+    max_ratio: float | None = None
+    only_a: int = 0
+    only_b: int = 0
+    regressions: list[Regression] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def is_session(spec: str) -> bool:
+    return spec.isdigit()
+
+
+def load_side(spec: str, op: str | None, db: Callable[[], Database]) -> Side:
+    """A session id (the database is opened only then) or a .tsv path."""
+    results.check_op(op)
+    if is_session(spec):
+        return session_side(db(), int(spec), op)
+    return tsv_side(spec, op)
+
+
+def session_side(db: Database, session_id: int, op: str | None) -> Side:
+    info = sessions.get(db, session_id)
+    stmt = (
+        sa.select(Problem.test_vector, Result.perf_config, Result.tflops)
+        .join(Problem, Problem.id == Result.problem_id)
+        .outerjoin(Job, Job.id == Result.job_id)
+        .where(Result.session_id == session_id, results.counted())
+    )
+    if op is not None:
+        stmt = stmt.where(Problem.op == op)
+    with db.session() as s:
+        entries = {tv: Entry(pc, _tflops(tf)) for tv, pc, tf in s.execute(stmt)}
+    label = f"session {session_id} ({info.arch_full}, {info.tuning_space}, {info.tuner})"
+    return Side(label, entries)
+
+
+def tsv_side(path: str, op: str | None) -> Side:
+    parsed = history.read_file(path)
+    canonical = _canonicalizer(op)
+    entries: dict[str, Entry] = {}
+    where: dict[str, tuple[tuple[Any, ...], int]] = {}  # vector -> (context, line)
+    for row in parsed.rows:
+        if history.no_winner(row):
+            continue
+        try:
+            key = canonical(row.test_vector)
+        except InputError as exc:
+            raise exc.at(path, row.lineno) from None
+        context = (row.arch, row.num_cu, row.num_chiplets, row.tuning_space)
+        seen = where.setdefault(key, (context, row.lineno))
+        if seen[0] != context:
+            raise InputError(
+                f"this test vector is also on line {seen[1]} for another context "
+                f"({' '.join(map(str, seen[0]))}): compare needs one context per side",
+                path,
+                row.lineno,
+            )
+        entries[key] = Entry(row.perf_config, _tflops(row.tflops))
+    return Side(path, entries)
+
+
+def _canonicalizer(op: str | None) -> Callable[[str], str]:
+    if op is None:
+        return str.strip
+    cache: dict[str, str] = {}
+
+    def canonical(vector: str) -> str:
+        key = cache.get(vector)
+        if key is None:
+            key = cache[vector] = problems.parse(op, vector).canonical()
+        return key
+
+    return canonical
+
+
+def _tflops(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) and value > 0 else None
+
+
+def parse_threshold(text: str) -> float:
+    """`5%`, `5` (both percent) or `0.5%`; a fraction of 1 afterwards."""
+    number = text.strip().removesuffix("%").strip()
+    try:
+        value = float(number)
+    except ValueError:
+        raise UserError(f"--threshold {text!r}: expected a percentage such as 5%") from None
+    if not 0 <= value < 100:
+        raise UserError(f"--threshold {text!r}: expected 0% to 100%")
+    return value / 100
+
+
+def compare(a: Side, b: Side, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
+    out = Comparison(a.label, b.label, threshold)
+    common = a.entries.keys() & b.entries.keys()
+    out.common, out.only_a, out.only_b = (
+        len(common),
+        len(a.entries) - len(common),
+        (len(b.entries) - len(common)),
+    )
+    ratios: list[float] = []
+    for key in common:
+        ea, eb = a.entries[key], b.entries[key]
+        out.same_winner += ea.perf_config == eb.perf_config
+        if ea.tflops is None or eb.tflops is None:
+            continue
+        ratio = eb.tflops / ea.tflops
+        ratios.append(ratio)
+        if ratio < 1 - threshold:
+            out.regressions.append(
+                Regression(key, ea.perf_config, eb.perf_config, ea.tflops, eb.tflops, ratio)
+            )
+    if common:
+        out.same_winner_pct = 100 * out.same_winner / out.common
+    if ratios:
+        out.with_tflops = len(ratios)
+        out.geomean_ratio = math.exp(math.fsum(map(math.log, ratios)) / len(ratios))
+        out.min_ratio, out.max_ratio = min(ratios), max(ratios)
+    out.regressions.sort(key=lambda r: (r.ratio, r.test_vector))
+    return out

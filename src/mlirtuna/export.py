@@ -1,0 +1,443 @@
+"""Export: the winners of matching sessions as the tuning DB that perfRunner reads.
+
+- Which sessions: those named (`--session`), or every session of the chip (`--arch`, as the bare
+  chip name or the exact arch_full) narrowed by num_cu, num_chiplets and tuning space. Unnamed
+  sessions must then share one context (arch_full, num_cu, num_chiplets, tuning space): writing
+  an MI300X winner next to an MI308 one (both gfx942) into one file is the mistake rocMLIR
+  PR #2248 guards against, so we refuse and say which flag narrows it.
+- Per problem, the newest session wins (created_at, then id). Only counted results
+  (results.counted: completed jobs, or imported rows).
+- The `arch` column is the session's arch_full: perfRunner looks rows up by the exact
+  gcnArchName (rocmlir-interfaces §1d/§2a), e.g. `gfx942:sramecc+:xnack-`, and tuningRunner E3
+  writes it so. A session imported from a file with a bare chip name keeps that name.
+- Formats: v3 (tuningRunner E3's ten columns), v2 (E2's five, one header per tuning space),
+  t4 (the T4 autotuning results JSON of one session's candidates, for Kernel Tuner and the
+  autotuning-methodology tools).
+- The file is written to a temp file in the same folder and renamed: a failure leaves the old
+  file, never half a new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import io
+import json
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from mlirtuna import results, tuningdb
+from mlirtuna.db import Database
+from mlirtuna.errors import NotFound, UserError
+from mlirtuna.models import Candidate, Job, Problem, Result, TuningSession
+
+FORMATS = ("v3", "v2", "t4")
+T4_SCHEMA_VERSION = "1.0.0"  # Kernel Tuner's kernel_tuner/schema/T4/1.0.0/results-schema.json
+
+
+@dataclass(frozen=True)
+class ExportQuery:
+    """What to export; arch may be None only when sessions are named."""
+
+    arch: str | None = None
+    num_cu: int | None = None
+    num_chiplets: int | None = None
+    sessions: tuple[int, ...] = ()
+    op: str | None = None
+    tuning_space: str | None = None
+
+
+@dataclass
+class Exported:
+    """The rendered file and what went into it."""
+
+    text: str
+    rows: int
+    sessions: list[int] = field(default_factory=list)
+    format: str = "v3"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows, "sessions": self.sessions, "format": self.format}
+
+
+def export(db: Database, query: ExportQuery, fmt: str = "v3", out: str = "-") -> Exported:
+    """Render and write (atomically; `-` is stdout). Nothing matching is a UserError."""
+    done = render(db, query, fmt)
+    write_text(out, done.text)
+    return done
+
+
+def render(db: Database, query: ExportQuery, fmt: str = "v3") -> Exported:
+    if fmt not in FORMATS:
+        raise UserError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
+    results.check_op(query.op)
+    with db.session() as s:
+        if fmt == "t4":
+            return _render_t4(s, select_t4_session(s, query), query.op)
+        chosen = select_sessions(s, query)
+        rows, used = winner_rows(s, chosen, query.op)
+    if not rows:
+        raise UserError(f"no completed results in session(s) {_ids(chosen)}{_op_text(query)}")
+    text = io.StringIO()
+    if fmt == "v3":
+        tuningdb.write_v3(rows, text)
+    else:
+        _write_v2(rows, text)
+    return Exported(text.getvalue(), len(rows), sorted(used), fmt)
+
+
+# --- Sessions ---------------------------------------------------------------------------------
+
+
+def select_sessions(s: Session, query: ExportQuery) -> list[TuningSession]:
+    """The sessions to export, newest first; UserError when none or an ambiguous mix."""
+    if query.sessions:
+        return _named_sessions(s, query)
+    if not query.arch:
+        raise UserError("give --arch (or name sessions with --session)")
+    stmt = sa.select(TuningSession).where(*_filters(query)).order_by(*_newest_first())
+    found = list(s.scalars(stmt))
+    if not found:
+        raise UserError(
+            f"no session matches {_describe(query)}: `mlirtuna session list` shows them"
+        )
+    contexts = {_context(x) for x in found}
+    if len(contexts) > 1:
+        listed = "; ".join(sorted(_context_text(c) for c in contexts))
+        raise UserError(
+            f"sessions of {len(contexts)} contexts match {_describe(query)} ({listed}): narrow "
+            "with --arch (full name), --num-cu, --num-chiplets or --tuning-space, or name "
+            "sessions with --session"
+        )
+    return found
+
+
+def _named_sessions(s: Session, query: ExportQuery) -> list[TuningSession]:
+    ids = list(dict.fromkeys(query.sessions))
+    found = {x.id: x for x in s.scalars(sa.select(TuningSession).where(TuningSession.id.in_(ids)))}
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise NotFound(f"no session {missing[0]}: `mlirtuna session list` shows them")
+    matching = {
+        x.id
+        for x in s.scalars(
+            sa.select(TuningSession).where(TuningSession.id.in_(ids), *_filters(query))
+        )
+    }
+    wrong = [i for i in ids if i not in matching]
+    if wrong:
+        raise UserError(
+            f"session {wrong[0]} ({_context_text(_context(found[wrong[0]]))}) does "
+            f"not match {_describe(query)}"
+        )
+    return sorted(found.values(), key=lambda x: (x.created_at, x.id), reverse=True)
+
+
+def _filters(query: ExportQuery) -> list[sa.ColumnElement[bool]]:
+    where: list[sa.ColumnElement[bool]] = []
+    if query.arch:
+        where.append(
+            sa.or_(TuningSession.arch == query.arch, TuningSession.arch_full == query.arch)
+        )
+    if query.num_cu is not None:
+        where.append(TuningSession.num_cu == query.num_cu)
+    if query.num_chiplets is not None:
+        where.append(TuningSession.num_chiplets == query.num_chiplets)
+    if query.tuning_space is not None:
+        where.append(TuningSession.tuning_space == query.tuning_space)
+    return where
+
+
+def _newest_first() -> tuple[sa.UnaryExpression, sa.UnaryExpression]:
+    return TuningSession.created_at.desc(), TuningSession.id.desc()
+
+
+def _context(x: TuningSession) -> tuple[str, int, int, str]:
+    return x.arch_full, x.num_cu, x.num_chiplets, x.tuning_space
+
+
+def _context_text(c: tuple[str, int, int, str]) -> str:
+    return f"{c[0]} {c[1]} CUs {c[2]} chiplet(s) {c[3]}"
+
+
+def _describe(query: ExportQuery) -> str:
+    parts = [f"arch {query.arch}"] if query.arch else []
+    for label, value in (
+        ("num_cu", query.num_cu),
+        ("num_chiplets", query.num_chiplets),
+        ("tuning space", query.tuning_space),
+    ):
+        if value is not None:
+            parts.append(f"{label} {value}")
+    return ", ".join(parts) or "the query"
+
+
+def _ids(chosen: Sequence[TuningSession]) -> str:
+    return ", ".join(str(x.id) for x in sorted(chosen, key=lambda x: x.id))
+
+
+def _op_text(query: ExportQuery) -> str:
+    return f" for op {query.op}" if query.op else ""
+
+
+# --- Winners (v3 / v2) ------------------------------------------------------------------------
+
+
+def winner_rows(
+    s: Session, chosen: Sequence[TuningSession], op: str | None = None
+) -> tuple[list[tuningdb.TuningRow], set[int]]:
+    """One row per problem from the newest of `chosen` (newest first) that has it, and the
+    sessions that gave rows; one query."""
+    rank = {x.id: i for i, x in enumerate(chosen)}
+    by_id = {x.id: x for x in chosen}
+    stmt = (
+        sa.select(
+            Result.session_id,
+            Result.problem_id,
+            Problem.test_vector,
+            Result.perf_config,
+            Result.tflops,
+            Result.tuned_at,
+            Result.duration_s,
+            Job.compile_start,
+            Job.compile_end,
+        )
+        .join(Problem, Problem.id == Result.problem_id)
+        .outerjoin(Job, Job.id == Result.job_id)
+        .where(Result.session_id.in_(list(rank)), results.counted())
+    )
+    if op is not None:
+        stmt = stmt.where(Problem.op == op)
+    best: dict[int, Any] = {}
+    with_rank = ((rank[r.session_id], r) for r in _rows(s, stmt))
+    for r_rank, r in with_rank:
+        held = best.get(r.problem_id)
+        if held is None or r_rank < rank[held.session_id]:
+            best[r.problem_id] = r
+    rows = [_tuning_row(by_id[r.session_id], r) for r in best.values()]
+    rows.sort(key=lambda row: row.test_vector)
+    return rows, {r.session_id for r in best.values()}
+
+
+def _rows(s: Session, stmt: sa.Select) -> Any:
+    # Streamed in batches: 100,000 rows need not sit in the driver's buffer twice.
+    return s.execute(stmt.execution_options(yield_per=10_000))
+
+
+def _tuning_row(x: TuningSession, r: Any) -> tuningdb.TuningRow:
+    started = r.compile_start or r.tuned_at or x.created_at
+    return tuningdb.TuningRow(
+        arch=x.arch_full,
+        num_cu=x.num_cu,
+        num_chiplets=x.num_chiplets,
+        test_vector=r.test_vector,
+        perf_config=r.perf_config,
+        # Legacy imports have no TFlops; "nan" is what str(float) prints and readers skip.
+        tflops=math.nan if r.tflops is None else r.tflops,
+        tuning_space=x.tuning_space,
+        commit_id=x.mlir_v or None,  # the writer prints "unknown", as E3 does without git
+        timestamp=tuningdb.format_timestamp(started),
+        duration_s=_duration(r),
+        lineno=0,
+    )
+
+
+def _duration(r: Any) -> float:
+    if r.compile_start is not None and r.compile_end is not None:
+        return max((r.compile_end - r.compile_start).total_seconds(), 0.0)
+    return r.duration_s if r.duration_s is not None else 0.0
+
+
+def _write_v2(rows: list[tuningdb.TuningRow], out: io.StringIO) -> None:
+    """E2 prints one header per invocation, with the space in parentheses: one block per space."""
+    spaces: dict[str, list[tuningdb.TuningRow]] = {}
+    for row in rows:
+        spaces.setdefault(row.tuning_space or "full", []).append(row)
+    for space, block in spaces.items():
+        tuningdb.write_v2(block, out, space)
+
+
+# --- T4 ---------------------------------------------------------------------------------------
+
+
+def _render_t4(s: Session, x: TuningSession, op: str | None) -> Exported:
+    entries = _t4_candidates(s, x, op) or _t4_winners(s, x, op)
+    if not entries:
+        raise UserError(
+            f"session {x.id} has no candidates or results{' for op ' + op if op else ''}"
+        )
+    doc = {"schema_version": T4_SCHEMA_VERSION, "results": entries, "metadata": _t4_meta(x)}
+    return Exported(json.dumps(doc, indent=1) + "\n", len(entries), [x.id], "t4")
+
+
+def select_t4_session(s: Session, query: ExportQuery) -> TuningSession:
+    if len(set(query.sessions)) > 1:
+        raise UserError("t4 exports one session: give one --session")
+    return select_sessions(s, query)[0]
+
+
+def _t4_candidates(s: Session, x: TuningSession, op: str | None) -> list[dict[str, Any]]:
+    stmt = (
+        sa.select(
+            Problem.op,
+            Problem.test_vector,
+            Candidate.perf_config,
+            Candidate.kernel_time,
+            Candidate.tflops,
+            Candidate.error,
+            Job.compile_start,
+        )
+        .join(Problem, Problem.id == Candidate.problem_id)
+        .join(Job, Job.id == Candidate.job_id)
+        .where(Candidate.session_id == x.id)
+        .order_by(Candidate.id)
+    )
+    if op is not None:
+        stmt = stmt.where(Problem.op == op)
+    return [
+        _t4_entry(
+            r.op,
+            r.test_vector,
+            r.perf_config,
+            r.kernel_time,
+            r.tflops,
+            r.error,
+            r.compile_start or x.created_at,
+        )
+        for r in _rows(s, stmt)
+    ]
+
+
+def _t4_winners(s: Session, x: TuningSession, op: str | None) -> list[dict[str, Any]]:
+    """Imported sessions hold winners only: they are all the candidates there are."""
+    stmt = (
+        sa.select(
+            Problem.op,
+            Problem.test_vector,
+            Result.perf_config,
+            Result.kernel_time,
+            Result.tflops,
+            Result.tuned_at,
+        )
+        .join(Problem, Problem.id == Result.problem_id)
+        .where(Result.session_id == x.id, Result.job_id.is_(None))
+        .order_by(Result.id)
+    )
+    if op is not None:
+        stmt = stmt.where(Problem.op == op)
+    return [
+        _t4_entry(
+            r.op,
+            r.test_vector,
+            r.perf_config,
+            r.kernel_time,
+            r.tflops,
+            None,
+            r.tuned_at or x.created_at,
+        )
+        for r in _rows(s, stmt)
+    ]
+
+
+def _t4_entry(
+    op: str,
+    test_vector: str,
+    perf_config: str,
+    kernel_ns: float | None,
+    tflops: float | None,
+    error: str | None,
+    when: dt.datetime,
+) -> dict[str, Any]:
+    """One T4 result: `configuration` is the problem plus the tuned parameter (perf_config);
+    the objective is time, in ms as Kernel Tuner writes it."""
+    valid = error is None and kernel_ns is not None
+    ms = kernel_ns / 1e6 if valid and kernel_ns is not None else None
+    measurements = [{"name": "time", "value": ms, "unit": "ms"}] if ms is not None else []
+    if tflops is not None and math.isfinite(tflops):
+        measurements.append({"name": "TFlops", "value": tflops, "unit": "TFLOP/s"})
+    entry: dict[str, Any] = {
+        "timestamp": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "configuration": {"op": op, "test_vector": test_vector, "perf_config": perf_config},
+        "objectives": ["time"],
+        "times": {"runtimes": [ms] if ms is not None else []},
+        "invalidity": "correct" if valid else t4_invalidity(error or ""),
+        "correctness": 1 if valid else 0,
+        "measurements": measurements,
+    }
+    if error:
+        entry["error"] = error
+    return entry
+
+
+def t4_invalidity(error: str) -> str:
+    """Our free-text reasons mapped onto T4's enum (timeout/compile/runtime/correctness/
+    constraints); rocmlir-tuning-driver's N/A means the perf config does not apply."""
+    text = error.lower()
+    for needles, kind in (
+        (("not applicable", "n/a"), "constraints"),
+        (("timeout", "timed out"), "timeout"),
+        (("compil",), "compile"),
+        (("wrong result", "verif", "mismatch", "incorrect"), "correctness"),
+    ):
+        if any(n in text for n in needles):
+            return kind
+    return "runtime"
+
+
+def _t4_meta(x: TuningSession) -> dict[str, Any]:
+    return {
+        "tool": "mlirtuna",
+        "session": x.id,
+        "arch": x.arch_full,
+        "num_cu": x.num_cu,
+        "num_chiplets": x.num_chiplets,
+        "tuning_space": x.tuning_space,
+        "tuner": x.tuner,
+        "mlir_v": x.mlir_v or "unknown",
+        "rocm_v": x.rocm_v,
+    }
+
+
+# --- Writing ----------------------------------------------------------------------------------
+
+
+def write_text(path: str, text: str) -> None:
+    """`-` is stdout; a file is written next to its final name and renamed over it."""
+    if path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    target = os.path.abspath(path)
+    folder = os.path.dirname(target)
+    if not os.path.isdir(folder):
+        raise UserError(f"{path}: folder {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=".mlirtuna-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, _file_mode(target))  # mkstemp makes it 0600
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _file_mode(target: str) -> int:
+    """Keep the mode of the file replaced; a new one gets what open() would give it."""
+    try:
+        return os.stat(target).st_mode & 0o777
+    except FileNotFoundError:
+        umask = os.umask(0o022)
+        os.umask(umask)
+        return 0o666 & ~umask

@@ -1,0 +1,290 @@
+"""import-tsv: existing tuning DBs (.tsv) into sessions and results, so history can be compared.
+
+Rules (docs: rocmlir-interfaces §1d, §2a, §5):
+- Layouts: legacy 3-column, E2 v2 (4/5 columns), MITuna's `(tuna)` export, E3 v3; one file may
+  hold several headers (rocMLIR appends). Parsing is tuningdb's.
+- One session per (file, context), where the context is (arch, numCUs, numChiplets, tuning space,
+  commit): tuner `imported`, reason from --reason or the file name. Its created_at is the
+  earliest row timestamp (v3), so that "newest session wins" in export follows when the tuning
+  ran, not when it was imported; without timestamps it is the import time.
+- What a layout lacks, flags fill; they never override a value a row has:
+  numCUs (legacy files): `--num-cu` is required, because perfRunner since PR #2248 keys on it and
+  a made-up 0 would never match; numChiplets (legacy, v2, tuna): `--num-chiplets`, else 1;
+  tuning space (legacy, tuna): `--tuning-space`, else exhaustive (E1/E2's and MITuna's default).
+- Test vectors are parsed with the op's parser and stored canonical; missing problems are created.
+- Rows E2 wrote for "no valid perf config" (`None`, `-inf`) are skipped and counted; a TFlops of
+  `nan` (export's "unknown") imports as no TFlops.
+- The same problem twice in one session: the later row wins, as in perfRunner's dict.
+- Any bad row is `FILE:LINE: message` and nothing is written: the whole run is one transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from mlirtuna import configs, problems, tuningdb
+from mlirtuna.db import Database, utcnow
+from mlirtuna.errors import InputError, UserError
+from mlirtuna.models import Result, TuningSession
+
+TUNER = "imported"
+DEFAULT_TUNING_SPACE = "exhaustive"
+DEFAULT_NUM_CHIPLETS = 1
+# Column widths of the session and result tables (models.py).
+_LIMITS = {"arch": 32, "arch_full": 128, "tuning space": 16, "commitId": 64, "perfConfig": 255}
+
+
+@dataclass(frozen=True)
+class Fill:
+    """What the flags give for columns a file's layout lacks."""
+
+    num_cu: int | None = None
+    num_chiplets: int | None = None
+    tuning_space: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    arch_full: str
+    num_cu: int
+    num_chiplets: int
+    tuning_space: str
+    commit: str  # "" when the file has none (or E3's "unknown")
+
+
+@dataclass(slots=True)
+class _Winner:
+    test_vector: str  # canonical
+    perf_config: str
+    tflops: float | None
+    kernel_time: float | None
+    tuned_at: dt.datetime | None
+    duration_s: float | None
+
+
+@dataclass
+class _Group:
+    """The rows of one (file, context): a session to be."""
+
+    path: str
+    context: Context
+    winners: dict[str, _Winner] = field(default_factory=dict)
+
+
+@dataclass
+class ImportedSession:
+    id: int
+    file: str
+    arch: str
+    num_cu: int
+    num_chiplets: int
+    tuning_space: str
+    commit: str
+    results: int
+
+
+@dataclass
+class TsvImportReport:
+    files: int = 0
+    rows: int = 0  # data rows read
+    skipped: int = 0  # E2's "no valid perf config" rows
+    results: int = 0
+    problems: int = 0
+    new_problems: int = 0
+    sessions: list[ImportedSession] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {
+            k: getattr(self, k)
+            for k in ("files", "rows", "skipped", "results", "problems", "new_problems")
+        }
+        d["sessions"] = [vars(x) for x in self.sessions]
+        return d
+
+
+def import_tsv(
+    db: Database,
+    op: str,
+    paths: Sequence[str],
+    *,
+    reason: str | None = None,
+    fill: Fill = Fill(),
+) -> TsvImportReport:
+    """Read and check every file first; then one transaction writes everything or nothing."""
+    problems.problem_class(op)  # an unknown op is a UserError before any file is read
+    report = TsvImportReport(files=len(paths))
+    parser = _Parser(op, fill)
+    groups: list[_Group] = []
+    for path in paths:
+        parsed = read_file(path)
+        report.rows += len(parsed.rows)
+        groups.extend(parser.groups(parsed, report))
+    report.results = sum(len(g.winners) for g in groups)
+    if not report.results:
+        raise UserError(
+            f"nothing to import: no tuning rows with a perf config in {', '.join(paths)}"
+        )
+    report.problems = len(parser.problems)
+    with db.session(immediate=True) as s:
+        ids, report.new_problems = configs.ensure_problems(s, op, list(parser.problems.values()))
+        for group in groups:
+            report.sessions.append(_write_group(s, group, ids, reason))
+    return report
+
+
+def read_file(path: str) -> tuningdb.TuningFile:
+    try:
+        return tuningdb.read_tuning_db(path)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a UTF-8 text file") from None
+
+
+class _Parser:
+    """Turns tuning rows into canonical winners, parsing each distinct test vector once."""
+
+    def __init__(self, op: str, fill: Fill) -> None:
+        self.op, self.fill = op, fill
+        self.problems: dict[str, problems.Problem] = {}  # canonical -> problem
+        self._seen: dict[str, problems.Problem] = {}  # test vector as written -> problem
+
+    def groups(self, parsed: tuningdb.TuningFile, report: TsvImportReport) -> list[_Group]:
+        by_context: dict[Context, _Group] = {}
+        for row in parsed.rows:
+            if no_winner(row):
+                report.skipped += 1
+                continue
+            try:
+                context = self.context(row)
+                winner = self.winner(row)
+            except InputError as exc:
+                raise exc.at(parsed.path, row.lineno) from None
+            group = by_context.get(context)
+            if group is None:
+                group = by_context[context] = _Group(parsed.path, context)
+            group.winners[winner.test_vector] = winner  # a later row wins, as in perfRunner
+        return list(by_context.values())
+
+    def context(self, row: tuningdb.TuningRow) -> Context:
+        num_cu = row.num_cu if row.num_cu is not None else self.fill.num_cu
+        if num_cu is None:
+            raise InputError(
+                "this legacy row has no numCUs: give --num-cu N for it "
+                "(and --num-chiplets C; default 1)"
+            )
+        chiplets = row.num_chiplets
+        if chiplets is None:
+            chiplets = self.fill.num_chiplets or DEFAULT_NUM_CHIPLETS
+        space = row.tuning_space or self.fill.tuning_space or DEFAULT_TUNING_SPACE
+        commit = "" if row.commit_id in (None, "unknown") else row.commit_id
+        for name, value in (
+            ("arch", _chip(row.arch)),
+            ("arch_full", row.arch),
+            ("tuning space", space),
+            ("commitId", commit),
+        ):
+            _check_width(name, value)
+        return Context(row.arch, num_cu, chiplets, space, commit)
+
+    def winner(self, row: tuningdb.TuningRow) -> _Winner:
+        problem = self._seen.get(row.test_vector)
+        if problem is None:
+            problem = problems.parse(self.op, row.test_vector)
+            self._seen[row.test_vector] = problem
+            self.problems.setdefault(problem.canonical(), problem)
+        _check_width("perfConfig", row.perf_config)
+        tflops = None if row.tflops is None or math.isnan(row.tflops) else row.tflops
+        return _Winner(
+            test_vector=problem.canonical(),
+            perf_config=row.perf_config,
+            tflops=tflops,
+            # The file holds TFlops only; the kernel time follows from the op's flop count.
+            kernel_time=problem.flops() / (tflops * 1e3) if tflops else None,
+            tuned_at=_timestamp(row.timestamp),
+            duration_s=row.duration_s
+            if row.duration_s is None or math.isfinite(row.duration_s)
+            else None,
+        )
+
+
+def no_winner(row: tuningdb.TuningRow) -> bool:
+    """E2's rows for "no valid perf config" (`None`, `-inf`). NaN is not one of them: it is what
+    export writes for a winner whose TFlops is unknown (a legacy row), so it imports as None."""
+    if not row.has_perf_config:
+        return True
+    return row.tflops is not None and not math.isnan(row.tflops) and not row.has_valid_tflops
+
+
+def _chip(arch: str) -> str:
+    return arch.split(":", 1)[0]
+
+
+def _check_width(name: str, value: str) -> None:
+    if len(value) > _LIMITS[name]:
+        raise InputError(f"{name} {value[:40]!r}… is longer than {_LIMITS[name]} characters")
+
+
+def _timestamp(text: str | None) -> dt.datetime | None:
+    # tuningdb has checked the form YYYY-MM-DDTHH:MM:SSZ; fromisoformat is the fast C parser.
+    return dt.datetime.fromisoformat(text[:-1]) if text else None
+
+
+def _write_group(
+    s: Session, group: _Group, ids: dict[str, int], reason: str | None
+) -> ImportedSession:
+    c = group.context
+    times = [w.tuned_at for w in group.winners.values() if w.tuned_at is not None]
+    row = TuningSession(
+        arch=_chip(c.arch_full),
+        arch_full=c.arch_full,
+        num_cu=c.num_cu,
+        num_chiplets=c.num_chiplets,
+        rocm_v="",
+        mlir_v=c.commit,
+        reason=(reason or os.path.basename(group.path))[:200],
+        ticket="",
+        docker="",
+        tuning_space=c.tuning_space,
+        tuner=TUNER,
+        host="",
+        created_at=min(times) if times else utcnow(),
+    )
+    s.add(row)
+    s.flush()
+    s.execute(
+        sa.insert(Result.__table__),
+        [
+            {
+                "session_id": row.id,
+                "problem_id": ids[w.test_vector],
+                "job_id": None,
+                "perf_config": w.perf_config,
+                "kernel_time": w.kernel_time,
+                "tflops": w.tflops,
+                "tuned_at": w.tuned_at,
+                "duration_s": w.duration_s,
+            }
+            for w in group.winners.values()
+        ],
+    )
+    return ImportedSession(
+        row.id,
+        group.path,
+        c.arch_full,
+        c.num_cu,
+        c.num_chiplets,
+        c.tuning_space,
+        c.commit,
+        len(group.winners),
+    )

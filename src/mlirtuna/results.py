@@ -1,0 +1,82 @@
+"""The winners of a session, as people and scripts read them (`mlirtuna results`).
+
+Also the one definition, shared by export and compare, of which result rows count: those whose
+job completed, and imported ones (they have no job at all).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.sql.elements import ColumnElement
+
+from mlirtuna import sessions
+from mlirtuna.db import Database
+from mlirtuna.errors import UserError
+from mlirtuna.models import COMPLETED, Candidate, Job, Problem, Result
+from mlirtuna.problems import OPS
+
+FIELDS = ("test_vector", "perf_config", "tflops", "kernel_time", "candidates")
+
+
+@dataclass(frozen=True, slots=True)
+class Winner:
+    """One row of the winners table; kernel_time in ns; candidates = perf configs tried."""
+
+    problem_id: int
+    op: str
+    test_vector: str
+    perf_config: str
+    tflops: float | None
+    kernel_time: float | None
+    candidates: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def counted() -> ColumnElement[bool]:
+    """Results that count: the job completed, or there is no job (imported from a .tsv).
+
+    Needs `Job` outer-joined on Result.job_id. A result of a job put back to new or error by a
+    requeue must not reach a tuning DB while the job is redone.
+    """
+    return sa.or_(Result.job_id.is_(None), Job.state == COMPLETED)
+
+
+def check_op(op: str | None) -> None:
+    if op is not None and op not in OPS:
+        raise UserError(f"unknown op {op!r} (known: {', '.join(OPS)})")
+
+
+def winners(db: Database, session_id: int, op: str | None = None) -> list[Winner]:
+    """Every winner of a session with its candidate count: one query, counts grouped per job."""
+    check_op(op)
+    sessions.get(db, session_id)  # NotFound with a hint, rather than an empty table
+    tried = (
+        sa.select(Candidate.job_id, sa.func.count().label("n"))
+        .where(Candidate.session_id == session_id)
+        .group_by(Candidate.job_id)
+        .subquery()
+    )
+    stmt = (
+        sa.select(
+            Result.problem_id,
+            Problem.op,
+            Problem.test_vector,
+            Result.perf_config,
+            Result.tflops,
+            Result.kernel_time,
+            sa.func.coalesce(tried.c.n, 0),
+        )
+        .join(Problem, Problem.id == Result.problem_id)
+        .outerjoin(tried, tried.c.job_id == Result.job_id)
+        .where(Result.session_id == session_id)
+        .order_by(Problem.op, Problem.test_vector)
+    )
+    if op is not None:
+        stmt = stmt.where(Problem.op == op)
+    with db.session() as s:
+        return [Winner(*row) for row in s.execute(stmt)]

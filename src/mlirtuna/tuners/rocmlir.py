@@ -1,0 +1,468 @@
+"""The rocmlir tuner: runs rocMLIR's own `bin/tuningRunner.py` on one problem, on one GPU.
+
+One subprocess per job, as an argument list (never a shell: config strings are data), in a new
+session so that a timeout kills the whole pipeline it starts (rocmlir-gen | rocmlir-tuning-driver,
+verification). Results are read from the files the tool writes into a fresh temporary directory,
+never scraped from stdout: the result row (`--output`, read with mlirtuna.tuningdb) and the
+per-candidate `.debug` file (`--debug`). A fresh directory also keeps E3 from skipping the config
+as "already tuned" (it reads the existing output file) or as failed earlier (its `.state` file).
+
+Two eras of tuningRunner.py are in use and take different flags (reference: rocmlir-interfaces
+§1, §5). The era is read once from `--help`:
+
+- E2 (late 2023 to 2025, what MITuna drives): `--tflops` makes it write TFlops; the GPU is
+  chosen through the environment. Its `--rocmlir_gen_flags=--device=N` only reaches rocmlir-gen
+  (the generated host code, i.e. verification); rocmlir-tuning-driver has no device option and
+  benchmarks on HIP device 0. So the worker pins the GPU with ROCR_VISIBLE_DEVICES and we pass
+  `--device=0`, the pinned GPU's index inside the process. (MITuna passed `--device=<gpu>`
+  without pinning: its tuning loops all ran on GPU 0.) If nothing pins it, we set
+  ROCR_VISIBLE_DEVICES=<gpu_id> ourselves, since E2 has no other way to choose the GPU.
+- E3 (2026): it ignores ROCR_VISIBLE_DEVICES/HIP_VISIBLE_DEVICES (it overwrites them with a
+  warning) and takes physical GPU ids (rocm-smi card numbers) in `--gpus`. So we pass
+  `--gpus <ctx.gpu_id>`, the physical id the worker was given, not 0: `--gpus 0` would tune on
+  card 0 whatever the worker pinned. It also gets a per-config `--timeout` and
+  `--abort-on-error` (with one config it only makes failure explicit).
+
+Attention is tuned with `--verify-mode none`, as MITuna and rocMLIR's weekly CI do: there is no
+GPU verifier for attention (E3 falls back to a slow CPU reference with relaxed thresholds), and
+an E2 verification failure exits 0 having written nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import datetime as dt
+import math
+import os
+import re
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlirtuna import tuningdb
+from mlirtuna.errors import InputError, TunerError, TunerTimeout, UserError
+from mlirtuna.problems import Problem
+from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome
+
+BUILD_DIR_ENV = "MLIRTUNA_ROCMLIR_BUILD"
+PYTHON_ENV = "MLIRTUNA_ROCMLIR_PYTHON"
+STDERR_TAIL_LINES = 40
+HELP_TIMEOUT_S = 120.0
+# The tool's own per-config --timeout fires first, so it can stop its pipeline and say so;
+# our kill of the whole process group at ctx.timeout_s is the backstop.
+TOOL_TIMEOUT_FRACTION = 0.9
+
+_FLAG_RE = re.compile(r"(?<![\w-])--[A-Za-z][\w-]*")
+_SPACES_RE = re.compile(r"--tuning-space\s*\{([^}]*)\}")
+_TIMED_OUT_RE = re.compile(r"Tuning timed out after")
+
+
+@dataclass(frozen=True)
+class Era:
+    """What one tuningRunner.py accepts, as read from its --help."""
+
+    name: str  # E2 | E3
+    flags: frozenset[str]
+    tuning_spaces: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Run:
+    returncode: int
+    stdout: str
+    stderr: str
+    start: dt.datetime
+    end: dt.datetime
+
+
+def detect_era(help_text: str) -> Era:
+    """E3 if the tool has --gpus; E2 if it has --rocmlir_gen_flags or --tflops but no --gpus."""
+    flags = frozenset(_FLAG_RE.findall(help_text))
+    match = _SPACES_RE.search(help_text)
+    spaces = tuple(s.strip() for s in match.group(1).split(",")) if match else ()
+    if "--gpus" in flags:
+        return Era("E3", flags, spaces)
+    if "--rocmlir_gen_flags" in flags or "--tflops" in flags:
+        return Era("E2", flags, spaces)
+    raise TunerError("tuningRunner.py --help shows neither E2 nor E3 flags", detail=help_text)
+
+
+class RocmlirTuner:
+    """Tunes with rocMLIR's tuningRunner.py from a build dir (arg, or $MLIRTUNA_ROCMLIR_BUILD)."""
+
+    name = "rocmlir"
+
+    def __init__(
+        self, build_dir: str | None = None, *, python: str | None = None, kill_grace_s: float = 5.0
+    ) -> None:
+        build = build_dir or os.environ.get(BUILD_DIR_ENV)
+        if not build:
+            raise UserError(
+                f"no rocMLIR build dir: pass --mlir-build-dir DIR or set {BUILD_DIR_ENV}"
+            )
+        self.build_dir = Path(build).resolve()
+        self.script = self.build_dir / "bin" / "tuningRunner.py"
+        if not self.script.is_file():
+            raise UserError(
+                f"{self.script} not found: point --mlir-build-dir or {BUILD_DIR_ENV} "
+                "at a rocMLIR build directory"
+            )
+        # The real script needs numpy/pandas/tqdm from the ROCm image's python, which is not
+        # necessarily the one running mlirtuna; MITuna runs `python3` too.
+        self.python = python or os.environ.get(PYTHON_ENV) or "python3"
+        self.kill_grace_s = kill_grace_s
+        self._era: Era | None = None
+
+    # -- era ------------------------------------------------------------------------------
+
+    @property
+    def era(self) -> Era:
+        """Read once per instance from `tuningRunner.py --help`.
+
+        Both eras probe the machine before parsing arguments (E2: rocm_agent_enumerator and
+        `git rev-parse` in the cwd; E3: rocm-smi), so even --help fails where no GPU is visible.
+        """
+        if self._era is None:
+            run = self._run(
+                [self.python, str(self.script), "--help"], dict(os.environ), HELP_TIMEOUT_S
+            )
+            if run.returncode != 0:
+                raise TunerError(
+                    f"{self.script} --help failed with status {run.returncode}",
+                    detail=_tail(run.stderr),
+                )
+            self._era = detect_era(run.stdout)
+        return self._era
+
+    # -- tuning ---------------------------------------------------------------------------
+
+    def tune(self, problem: Problem, ctx: TuneContext) -> TuneOutcome:
+        era = self.era
+        self._check_context(ctx, era)
+        with tempfile.TemporaryDirectory(prefix="mlirtuna-rocmlir-") as tmp:
+            out = Path(tmp) / "tuning.tsv"
+            argv = self.command(problem, ctx, out)
+            run = self._run(argv, self._env(ctx, era), ctx.timeout_s)
+            return self._outcome(problem, ctx, out, run)
+
+    def command(self, problem: Problem, ctx: TuneContext, out: Path) -> list[str]:
+        """The argument list for one config. Values are joined with `=` so that a config that
+        starts with `-` (every gemm one) and `--device=0` are never taken for flags."""
+        era = self.era
+        argv = [
+            self.python,
+            str(self.script),
+            f"--op={problem.op}",
+            f"--config={problem.canonical()}",
+            f"--tuning-space={ctx.tuning_space}",
+            f"--mlir-build-dir={self.build_dir}",
+            f"--output={out}",
+            "--debug",
+        ]
+        if problem.op == "attention":
+            argv.append("--verify-mode=none")  # see the module docstring
+        if era.name == "E2":
+            argv += ["--tflops", "--rocmlir_gen_flags=--device=0"]
+        else:
+            argv.append(f"--gpus={ctx.gpu_id}")
+        if "--timeout" in era.flags and ctx.timeout_s:
+            argv.append(f"--timeout={max(1, math.floor(ctx.timeout_s * TOOL_TIMEOUT_FRACTION))}")
+        if "--abort-on-error" in era.flags:
+            argv.append("--abort-on-error")
+        return argv
+
+    def _check_context(self, ctx: TuneContext, era: Era) -> None:
+        if ctx.gpu_id < 0:
+            raise TunerError("the rocmlir tuner needs a GPU; this worker has none (gpu_id -1)")
+        if era.tuning_spaces and ctx.tuning_space not in era.tuning_spaces:
+            raise TunerError(
+                f"this tuningRunner.py ({era.name}) has no tuning space {ctx.tuning_space!r} "
+                f"(it has: {', '.join(era.tuning_spaces)})"
+            )
+
+    def _env(self, ctx: TuneContext, era: Era) -> dict[str, str]:
+        env = dict(os.environ)
+        pinned = env.get("ROCR_VISIBLE_DEVICES") or env.get("HIP_VISIBLE_DEVICES")
+        if era.name == "E2" and not pinned:
+            env["ROCR_VISIBLE_DEVICES"] = str(ctx.gpu_id)
+        return env
+
+    # -- the subprocess -------------------------------------------------------------------
+
+    def _run(self, argv: list[str], env: dict[str, str], timeout: float | None) -> _Run:
+        start = _now()
+        try:
+            proc = subprocess.Popen(
+                argv,
+                cwd=self.build_dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # its own process group: a timeout kills all of it
+            )
+        except OSError as e:
+            raise TunerError(f"cannot run {argv[0]} {argv[1]}: {e}") from e
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            err = self._stop(proc)
+            raise TunerTimeout(
+                f"tuningRunner ran past the job timeout of {timeout:g} s; "
+                "killed its whole process group",
+                detail=_tail(err),
+            ) from None
+        except BaseException:
+            self._stop(proc)  # e.g. KeyboardInterrupt: never leave a tuning pipeline behind
+            raise
+        return _Run(proc.returncode, _text(out), _text(err), start, _now())
+
+    def _stop(self, proc: subprocess.Popen[bytes]) -> str:
+        """SIGTERM the process group, SIGKILL it after the grace period; returns stderr so far."""
+        _signal_group(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=self.kill_grace_s)
+        _signal_group(proc.pid, signal.SIGKILL)  # also children that outlived their parent
+        try:
+            _, err = proc.communicate(timeout=self.kill_grace_s)
+        except subprocess.TimeoutExpired:
+            # Something outside the group still holds the pipes; do not wait for it.
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+            proc.wait()
+            return ""
+        return _text(err)
+
+    # -- reading what it wrote ------------------------------------------------------------
+
+    def _outcome(self, problem: Problem, ctx: TuneContext, out: Path, run: _Run) -> TuneOutcome:
+        if run.returncode != 0:
+            raise _failure(run)
+        row, notes = _result_row(problem, out, run)
+        _check_gpu(row, ctx)
+        if not row.has_perf_config or not row.has_valid_tflops:
+            raise TunerError(
+                f"no valid perf config: tuningRunner reports perfConfig {row.perf_config} with "
+                f"{row.tflops} TFlops for {row.test_vector!r}",
+                detail=_tail(run.stderr),
+            )
+        flops = float(problem.flops())
+        debug = out.with_name(out.name + ".debug")
+        if debug.is_file():
+            candidates = _candidates(read_debug_file(debug), flops)
+        else:
+            candidates = []
+            notes.append("tuningRunner wrote no .debug file; only its winner is recorded")
+        candidates, winner = _reconcile(candidates, row, flops, notes)
+        return TuneOutcome(
+            candidates=candidates,
+            winner=winner,
+            output=out.read_text(encoding="utf-8", errors="replace") + _stderr_block(run.stderr),
+            compile_start=run.start,  # neither era reports phases: compile and benchmark
+            compile_end=run.end,  # are interleaved inside rocmlir-tuning-driver
+            notes=notes,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers (module level: pure functions of the files and the run)
+# ---------------------------------------------------------------------------------------------
+
+
+def _failure(run: _Run) -> TunerError:
+    if run.returncode < 0:
+        what = f"was killed by signal {-run.returncode}"
+    else:
+        what = f"exited with status {run.returncode}"
+    last = _last_error_line(run.stderr)
+    message = f"tuningRunner {what}" + (f": {last}" if last else "")
+    if _TIMED_OUT_RE.search(run.stderr):  # E3's own --timeout fired
+        return TunerTimeout(message, detail=_tail(run.stderr))
+    return TunerError(message, detail=_tail(run.stderr))
+
+
+def _last_error_line(stderr: str) -> str:
+    """The line that says what went wrong: E3's first "ERROR:" line (later ones only summarise),
+    else the last line naming an error (a Python traceback ends with it), else the last line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    logged = [line for line in lines if line.startswith("ERROR:")]
+    if logged:
+        return logged[0]
+    errors = [line for line in lines if "Error" in line or "ERROR" in line]
+    return (errors or lines or [""])[-1]
+
+
+def _result_row(problem: Problem, out: Path, run: _Run) -> tuple[tuningdb.TuningRow, list[str]]:
+    """The tool's winner row (the last one written); raises TunerError if there is none."""
+    no_result = TunerError(
+        "tuningRunner exited 0 but wrote no result (E2 does this when verification fails)",
+        detail=_tail(run.stderr),
+    )
+    if not out.is_file() or out.stat().st_size == 0:
+        raise no_result
+    try:
+        rows = tuningdb.read_tuning_db(out).rows
+    except InputError as e:
+        raise TunerError(
+            f"tuningRunner wrote a malformed result file: {e}",
+            detail=_file_line(out, e.line) + _stderr_block(run.stderr),
+        ) from None
+    if not rows:
+        raise no_result
+    row, notes = rows[-1], []
+    if row.test_vector != problem.canonical():
+        notes.append(
+            f"tuningRunner recorded the config as {row.test_vector!r}; "
+            f"mlirtuna's canonical form is {problem.canonical()!r}"
+        )
+    return row, notes
+
+
+def _check_gpu(row: tuningdb.TuningRow, ctx: TuneContext) -> None:
+    """Refuse results tuned on another GPU than the session's (a different arch, or the same
+    chip with another CU or chiplet count, e.g. MI300X vs MI308X)."""
+    # E2 writes ','.join of every agent's name; a full name carries feature flags.
+    archs = row.arch.split(",")
+    session_arch = ctx.arch_full if ":" in row.arch else ctx.arch
+    same_arch = all(a == (ctx.arch_full if ":" in a else ctx.arch) for a in archs)
+    same_cu = row.num_cu is None or row.num_cu == ctx.num_cu
+    same_chiplets = row.num_chiplets is None or row.num_chiplets == ctx.num_chiplets
+    if same_arch and same_cu and same_chiplets:
+        return
+    tool = f"{row.arch}/{row.num_cu} CUs"
+    session = f"{session_arch}/{ctx.num_cu} CUs"
+    if row.num_chiplets is not None:
+        tool += f"/{row.num_chiplets} chiplets"
+        session += f"/{ctx.num_chiplets} chiplets"
+    raise TunerError(
+        f"tool reports {tool}, session is {session}: refusing to record a result tuned "
+        "on a different GPU"
+    )
+
+
+@dataclass(frozen=True)
+class DebugRow:
+    """One candidate line of a `.debug` file: its perf config and the tool's TFlops (None for
+    N/A: pandas writes NaN as an empty field)."""
+
+    perf_config: str
+    tflops: float | None
+    lineno: int
+
+
+def read_debug_file(path: Path) -> list[DebugRow]:
+    """Reads a tuningRunner `.debug` file: pandas TSV of perfRunner's table_entry() columns.
+
+    Columns are found by name (they differ per op and era; E2 adds an unnamed index column
+    first, E3 a MeasurementsMs column last). There is no time column: the time is derived from
+    TFlops by the caller.
+    """
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.reader(f, delimiter="\t")
+        header = next(reader, None)
+        if not header:
+            return []
+        try:
+            pc_col, tf_col = header.index("PerfConfig"), header.index("TFlops")
+        except ValueError:
+            raise TunerError(f"{path}:1: .debug header lacks PerfConfig or TFlops") from None
+        return [
+            _debug_row(path, reader.line_num, fields, len(header), pc_col, tf_col)
+            for fields in reader
+            if fields and fields != header
+        ]
+
+
+def _debug_row(
+    path: Path, lineno: int, fields: list[str], width: int, pc_col: int, tf_col: int
+) -> DebugRow:
+    if len(fields) != width:
+        raise TunerError(f"{path}:{lineno}: {len(fields)} fields, the .debug header has {width}")
+    text = fields[tf_col].strip()
+    try:
+        tflops = float(text) if text else None
+    except ValueError:
+        raise TunerError(f"{path}:{lineno}: TFlops {text!r} is not a number") from None
+    if not fields[pc_col]:
+        raise TunerError(f"{path}:{lineno}: empty PerfConfig")
+    return DebugRow(fields[pc_col], tflops, lineno)
+
+
+def _candidate(perf_config: str, tool_tflops: float | None, flops: float) -> Candidate:
+    """The .debug file holds the tool's TFlops, not its time: the driver's ns is recovered
+    with the same flop count (perfRunner's formula, which mlirtuna.problems mirrors)."""
+    if tool_tflops is None or not math.isfinite(tool_tflops) or tool_tflops <= 0:
+        return Candidate(perf_config, error="not applicable (rocmlir-tuning-driver: N/A)")
+    ns = flops / (tool_tflops * 1e3)
+    return Candidate(perf_config, kernel_time_ns=ns, tflops=flops / (ns * 1e3))
+
+
+def _candidates(rows: list[DebugRow], flops: float) -> list[Candidate]:
+    """One candidate per perf config (greedy spaces may measure one twice: keep the best)."""
+    best: dict[str, Candidate] = {}
+    for row in rows:
+        cand = _candidate(row.perf_config, row.tflops, flops)
+        prev = best.get(row.perf_config)
+        if prev is None or (cand.valid and (not prev.valid or cand.tflops > prev.tflops)):
+            best[row.perf_config] = cand
+    return list(best.values())
+
+
+def _reconcile(
+    candidates: list[Candidate], row: tuningdb.TuningRow, flops: float, notes: list[str]
+) -> tuple[list[Candidate], Candidate]:
+    """The tool's winner, made sure to be among the candidates; a note where the .debug file
+    says another candidate was faster."""
+    tool = next((c for c in candidates if c.perf_config == row.perf_config and c.valid), None)
+    if tool is None:
+        tool = _candidate(row.perf_config, row.tflops, flops)
+        if not tool.valid:
+            raise TunerError(f"tuningRunner's winner {row.perf_config} has no TFlops")
+        if candidates:
+            notes.append(
+                f"the .debug file lacks tuningRunner's winner {row.perf_config}; "
+                "added it with the TFlops of the result row"
+            )
+        candidates = [c for c in candidates if c.perf_config != row.perf_config] + [tool]
+    best = max((c for c in candidates if c.valid), key=lambda c: c.tflops or 0.0)
+    if best.perf_config != tool.perf_config and (best.tflops or 0.0) > (tool.tflops or 0.0):
+        notes.append(
+            f"tuningRunner chose {tool.perf_config} ({tool.tflops:.6g} TFlops) but its .debug "
+            f"file has {best.perf_config} at {best.tflops:.6g} TFlops; recording the tool's choice"
+        )
+    return candidates, tool
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone already
+        os.killpg(pgid, sig)
+
+
+def _tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _stderr_block(stderr: str) -> str:
+    tail = _tail(stderr)
+    if not tail:
+        return ""
+    return f"\n--- tuningRunner stderr (last {STDERR_TAIL_LINES} lines) ---\n{tail}\n"
+
+
+def _file_line(path: Path, lineno: int | None) -> str:
+    if lineno is None:
+        return ""
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    return f"line {lineno}: {lines[lineno - 1]!r}" if 0 < lineno <= len(lines) else ""
+
+
+def _text(data: bytes | None) -> str:
+    return (data or b"").decode("utf-8", errors="replace")
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)

@@ -1,0 +1,55 @@
+"""Running the CLI in tests: in-process (CliRunner) or as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from mlirtuna.cli import app
+
+SRC = str(Path(__file__).parent.parent / "src")
+
+
+@dataclass
+class Run:
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self):
+        return json.loads(self.stdout)
+
+
+def cli(db_url: str, *args: str, env: dict[str, str] | None = None) -> Run:
+    """`mlirtuna --db URL ARGS…` in-process; stdout and stderr kept apart."""
+    result = CliRunner().invoke(app, ["--db", db_url, *args], env=env, catch_exceptions=False)
+    return Run(result.exit_code, result.stdout, result.stderr)
+
+
+def subprocess_env(db_url: str, **extra: str) -> dict[str, str]:
+    env = dict(os.environ, MLIRTUNA_DB=db_url, PYTHONUNBUFFERED="1", **extra)
+    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def mlirtuna_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "mlirtuna", *args]
+
+
+def run_cli(db_url: str, *args: str, timeout: float = 120, **extra: str) -> Run:
+    """The real `mlirtuna` as a subprocess (for signals, exit codes, process isolation)."""
+    proc = subprocess.run(
+        mlirtuna_argv(*args),
+        env=subprocess_env(db_url, **extra),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return Run(proc.returncode, proc.stdout, proc.stderr)

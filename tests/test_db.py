@@ -1,0 +1,98 @@
+"""The database layer: URLs, migrations against the models, schema checks, SQLite settings."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+from mlirtuna import migrations
+from mlirtuna.db import Database, db_now, mask, resolve_url, utcnow
+from mlirtuna.errors import DatabaseError, SchemaOutdated
+from mlirtuna.models import Base
+
+
+def test_migrations_match_models(db):
+    """All migrations applied == the schema the models describe (no drift on any backend)."""
+    with db.engine.connect() as conn:
+        diff = compare_metadata(
+            MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata
+        )
+    assert diff == []
+    assert migrations.current_revision(db.engine) == migrations.head_revision()
+
+
+def test_upgrade_twice_says_up_to_date(db):
+    before, after = db.upgrade()
+    assert before == after == migrations.head_revision()
+
+
+def test_database_clock_is_utc_and_offsets(db):
+    with db.session() as s:
+        now, later = s.execute(sa.select(db_now(), db_now(90))).one()
+    assert abs((now - utcnow()).total_seconds()) < 5
+    assert 89 <= (later - now).total_seconds() <= 91
+
+
+def test_new_sqlite_file_is_created_on_first_use(tmp_path):
+    db = Database(f"sqlite:///{tmp_path / 'new.db'}")
+    assert migrations.current_revision(db.engine) == migrations.head_revision()
+    with db.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() >= 1000
+    db.dispose()
+
+
+def test_sqlite_file_of_something_else_is_not_touched(tmp_path):
+    path = tmp_path / "other.db"
+    eng = sa.create_engine(f"sqlite:///{path}")
+    with eng.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE notes (x INTEGER)")
+    eng.dispose()
+    with pytest.raises(SchemaOutdated, match="mlirtuna db upgrade"):
+        Database(f"sqlite:///{path}")
+
+
+def test_server_database_without_schema_asks_for_upgrade(empty_db_url):
+    if empty_db_url.startswith("sqlite"):
+        Database(empty_db_url).dispose()  # a new SQLite file is created instead
+        return
+    with pytest.raises(SchemaOutdated) as info:
+        Database(empty_db_url)
+    message = str(info.value)
+    assert "run `mlirtuna db upgrade`" in message and "\n" not in message
+    db = Database(empty_db_url, check_schema=False)
+    assert db.upgrade() == (None, migrations.head_revision())
+    db.dispose()
+    Database(empty_db_url).dispose()
+
+
+def test_url_precedence_and_driver_defaults(monkeypatch):
+    monkeypatch.delenv("MLIRTUNA_DB", raising=False)
+    assert resolve_url(None).render_as_string() == "sqlite:///mlirtuna.db"
+    monkeypatch.setenv("MLIRTUNA_DB", "postgresql://u@h/d")
+    assert resolve_url(None).drivername == "postgresql+psycopg"
+    assert resolve_url("mysql://u@h/d").drivername == "mysql+pymysql"
+
+
+def test_password_from_env_and_masked(monkeypatch):
+    monkeypatch.setenv("MLIRTUNA_DB_PASSWORD", "s3cret")
+    url = resolve_url("postgresql://tuna@db.example/tuna")
+    assert url.password == "s3cret"
+    assert "s3cret" not in mask(url) and "***" in mask(url)
+
+
+def test_bad_url_is_one_line():
+    with pytest.raises(DatabaseError) as info:
+        resolve_url("not a url")
+    assert "bad database URL" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_unreachable_server_is_one_line_with_masked_password():
+    db = Database("postgresql://tuna:hunter2@127.0.0.1:1/x?connect_timeout=2", check_schema=False)
+    with pytest.raises(DatabaseError) as info:
+        db.ensure_schema()
+    db.dispose()
+    text = str(info.value)
+    assert "cannot reach the database" in text and "hunter2" not in text and "***" in text

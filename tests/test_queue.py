@@ -1,0 +1,277 @@
+"""The queue's operations on every backend: load, claim, heartbeat, fenced record, failure,
+expired leases, release, requeue, cancel."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import sqlalchemy as sa
+from clitools import cli
+
+from mlirtuna import configs, jobs, queue, sessions
+from mlirtuna.errors import UserError
+from mlirtuna.models import Attempt, Candidate, Job, Result
+from mlirtuna.problems import ExpandOptions
+from mlirtuna.queue import Claimant
+from mlirtuna.sessions import SessionSpec
+from mlirtuna.tuners.base import Candidate as Cand
+from mlirtuna.tuners.base import TuneOutcome
+
+ME = Claimant("test-host", 0, 1)
+
+
+def gemm_file(tmp_path, n: int, name: str = "gemm") -> str:
+    path = tmp_path / name
+    path.write_text(
+        "".join(
+            f"-t f32 -out_datatype f32 -transA false -transB false -g 1 "
+            f"-m {16 * (i + 1)} -n 16 -k 16\n"
+            for i in range(n)
+        )
+    )
+    return str(path)
+
+
+@pytest.fixture
+def session_with_jobs(db, tmp_path):
+    """A sleep session with 5 gemm jobs loaded from a tag."""
+    configs.import_files(db, "gemm", [gemm_file(tmp_path, 5)], tag="small")
+    sess = sessions.create(db, SessionSpec(tuner="sleep"))
+    jobs.load(db, sess.id, tag="small")
+    return sess.id
+
+
+def outcome(n: int = 3) -> TuneOutcome:
+    cands = [Cand(f"pc{i}", 1000.0 * (i + 1), 10.0 / (i + 1)) for i in range(n)]
+    cands.append(Cand("bad", error="wrong result"))
+    return TuneOutcome(candidates=cands, winner=cands[0], output="tool output")
+
+
+def count(db, model, **where) -> int:
+    with db.session() as s:
+        stmt = sa.select(sa.func.count()).select_from(model)
+        for key, value in where.items():
+            stmt = stmt.where(getattr(model, key) == value)
+        return s.scalar(stmt)
+
+
+def job_row(db, job_id: int) -> Job:
+    with db.session() as s:
+        return s.get(Job, job_id)
+
+
+# -- loading -----------------------------------------------------------------------------------
+
+
+def test_load_by_tag_file_all_is_idempotent(db, tmp_path):
+    configs.import_files(db, "gemm", [gemm_file(tmp_path, 3)], tag="a")
+    configs.import_files(db, "gemm", [gemm_file(tmp_path, 5, "more")], tag="b")
+    sess = sessions.create(db, SessionSpec(tuner="sleep"))
+    assert jobs.load(db, sess.id, tag="a").as_dict() == {"added": 3, "existing": 0}
+    assert jobs.load(db, sess.id, tag="a").as_dict() == {"added": 0, "existing": 3}
+    assert jobs.load(
+        db, sess.id, file=gemm_file(tmp_path, 4, "f"), op="gemm", options=ExpandOptions()
+    ).as_dict() == {"added": 1, "existing": 3}
+    assert jobs.load(db, sess.id, all_problems=True).as_dict() == {"added": 1, "existing": 4}
+    with pytest.raises(UserError, match="exactly one"):
+        jobs.load(db, sess.id, tag="a", all_problems=True)
+    with pytest.raises(UserError, match="no problems carry the tag"):
+        jobs.load(db, sess.id, tag="nope")
+
+
+def test_perf_priority_orders_claims(db, tmp_path):
+    path = tmp_path / "conv"
+    path.write_text(
+        "conv -F 1 -f NCHW -I NCHW -O NCHW -n 1 -c 8 -H 8 -W 8 -k 8 -y 3 -x 3 -p 1 -q 1 -u 1 "
+        "-v 1 -l 1 -j 1 -g 1 -perf_priority 5\n"
+        "conv -F 1 -f NCHW -I NCHW -O NCHW -n 2 -c 8 -H 8 -W 8 -k 8 -y 3 -x 3 -p 1 -q 1 -u 1 "
+        "-v 1 -l 1 -j 1 -g 1 -perf_priority 1\n"
+    )
+    configs.import_files(db, "conv", [str(path)], ExpandOptions(expand=False), tag="p")
+    sess = sessions.create(db, SessionSpec(tuner="sleep"))
+    jobs.load(db, sess.id, tag="p")
+    first = queue.claim(db, sess.id, ME, 60)
+    with db.session() as s:
+        from mlirtuna.configs import load_problem
+
+        assert load_problem(s, first.problem_id).batchsize == 2  # priority 1 before 5
+
+
+def test_cli_load_and_status_json(db_url, tmp_path):
+    assert cli(db_url, "import", "--op", "gemm", "--tag", "t", gemm_file(tmp_path, 4)).code == 0
+    sid = cli(db_url, "session", "new", "--tuner", "sleep", "--json").json()["id"]
+    assert cli(db_url, "jobs", "load", "--session", str(sid), "--tag", "t", "--json").json() == {
+        "added": 4,
+        "existing": 0,
+    }
+    status = cli(db_url, "status", "--session", str(sid), "--json").json()
+    assert status == {
+        "sessions": [
+            {
+                "id": sid,
+                "counts": {"new": 4, "running": 0, "completed": 0, "error": 0, "cancelled": 0},
+            }
+        ]
+    }
+
+
+# -- claim and record --------------------------------------------------------------------------
+
+
+def test_claim_takes_in_id_order_and_marks_running(db, session_with_jobs):
+    a = queue.claim(db, session_with_jobs, ME, 60)
+    b = queue.claim(db, session_with_jobs, ME, 60)
+    assert a.job_id < b.job_id
+    row = job_row(db, a.job_id)
+    assert row.state == "running" and row.lease_token == a.token
+    assert row.machine_name == "test-host" and row.gpu_id == 0
+    assert row.claimed_at is not None and row.compile_start is not None
+    assert row.lease_expires_at > row.claimed_at
+
+
+def test_claim_returns_none_when_nothing_left(db, session_with_jobs):
+    for _ in range(5):
+        assert queue.claim(db, session_with_jobs, ME, 60) is not None
+    assert queue.claim(db, session_with_jobs, ME, 60) is None
+
+
+def test_concurrent_claims_never_share_a_job(db, session_with_jobs, tmp_path):
+    """Threads with their own connections race for the same 5 jobs (plus 20 more)."""
+    configs.import_files(db, "gemm", [gemm_file(tmp_path, 25, "many")], tag="small")
+    jobs.load(db, session_with_jobs, tag="small")
+    taken: list[int] = []
+    lock = threading.Lock()
+
+    def grab():
+        while (lease := queue.claim(db, session_with_jobs, ME, 60)) is not None:
+            with lock:
+                taken.append(lease.job_id)
+
+    threads = [threading.Thread(target=grab) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(taken) == len(set(taken)) == 25
+
+
+def test_record_writes_winner_candidates_and_completed_at_once(db, session_with_jobs):
+    lease = queue.claim(db, session_with_jobs, ME, 60)
+    assert queue.record(db, lease, outcome(3))
+    row = job_row(db, lease.job_id)
+    assert row.state == "completed" and row.result == "tool output" and row.compile_end
+    assert count(db, Result, job_id=lease.job_id) == 1
+    assert count(db, Candidate, job_id=lease.job_id) == 4
+    with db.session() as s:
+        res = s.scalars(sa.select(Result).where(Result.job_id == lease.job_id)).one()
+        assert (res.perf_config, res.kernel_time, res.tflops) == ("pc0", 1000.0, 10.0)
+        attempt = s.scalars(sa.select(Attempt).where(Attempt.lease_token == lease.token)).one()
+        assert attempt.outcome == "completed" and attempt.ended_at is not None
+
+
+def test_record_with_a_lost_lease_writes_nothing(db, session_with_jobs):
+    lease = queue.claim(db, session_with_jobs, ME, 60)
+    stale = queue.Lease(lease.job_id, "not-my-token", lease.session_id, lease.problem_id, 0)
+    assert not queue.record(db, stale, outcome())
+    assert count(db, Result) == 0 and count(db, Candidate) == 0
+    assert job_row(db, lease.job_id).state == "running"
+
+
+def test_heartbeat_extends_and_reports_loss(db, session_with_jobs):
+    lease = queue.claim(db, session_with_jobs, ME, 5)
+    before = job_row(db, lease.job_id).lease_expires_at
+    assert queue.heartbeat(db, lease, 600)
+    assert (job_row(db, lease.job_id).lease_expires_at - before).total_seconds() > 500
+    jobs.requeue(db, session_with_jobs, state="running")
+    assert not queue.heartbeat(db, lease, 600)
+
+
+# -- failures ----------------------------------------------------------------------------------
+
+
+def test_fail_backs_off_then_errors_after_max(db, session_with_jobs):
+    lease = queue.claim(db, session_with_jobs, ME, 60)
+    assert queue.fail(db, lease, "tool crashed\nstderr tail", max_retries=2, backoff_s=30) == "new"
+    row = job_row(db, lease.job_id)
+    assert row.retries == 1 and "tool crashed" in row.result
+    assert (row.not_before - row.compile_end).total_seconds() > 25
+    # Backoff: the job is not claimable yet; the other four are.
+    ids = [queue.claim(db, session_with_jobs, ME, 60).job_id for _ in range(4)]
+    assert lease.job_id not in ids and queue.claim(db, session_with_jobs, ME, 60) is None
+    with db.session() as s:
+        s.execute(sa.update(Job).where(Job.id == lease.job_id).values(not_before=None))
+    again = queue.claim(db, session_with_jobs, ME, 60)
+    assert again.job_id == lease.job_id and again.retries == 1
+    assert queue.fail(db, again, "still broken", max_retries=2, backoff_s=0) == "error"
+    row = job_row(db, lease.job_id)
+    assert row.state == "error" and row.retries == 2 and "attempt 2/2" in row.result
+    assert count(db, Result, job_id=lease.job_id) == 0
+
+
+def test_expired_lease_goes_back_and_old_holder_records_nothing(db, session_with_jobs):
+    lease = queue.claim(db, session_with_jobs, ME, 0.2)
+    time.sleep(0.5)
+    assert queue.reclaim_expired(db, max_retries=3) == 1
+    row = job_row(db, lease.job_id)
+    assert row.state == "new" and row.retries == 1 and "lease expired" in row.result
+    taker = queue.claim(db, session_with_jobs, Claimant("other", 1, 2), 60)
+    assert taker.job_id == lease.job_id
+    assert not queue.record(db, lease, outcome())  # the paused worker wakes up: fenced out
+    assert queue.record(db, taker, outcome())
+    assert count(db, Result, job_id=lease.job_id) == 1
+    with db.session() as s:
+        outcomes = s.scalars(
+            sa.select(Attempt.outcome).where(Attempt.job_id == lease.job_id).order_by(Attempt.id)
+        ).all()
+    assert outcomes == ["expired", "completed"]
+
+
+def test_expired_lease_at_max_retries_is_error(db, session_with_jobs):
+    lease = queue.claim(db, session_with_jobs, ME, 0.1)
+    time.sleep(0.3)
+    queue.reclaim_expired(db, max_retries=1)
+    assert job_row(db, lease.job_id).state == "error"
+
+
+def test_release_gives_back_without_counting(db, session_with_jobs):
+    lease = queue.claim(db, session_with_jobs, ME, 60)
+    assert queue.release(db, lease)
+    row = job_row(db, lease.job_id)
+    assert row.state == "new" and row.retries == 0 and row.lease_token is None
+    assert queue.claim(db, session_with_jobs, ME, 60).job_id == lease.job_id
+
+
+def test_requeue_and_cancel(db, session_with_jobs):
+    lease = queue.claim(db, session_with_jobs, ME, 60)
+    queue.fail(db, lease, "boom", max_retries=1, backoff_s=0)
+    assert jobs.requeue(db, session_with_jobs) == 1
+    assert job_row(db, lease.job_id).state == "new" and job_row(db, lease.job_id).retries == 0
+    running = queue.claim(db, session_with_jobs, ME, 60)
+    assert jobs.cancel(db, session_with_jobs, job_id=running.job_id) == 1
+    assert not queue.record(db, running, outcome())  # cancelled while running: nothing recorded
+    assert jobs.cancel(db, session_with_jobs) == 4
+    assert jobs.counts(db, session_with_jobs)[session_with_jobs]["cancelled"] == 5
+    assert jobs.requeue(db, session_with_jobs, state="cancelled") == 5
+
+
+def test_cli_jobs_list_show_requeue_cancel(db_url, tmp_path):
+    cli(db_url, "import", "--op", "gemm", "--tag", "t", gemm_file(tmp_path, 2))
+    sid = cli(db_url, "session", "new", "--tuner", "sleep", "--json").json()["id"]
+    cli(db_url, "jobs", "load", "--session", str(sid), "--tag", "t")
+    from mlirtuna.db import Database
+
+    db = Database(db_url)
+    lease = queue.claim(db, sid, ME, 60)
+    queue.fail(db, lease, "tuningRunner exited 1\nERROR: boom", max_retries=1, backoff_s=0)
+    db.dispose()
+    listed = cli(db_url, "jobs", "list", "--session", str(sid), "--state", "error", "--json").json()
+    assert [j["id"] for j in listed] == [lease.job_id]
+    assert listed[0]["message"] == "attempt 1/1 failed: tuningRunner exited 1"
+    table = cli(db_url, "jobs", "list", "--session", str(sid), "--state", "error")
+    assert str(lease.job_id) in table.stdout and "ERROR: boom" not in table.stdout
+    shown = cli(db_url, "jobs", "show", str(lease.job_id))
+    assert "ERROR: boom" in shown.stdout and "failed" in shown.stdout
+    assert cli(db_url, "jobs", "requeue", "--session", str(sid)).stdout.strip() == "1 jobs requeued"
+    assert cli(db_url, "jobs", "cancel", "--session", str(sid)).stdout.strip() == "2 jobs cancelled"
