@@ -78,7 +78,7 @@ def mask_text(text: str) -> str:
 
 
 class DbNow(FunctionElement):
-    """The database's own UTC clock (+ an offset in seconds): leases never trust a worker's clock."""
+    """The database's UTC clock (+ an offset in seconds): leases never trust a worker's clock."""
 
     type = sa.DateTime()
     inherit_cache = True
@@ -142,9 +142,12 @@ class Database:
         transaction can never fail to upgrade its lock halfway (other backends ignore it).
         """
         bind = self.engine.execution_options(sqlite_immediate=True) if immediate else self.engine
-        with self._translate_errors(), Session(bind=bind, expire_on_commit=False) as session:
-            with session.begin():
-                yield session
+        with (
+            self._translate_errors(),
+            Session(bind=bind, expire_on_commit=False) as session,
+            session.begin(),
+        ):
+            yield session
 
     @contextlib.contextmanager
     def _translate_errors(self) -> Iterator[None]:

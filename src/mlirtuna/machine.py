@@ -82,7 +82,7 @@ def rocm_version() -> str | None:
 
 
 def git_hash(path: str | Path) -> str | None:
-    """The commit of the git checkout holding `path` (a rocMLIR build dir sits inside its source)."""
+    """The commit of the git checkout holding `path` (a build dir sits inside its source)."""
     try:
         proc = subprocess.run(
             ["git", "-C", str(path), "rev-parse", "HEAD"],
