@@ -55,8 +55,8 @@ def read_config_list(path: str, op: str, options: ExpandOptions = ExpandOptions(
         raise UserError(f"{path}: no such file") from None
     except UnicodeDecodeError:
         raise UserError(f"{path}: not a UTF-8 text file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory") from None
+    except OSError as error:  # a directory, no permission, …
+        raise UserError(f"{path}: {error.strerror or error}") from None
 
 
 def read_config_lines(

@@ -1,0 +1,174 @@
+"""The winners table of a session (`mlirtuna results`), and the helpers the results tests share:
+sessions tuned through the real queue (claim + fenced record) or filled with result rows."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable, Iterable
+
+import sqlalchemy as sa
+from clitools import cli
+
+from mlirtuna import configs, jobs, queue, results, sessions
+from mlirtuna.models import Result
+from mlirtuna.problems import ExpandOptions, parse
+from mlirtuna.queue import Claimant
+from mlirtuna.sessions import SessionSpec
+from mlirtuna.tuners.base import Candidate as Cand
+from mlirtuna.tuners.base import TuneOutcome
+
+FULL = "gfx942:sramecc+:xnack-"
+
+
+def gemm(m: int, n: int = 64, k: int = 32, t: str = "f32") -> str:
+    """A canonical gemm test vector."""
+    return parse(
+        "gemm", f"-t {t} -transA false -transB false -g 1 -m {m} -n {n} -k {k}"
+    ).canonical()
+
+
+def new_session(
+    db,
+    *,
+    arch: str = "gfx942",
+    arch_full: str = FULL,
+    num_cu: int = 304,
+    num_chiplets: int = 8,
+    space: str = "full",
+    mlir_v: str = "abc123",
+) -> int:
+    spec = SessionSpec(
+        tuner="sleep",
+        arch=arch,
+        arch_full=arch_full,
+        num_cu=num_cu,
+        num_chiplets=num_chiplets,
+        tuning_space=space,
+        mlir_v=mlir_v,
+        rocm_v="6.4",
+        docker="",
+    )
+    return sessions.create(db, spec).id
+
+
+def tune(
+    db,
+    tmp_path,
+    session_id: int,
+    vectors: Iterable[str],
+    perf: Callable[[str], str] = lambda tv: "v4:best",
+    ns: Callable[[str], float] = lambda tv: 1e5,
+) -> None:
+    """The real path: import, load jobs, claim each, record a winner plus one invalid candidate."""
+    vectors = list(vectors)
+    path = tmp_path / f"configs-{session_id}"
+    path.write_text("".join(v + "\n" for v in vectors))
+    tag = f"s{session_id}"
+    configs.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag=tag)
+    jobs.load(db, session_id, tag=tag)
+    by_vector = {parse("gemm", v).canonical(): parse("gemm", v) for v in vectors}
+    while (lease := queue.claim(db, session_id, Claimant("test", 0), 60)) is not None:
+        with db.session() as s:
+            tv = configs.load_problem(s, lease.problem_id).canonical()
+        time = ns(tv)
+        winner = Cand(perf(tv), time, by_vector[tv].flops() / time / 1e3)
+        invalid = Cand("v4:bad", error="not applicable (rocmlir-tuning-driver: N/A)")
+        assert queue.record(db, lease, TuneOutcome([winner, invalid], winner))
+
+
+def put_results(db, session_id: int, winners: dict[str, tuple[str, float | None]]) -> None:
+    """Result rows without a job (as import-tsv makes them): {vector: (perf_config, tflops)}."""
+    with db.session() as s:
+        ids, _ = configs.ensure_problems(s, "gemm", [parse("gemm", v) for v in winners])
+        s.execute(
+            sa.insert(Result.__table__),
+            [
+                {"session_id": session_id, "problem_id": ids[v], "perf_config": pc, "tflops": tf}
+                for v, (pc, tf) in winners.items()
+            ],
+        )
+
+
+def m_of(tv: str) -> str:
+    """A perf config that differs per problem: pc<M>."""
+    return "pc" + tv.split(" -m ")[1].split()[0]
+
+
+# --- tests ---------------------------------------------------------------------------------------
+
+
+def test_winners_of_the_real_path_with_candidate_counts(db, tmp_path):
+    sid = new_session(db)
+    tune(db, tmp_path, sid, [gemm(m) for m in (64, 128, 256)], perf=m_of)
+    rows = results.winners(db, sid)
+    assert [r.test_vector for r in rows] == sorted(gemm(m) for m in (64, 128, 256))
+    for r in rows:
+        assert r.op == "gemm" and r.candidates == 2 and r.kernel_time == 1e5
+        assert r.perf_config == m_of(r.test_vector)
+        # Relative 1e-5: the schema's Float is FLOAT on MariaDB, read back with 6 digits.
+        expected = parse("gemm", r.test_vector).flops() / 1e5 / 1e3
+        assert abs(r.tflops / expected - 1) < 1e-5
+
+
+def test_winners_is_one_query_whatever_the_row_count(db, tmp_path):
+    sid = new_session(db)
+    tune(db, tmp_path, sid, [gemm(m) for m in range(1, 31)])
+    statements: list[str] = []
+
+    def count(conn, cursor, statement, *args):
+        statements.append(statement)
+
+    sa.event.listen(db.engine, "before_cursor_execute", count)
+    try:
+        assert len(results.winners(db, sid)) == 30
+    finally:
+        sa.event.remove(db.engine, "before_cursor_execute", count)
+    selects = [x for x in statements if x.lstrip().upper().startswith("SELECT")]
+    assert len(selects) == 2  # the session check and the winners with their counts
+
+
+def test_imported_results_count_zero_candidates_and_op_filter(db):
+    sid = new_session(db)
+    put_results(db, sid, {gemm(8): ("pc", 1.0)})
+    (row,) = results.winners(db, sid, op="gemm")
+    assert row.candidates == 0 and row.kernel_time is None
+    assert results.winners(db, sid, op="conv") == []
+
+
+def test_cli_results_csv_and_json(db, db_url, tmp_path):
+    sid = new_session(db)
+    tune(db, tmp_path, sid, [gemm(64), gemm(128)])
+    run = cli(db_url, "results", "--session", str(sid), "--csv")
+    assert run.code == 0, run.stderr
+    rows = list(csv.DictReader(io.StringIO(run.stdout)))
+    assert list(rows[0]) == [
+        "op",
+        "test_vector",
+        "perf_config",
+        "tflops",
+        "kernel_time",
+        "candidates",
+    ]
+    assert {r["test_vector"] for r in rows} == {gemm(64), gemm(128)}
+    assert all(r["candidates"] == "2" and r["perf_config"] == "v4:best" for r in rows)
+    data = cli(db_url, "results", "--session", str(sid), "--json").json()
+    assert len(data) == 2 and {
+        "test_vector",
+        "perf_config",
+        "tflops",
+        "kernel_time",
+        "candidates",
+    } <= set(data[0])
+    table = cli(db_url, "results", "--session", str(sid))
+    assert table.code == 0 and "v4:best" in table.stdout and "2 winners" in table.stderr
+
+
+def test_cli_results_errors_are_one_line_exit_2(db, db_url):
+    run = cli(db_url, "results", "--session", "99")
+    assert run.code == 2 and run.stderr.strip().count("\n") == 0 and "no session 99" in run.stderr
+    sid = new_session(db)
+    both = cli(db_url, "results", "--session", str(sid), "--json", "--csv")
+    assert both.code == 2 and "--json" in both.stderr
+    bad_op = cli(db_url, "results", "--session", str(sid), "--op", "fft")
+    assert bad_op.code == 2 and "unknown op" in bad_op.stderr

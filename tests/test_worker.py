@@ -1,0 +1,284 @@
+"""Real worker processes against every backend: draining, chaos, pauses, signals, outages.
+
+These start `python -m mlirtuna worker` as subprocesses and signal them, as an operator would.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from clitools import mlirtuna_argv, subprocess_env
+from plugins.claimlog import read_log
+
+from mlirtuna import configs, jobs, sessions
+from mlirtuna.db import Database
+from mlirtuna.models import Attempt, Candidate, Job, Result
+from mlirtuna.sessions import SessionSpec
+
+TESTS = str(Path(__file__).parent)
+
+
+def make_session(db: Database, tmp_path: Path, n: int) -> int:
+    path = tmp_path / "gemm"
+    path.write_text(
+        "".join(
+            f"-t f32 -out_datatype f32 -transA false -transB false -g 1 -m {i + 1} -n 8 -k 8\n"
+            for i in range(n)
+        )
+    )
+    configs.import_files(db, "gemm", [str(path)], tag="w")
+    sess = sessions.create(db, SessionSpec(tuner="sleep"))
+    jobs.load(db, sess.id, tag="w")
+    return sess.id
+
+
+def env_for(db_url: str, log: Path, sleep_s: float = 0.0) -> dict[str, str]:
+    env = subprocess_env(db_url, CLAIM_LOG=str(log), SLEEP_S=str(sleep_s))
+    env["PYTHONPATH"] = TESTS + os.pathsep + env["PYTHONPATH"]
+    return env
+
+
+def start_worker(db_url, sid, log, *extra, sleep_s=0.0, tuner="plugins.claimlog:Logging"):
+    """A worker process; its stderr goes to a file next to the log (`stderr_of(proc)`)."""
+    argv = mlirtuna_argv("worker", "--session", str(sid), "--tuner", tuner, *extra)
+    errlog = log.with_name(f"worker-{time.monotonic_ns()}.err")
+    with open(errlog, "w") as err:
+        proc = subprocess.Popen(
+            argv, env=env_for(db_url, log, sleep_s), stdout=subprocess.DEVNULL, stderr=err
+        )
+    proc.errlog = errlog
+    return proc
+
+
+def stderr_of(proc) -> str:
+    return proc.errlog.read_text()
+
+
+def finish(procs, timeout=180):
+    for p in procs:
+        p.wait(timeout=timeout)
+
+
+def assert_done_exactly_once(db: Database, sid: int, n: int) -> None:
+    with db.session() as s:
+        states = collections.Counter(s.scalars(sa.select(Job.state).where(Job.session_id == sid)))
+        assert states == {"completed": n}
+        per_job = s.execute(
+            sa.select(Result.job_id, sa.func.count())
+            .where(Result.session_id == sid)
+            .group_by(Result.job_id)
+        ).all()
+        assert len(per_job) == n and all(c == 1 for _, c in per_job)
+        assert (
+            s.scalar(
+                sa.select(sa.func.count()).select_from(Candidate).where(Candidate.session_id == sid)
+            )
+            == n
+        )  # one per completed job
+        completed = s.scalar(
+            sa.select(sa.func.count()).select_from(Attempt).where(Attempt.outcome == "completed")
+        )
+        assert completed == n
+
+
+def assert_never_held_twice(log_rows) -> None:
+    """From the test's own log: for each problem, tuning intervals of different pids never
+    overlap, and no pid starts a problem another pid is still on."""
+    spans = collections.defaultdict(list)
+    open_spans = {}
+    for kind, pid, when, key in log_rows:
+        if kind == "start":
+            open_spans[(pid, key)] = when
+        else:
+            spans[key].append((open_spans.pop((pid, key)), when, pid))
+    for key, items in spans.items():
+        items.sort()
+        for (s1, e1, p1), (s2, _e2, p2) in zip(items, items[1:], strict=False):
+            assert e1 <= s2, f"{key} held by {p1} and {p2} at once"
+
+
+def test_four_workers_drain_500_jobs_exactly_once(db, db_url, tmp_path):
+    sid = make_session(db, tmp_path, 500)
+    log = tmp_path / "claims.log"
+    procs = [start_worker(db_url, sid, log, "--until-empty") for _ in range(4)]
+    finish(procs)
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], stderr_of(procs[0])
+    assert_done_exactly_once(db, sid, 500)
+    rows = read_log(log)
+    starts = [r for r in rows if r[0] == "start"]
+    assert len(starts) == 500 and len({r[3] for r in starts}) == 500  # each tuned once
+    assert len({r[1] for r in starts}) == 4  # and all four workers took part
+    assert_never_held_twice(rows)
+
+
+def test_chaos_sigkill_and_restart_loses_nothing(db, db_url, tmp_path):
+    n = 150
+    sid = make_session(db, tmp_path, n)
+    log = tmp_path / "claims.log"
+    args = ("--until-empty", "--lease", "1.5", "--max-retries", "1000", "--retry-backoff", "0")
+    procs = [start_worker(db_url, sid, log, *args, sleep_s=0.03) for _ in range(4)]
+    rng = random.Random(7)
+    kills = 0
+    deadline = time.monotonic() + 12
+    while time.monotonic() < deadline and not jobs.is_drained(db, sid):
+        time.sleep(rng.uniform(0.2, 0.6))
+        victim = rng.randrange(len(procs))
+        if procs[victim].poll() is None:
+            procs[victim].send_signal(signal.SIGKILL)
+            procs[victim].wait()
+            kills += 1
+        procs[victim] = start_worker(db_url, sid, log, *args, sleep_s=0.03)
+    finish(procs)
+    assert kills >= 5
+    assert_done_exactly_once(db, sid, n)
+    with db.session() as s:
+        expired = s.scalar(
+            sa.select(sa.func.count()).select_from(Attempt).where(Attempt.outcome == "expired")
+        )
+    assert expired >= 1  # some kills hit a held job, which came back through its lease
+
+
+def test_paused_worker_records_nothing_after_takeover(db, db_url, tmp_path):
+    sid = make_session(db, tmp_path, 1)
+    log = tmp_path / "claims.log"
+    a = start_worker(db_url, sid, log, "--max-jobs", "1", "--lease", "1", sleep_s=1.0)
+    _wait_for(lambda: _states(db, sid).get("running") == 1)
+    a.send_signal(signal.SIGSTOP)
+    time.sleep(1.6)  # past the lease: A's heartbeat cannot renew it
+    b = start_worker(db_url, sid, log, "--until-empty", "--lease", "30", sleep_s=0.1)
+    finish([b])
+    a.send_signal(signal.SIGCONT)
+    finish([a])
+    assert_done_exactly_once(db, sid, 1)
+    with db.session() as s:
+        attempts = s.execute(sa.select(Attempt.pid, Attempt.outcome).order_by(Attempt.id)).all()
+    assert [(pid, outcome) for pid, outcome in attempts] == [
+        (a.pid, "expired"),
+        (b.pid, "completed"),
+    ]
+    assert "lease lost" in stderr_of(a)  # A says why it recorded nothing
+
+
+def test_first_signal_finishes_the_job_second_gives_it_back(db, db_url, tmp_path):
+    sid = make_session(db, tmp_path, 3)
+    log = tmp_path / "claims.log"
+    w = start_worker(db_url, sid, log, sleep_s=1.5)
+    _wait_for(lambda: _states(db, sid).get("running") == 1)
+    w.send_signal(signal.SIGTERM)
+    assert w.wait(timeout=30) == 0
+    assert _states(db, sid) == {"completed": 1, "new": 2}
+
+    w = start_worker(db_url, sid, log, sleep_s=3)
+    _wait_for(lambda: _states(db, sid).get("running") == 1)
+    w.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    w.send_signal(signal.SIGINT)
+    assert w.wait(timeout=30) == 0
+    assert _states(db, sid) == {"completed": 1, "new": 2}
+    with db.session() as s:
+        released = s.execute(sa.select(Attempt.job_id).where(Attempt.outcome == "released")).all()
+        assert len(released) == 1
+        assert s.get(Job, released[0].job_id).retries == 0
+
+
+def test_failing_tuner_retries_with_backoff_then_errors(db, db_url, tmp_path):
+    sid = make_session(db, tmp_path, 2)
+    log = tmp_path / "claims.log"
+    w = start_worker(
+        db_url,
+        sid,
+        log,
+        "--until-empty",
+        "--max-retries",
+        "3",
+        "--retry-backoff",
+        "0.3",
+        tuner="plugins.claimlog:Failing",
+    )
+    finish([w])
+    assert _states(db, sid) == {"error": 2}
+    with db.session() as s:
+        for job in s.scalars(sa.select(Job).where(Job.session_id == sid)):
+            assert job.retries == 3 and "ERROR: compile failed" in job.result
+            times = s.scalars(
+                sa.select(Attempt.claimed_at).where(Attempt.job_id == job.id).order_by(Attempt.id)
+            ).all()
+            gaps = [(b - a).total_seconds() for a, b in zip(times, times[1:], strict=False)]
+            assert gaps[0] >= 0.25 and gaps[1] >= 0.55  # 0.3 s, then doubled
+    assert s  # the session closed cleanly
+
+
+def test_workers_survive_killed_connections(db, db_url, tmp_path):
+    if db.is_sqlite:
+        pytest.skip("SQLite has no server connection to lose")
+    n = 120
+    sid = make_session(db, tmp_path, n)
+    log = tmp_path / "claims.log"
+    procs = [
+        start_worker(db_url, sid, log, "--until-empty", "--lease", "10", sleep_s=0.05)
+        for _ in range(3)
+    ]
+    killed = 0
+    for _ in range(4):
+        time.sleep(0.7)
+        killed += _kill_worker_connections(db)
+    finish(procs)
+    assert killed > 0
+    assert [p.returncode for p in procs] == [0, 0, 0]
+    assert_done_exactly_once(db, sid, n)
+
+
+def _kill_worker_connections(db: Database) -> int:
+    """Cut every other connection to this database, as a server restart would."""
+    with db.engine.connect() as conn:
+        if db.backend == "postgresql":
+            ids = (
+                conn.execute(
+                    sa.text(
+                        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND pid <> pg_backend_pid()"
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            for pid in ids:
+                conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+        else:
+            ids = (
+                conn.execute(
+                    sa.text(
+                        "SELECT id FROM information_schema.processlist WHERE db = DATABASE() "
+                        "AND id <> CONNECTION_ID()"
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            for pid in ids:
+                try:
+                    conn.execute(sa.text(f"KILL {int(pid)}"))
+                except sa.exc.DBAPIError:
+                    pass  # it ended on its own meanwhile
+        conn.commit()
+    return len(ids)
+
+
+def _states(db: Database, sid: int) -> dict[str, int]:
+    return {k: v for k, v in jobs.counts(db, sid)[sid].items() if v}
+
+
+def _wait_for(cond, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.05)
