@@ -78,6 +78,18 @@ def is_session(spec: str) -> bool:
     return spec.isdigit()
 
 
+def load_sides(a: str, b: str, op: str | None, db: Callable[[], Database]) -> tuple[Side, Side]:
+    """Sessions first: their canonical vectors spare the parser on a .tsv that has them
+    verbatim (a canonical string parses back to itself)."""
+    results.check_op(op)
+    loaded = {spec: session_side(db(), int(spec), op) for spec in (a, b) if is_session(spec)}
+    known = frozenset().union(*(side.entries for side in loaded.values()))
+    for spec in (a, b):
+        if spec not in loaded:
+            loaded[spec] = tsv_side(spec, op, known)
+    return loaded[a], loaded[b]
+
+
 def load_side(spec: str, op: str | None, db: Callable[[], Database]) -> Side:
     """A session id (the database is opened only then) or a .tsv path."""
     results.check_op(op)
@@ -102,9 +114,10 @@ def session_side(db: Database, session_id: int, op: str | None) -> Side:
     return Side(label, entries)
 
 
-def tsv_side(path: str, op: str | None) -> Side:
+def tsv_side(path: str, op: str | None, known: frozenset[str] = frozenset()) -> Side:
+    """A .tsv in memory; `known` are vectors known canonical (they skip the parser)."""
     parsed = history.read_file(path)
-    canonical = _canonicalizer(op)
+    canonical = _canonicalizer(op, known)
     entries: dict[str, Entry] = {}
     where: dict[str, tuple[tuple[Any, ...], int]] = {}  # vector -> (context, line)
     for row in parsed.rows:
@@ -127,10 +140,10 @@ def tsv_side(path: str, op: str | None) -> Side:
     return Side(path, entries)
 
 
-def _canonicalizer(op: str | None) -> Callable[[str], str]:
+def _canonicalizer(op: str | None, known: frozenset[str]) -> Callable[[str], str]:
     if op is None:
         return str.strip
-    cache: dict[str, str] = {}
+    cache: dict[str, str] = dict(zip(known, known, strict=True))
 
     def canonical(vector: str) -> str:
         key = cache.get(vector)

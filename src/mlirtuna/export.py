@@ -197,7 +197,6 @@ def winner_rows(
     """One row per problem from the newest of `chosen` (newest first) that has it, and the
     sessions that gave rows; one query."""
     rank = {x.id: i for i, x in enumerate(chosen)}
-    by_id = {x.id: x for x in chosen}
     stmt = (
         sa.select(
             Result.session_id,
@@ -217,12 +216,13 @@ def winner_rows(
     if op is not None:
         stmt = stmt.where(Problem.op == op)
     best: dict[int, Any] = {}
-    with_rank = ((rank[r.session_id], r) for r in _rows(s, stmt))
-    for r_rank, r in with_rank:
+    for r in _rows(s, stmt):
         held = best.get(r.problem_id)
-        if held is None or r_rank < rank[held.session_id]:
+        if held is None or rank[r.session_id] < rank[held.session_id]:
             best[r.problem_id] = r
-    rows = [_tuning_row(by_id[r.session_id], r) for r in best.values()]
+    # Session columns read once per session, not through the ORM once per row.
+    columns = {x.id: _SessionColumns.of(x) for x in chosen}
+    rows = [columns[r.session_id].row(r) for r in best.values()]
     rows.sort(key=lambda row: row.test_vector)
     return rows, {r.session_id for r in best.values()}
 
@@ -232,22 +232,46 @@ def _rows(s: Session, stmt: sa.Select) -> Any:
     return s.execute(stmt.execution_options(yield_per=10_000))
 
 
-def _tuning_row(x: TuningSession, r: Any) -> tuningdb.TuningRow:
-    started = r.compile_start or r.tuned_at or x.created_at
-    return tuningdb.TuningRow(
-        arch=x.arch_full,
-        num_cu=x.num_cu,
-        num_chiplets=x.num_chiplets,
-        test_vector=r.test_vector,
-        perf_config=r.perf_config,
-        # Legacy imports have no TFlops; "nan" is what str(float) prints and readers skip.
-        tflops=math.nan if r.tflops is None else r.tflops,
-        tuning_space=x.tuning_space,
-        commit_id=x.mlir_v or None,  # the writer prints "unknown", as E3 does without git
-        timestamp=tuningdb.format_timestamp(started),
-        duration_s=_duration(r),
-        lineno=0,
-    )
+@dataclass(frozen=True, slots=True)
+class _SessionColumns:
+    """What every row of one session shares."""
+
+    arch: str
+    num_cu: int
+    num_chiplets: int
+    tuning_space: str
+    commit: str | None
+    created_at: dt.datetime
+
+    @classmethod
+    def of(cls, x: TuningSession) -> _SessionColumns:
+        # arch_full: perfRunner keys on the exact gcnArchName (module docstring).
+        # commit None: the writer prints "unknown", as E3 does where git fails.
+        return cls(
+            x.arch_full, x.num_cu, x.num_chiplets, x.tuning_space, x.mlir_v or None, x.created_at
+        )
+
+    def row(self, r: Any) -> tuningdb.TuningRow:
+        return tuningdb.TuningRow(
+            arch=self.arch,
+            num_cu=self.num_cu,
+            num_chiplets=self.num_chiplets,
+            test_vector=r.test_vector,
+            perf_config=r.perf_config,
+            # Legacy imports have no TFlops; "nan" is what str(float) prints and readers skip.
+            tflops=math.nan if r.tflops is None else r.tflops,
+            tuning_space=self.tuning_space,
+            commit_id=self.commit,
+            timestamp=_stamp(r.compile_start or r.tuned_at or self.created_at),
+            duration_s=_duration(r),
+            lineno=0,
+        )
+
+
+def _stamp(when: dt.datetime) -> str:
+    """tuningdb.format_timestamp's text for our naive UTC values, by the C isoformat (strftime
+    was a tenth of a 100,000-row export)."""
+    return when.isoformat(timespec="seconds") + "Z"
 
 
 def _duration(r: Any) -> float:

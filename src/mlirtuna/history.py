@@ -152,12 +152,14 @@ def read_file(path: str) -> tuningdb.TuningFile:
 
 
 class _Parser:
-    """Turns tuning rows into canonical winners, parsing each distinct test vector once."""
+    """Turns tuning rows into canonical winners. A 100,000-line file repeats few contexts and
+    holds each vector about once: both are worked out once per distinct value, not per row."""
 
     def __init__(self, op: str, fill: Fill) -> None:
         self.op, self.fill = op, fill
         self.problems: dict[str, problems.Problem] = {}  # canonical -> problem
-        self._seen: dict[str, problems.Problem] = {}  # test vector as written -> problem
+        self._vectors: dict[str, tuple[str, int]] = {}  # as written -> (canonical, flops)
+        self._contexts: dict[tuple[Any, ...], Context] = {}  # row's own values -> context
 
     def groups(self, parsed: tuningdb.TuningFile, report: TsvImportReport) -> list[_Group]:
         by_context: dict[Context, _Group] = {}
@@ -177,6 +179,13 @@ class _Parser:
         return list(by_context.values())
 
     def context(self, row: tuningdb.TuningRow) -> Context:
+        key = (row.arch, row.num_cu, row.num_chiplets, row.tuning_space, row.commit_id)
+        context = self._contexts.get(key)
+        if context is None:
+            context = self._contexts[key] = self._new_context(row)
+        return context
+
+    def _new_context(self, row: tuningdb.TuningRow) -> Context:
         num_cu = row.num_cu if row.num_cu is not None else self.fill.num_cu
         if num_cu is None:
             raise InputError(
@@ -197,24 +206,28 @@ class _Parser:
             _check_width(name, value)
         return Context(row.arch, num_cu, chiplets, space, commit)
 
+    def vector(self, written: str) -> tuple[str, int]:
+        known = self._vectors.get(written)
+        if known is None:
+            problem = problems.parse(self.op, written)
+            known = self._vectors[written] = (problem.canonical(), problem.flops())
+            self.problems.setdefault(known[0], problem)
+        return known
+
     def winner(self, row: tuningdb.TuningRow) -> _Winner:
-        problem = self._seen.get(row.test_vector)
-        if problem is None:
-            problem = problems.parse(self.op, row.test_vector)
-            self._seen[row.test_vector] = problem
-            self.problems.setdefault(problem.canonical(), problem)
-        _check_width("perfConfig", row.perf_config)
+        canonical, flops = self.vector(row.test_vector)
+        if len(row.perf_config) > _LIMITS["perfConfig"]:
+            _check_width("perfConfig", row.perf_config)
         tflops = None if row.tflops is None or math.isnan(row.tflops) else row.tflops
+        duration = row.duration_s
         return _Winner(
-            test_vector=problem.canonical(),
+            test_vector=canonical,
             perf_config=row.perf_config,
             tflops=tflops,
             # The file holds TFlops only; the kernel time follows from the op's flop count.
-            kernel_time=problem.flops() / (tflops * 1e3) if tflops else None,
+            kernel_time=flops / (tflops * 1e3) if tflops else None,
             tuned_at=_timestamp(row.timestamp),
-            duration_s=row.duration_s
-            if row.duration_s is None or math.isfinite(row.duration_s)
-            else None,
+            duration_s=duration if duration is None or math.isfinite(duration) else None,
         )
 
 

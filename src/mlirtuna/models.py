@@ -17,7 +17,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
-    Float,
+    Double,
     ForeignKey,
     Index,
     Integer,
@@ -247,11 +247,11 @@ class Result(Base):
     problem_id: Mapped[int] = mapped_column(ForeignKey("problem.id"), index=True)
     job_id: Mapped[int | None] = mapped_column(ForeignKey("job.id"), nullable=True)
     perf_config: Mapped[str] = mapped_column(String(255))
-    kernel_time: Mapped[float | None] = mapped_column(Float, nullable=True)  # ns
-    tflops: Mapped[float | None] = mapped_column(Float, nullable=True)
+    kernel_time: Mapped[float | None] = mapped_column(Double, nullable=True)  # ns
+    tflops: Mapped[float | None] = mapped_column(Double, nullable=True)
     # For results imported from a .tsv: the row's own commit, timestamp and duration.
     tuned_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
-    duration_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    duration_s: Mapped[float | None] = mapped_column(Double, nullable=True)
 
 
 class Candidate(Base):
@@ -265,6 +265,6 @@ class Candidate(Base):
     problem_id: Mapped[int] = mapped_column(ForeignKey("problem.id"))
     job_id: Mapped[int] = mapped_column(ForeignKey("job.id"), index=True)
     perf_config: Mapped[str] = mapped_column(String(255))
-    kernel_time: Mapped[float | None] = mapped_column(Float, nullable=True)  # ns
-    tflops: Mapped[float | None] = mapped_column(Float, nullable=True)
+    kernel_time: Mapped[float | None] = mapped_column(Double, nullable=True)  # ns
+    tflops: Mapped[float | None] = mapped_column(Double, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)  # why it was invalid

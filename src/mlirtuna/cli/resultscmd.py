@@ -129,9 +129,8 @@ def compare(
     def db():
         return common.database(ctx)
 
-    result = comparing.compare(
-        comparing.load_side(a, op, db), comparing.load_side(b, op, db), limit
-    )
+    side_a, side_b = comparing.load_sides(a, b, op, db)
+    result = comparing.compare(side_a, side_b, limit)
     if as_json:
         common.print_json(result.as_dict())
     else:

@@ -261,8 +261,8 @@ def upgrade() -> None:
         sa.Column("problem_id", sa.Integer(), nullable=False),
         sa.Column("job_id", sa.Integer(), nullable=False),
         sa.Column("perf_config", sa.String(length=255), nullable=False),
-        sa.Column("kernel_time", sa.Float(), nullable=True),
-        sa.Column("tflops", sa.Float(), nullable=True),
+        sa.Column("kernel_time", sa.Double(), nullable=True),
+        sa.Column("tflops", sa.Double(), nullable=True),
         sa.Column("error", sa.Text(), nullable=True),
         sa.ForeignKeyConstraint(["job_id"], ["job.id"], name=op.f("fk_candidate_job_id_job")),
         sa.ForeignKeyConstraint(
@@ -286,8 +286,8 @@ def upgrade() -> None:
         sa.Column("problem_id", sa.Integer(), nullable=False),
         sa.Column("job_id", sa.Integer(), nullable=True),
         sa.Column("perf_config", sa.String(length=255), nullable=False),
-        sa.Column("kernel_time", sa.Float(), nullable=True),
-        sa.Column("tflops", sa.Float(), nullable=True),
+        sa.Column("kernel_time", sa.Double(), nullable=True),
+        sa.Column("tflops", sa.Double(), nullable=True),
         sa.Column(
             "tuned_at",
             sa.DateTime()
@@ -295,7 +295,7 @@ def upgrade() -> None:
             .with_variant(mysql.DATETIME(fsp=6), "mysql"),
             nullable=True,
         ),
-        sa.Column("duration_s", sa.Float(), nullable=True),
+        sa.Column("duration_s", sa.Double(), nullable=True),
         sa.ForeignKeyConstraint(["job_id"], ["job.id"], name=op.f("fk_result_job_id_job")),
         sa.ForeignKeyConstraint(
             ["problem_id"], ["problem.id"], name=op.f("fk_result_problem_id_problem")
