@@ -10,7 +10,7 @@ import sys
 import pytest
 import sqlalchemy as sa
 from clitools import run_cli
-from test_rocmlir_tuner import ARCH_FULL, ATTN, CONV, FAKE, GEMM, expected
+from test_rocmlir_tuner import ARCH_FULL, ATTN, CONV, FAKE, GEMM, _pid_alive, expected
 
 from mlirtuna import configs, jobs, sessions
 from mlirtuna.models import Candidate, Job, Result
