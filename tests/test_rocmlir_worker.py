@@ -137,9 +137,7 @@ def test_hang_is_killed_at_the_job_timeout_and_retried(db, tmp_path, build, monk
         and job.retries == 2
         and "ran past the job timeout of 2 s" in job.result
     )
-    child = int(pidfile.read_text())
-    with pytest.raises(ProcessLookupError):
-        os.kill(child, 0)  # the tool's own child died with its process group
+    assert not _pid_alive(int(pidfile.read_text()))  # the tool's child died with its group
 
 
 def test_cli_worker_with_rocmlir_tuner(db, db_url, tmp_path, build):
