@@ -126,13 +126,7 @@ def _named_sessions(s: Session, query: ExportQuery) -> list[TuningSession]:
     missing = [i for i in ids if i not in found]
     if missing:
         raise NotFound(f"no session {missing[0]}: `mlirtuna session list` shows them")
-    matching = {
-        x.id
-        for x in s.scalars(
-            sa.select(TuningSession).where(TuningSession.id.in_(ids), *_filters(query))
-        )
-    }
-    wrong = [i for i in ids if i not in matching]
+    wrong = [i for i in ids if not _matches(found[i], query)]
     if wrong:
         raise UserError(
             f"session {wrong[0]} ({_context_text(_context(found[wrong[0]]))}) does "
@@ -154,6 +148,16 @@ def _filters(query: ExportQuery) -> list[sa.ColumnElement[bool]]:
     if query.tuning_space is not None:
         where.append(TuningSession.tuning_space == query.tuning_space)
     return where
+
+
+def _matches(x: TuningSession, query: ExportQuery) -> bool:
+    """_filters, for sessions already loaded."""
+    return (
+        (not query.arch or query.arch in (x.arch, x.arch_full))
+        and query.num_cu in (None, x.num_cu)
+        and query.num_chiplets in (None, x.num_chiplets)
+        and query.tuning_space in (None, x.tuning_space)
+    )
 
 
 def _newest_first() -> tuple[sa.UnaryExpression, sa.UnaryExpression]:

@@ -184,7 +184,7 @@ class Worker:
     def _finish(self, lease: Lease, outcome, error: str | None) -> None:
         if outcome is not None:
             for note in outcome.notes:
-                log.warning("job %s: %s", lease.job_id, note)
+                log.info("job %s: %s", lease.job_id, note)
             if self._retrying(lambda: queue.record(self.db, lease, outcome)):
                 self.stats.completed += 1
                 log.info(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 import typer
 
-from mlirtuna import manager
+from mlirtuna import flow, manager, progress, sessions
 from mlirtuna.cli import common
+from mlirtuna.cli.problemscmd import data_type_opt, direction_opt, layout_opt, no_expand_opt
 from mlirtuna.worker import (
     DEFAULT_BACKOFF_S,
     DEFAULT_LEASE_S,
@@ -59,6 +61,8 @@ def worker(
     ),
 ) -> None:
     """Run workers for a session: one process per GPU, each claiming jobs until stopped."""
+    if not common.state(ctx).debug:
+        logging.getLogger("mlirtuna").setLevel(logging.INFO)  # one line per job: a worker's log
     db = common.database(ctx)
     settings = WorkerSettings(
         session_id=session,
@@ -97,5 +101,115 @@ def _run_here(db, settings: WorkerSettings, slot: manager.Slot) -> None:
     )
 
 
+def run(
+    ctx: typer.Context,
+    files: list[str] = typer.Argument(..., metavar="FILE...", help="rocMLIR config lists."),
+    op: str = typer.Option(..., "--op", help="conv, gemm or attention."),
+    tuner: str = typer.Option(
+        "auto",
+        "--tuner",
+        help="auto (rocmlir when a build dir is given, else cpu), rocmlir or cpu.",
+    ),
+    tuning_space: str = typer.Option(
+        sessions.DEFAULT_TUNING_SPACE, "--tuning-space", help="quick, full, greedy or exhaustive."
+    ),
+    gpus: str = typer.Option("auto", "--gpus", help="auto or 0,1,…"),
+    workers: int = typer.Option(1, "--workers", help="Worker processes per GPU (or CPU workers)."),
+    output: str = typer.Option(
+        None, "-o", "--output", help="The tuning DB to write [default: mlir_tuning_<arch>.tsv]."
+    ),
+    session: int = typer.Option(None, "--session", help="Resume this session."),
+    mlir_build_dir: str = typer.Option(
+        None,
+        "--mlir-build-dir",
+        envvar="MLIRTUNA_ROCMLIR_BUILD",
+        show_envvar=True,
+        help="rocMLIR build dir.",
+    ),
+    data_type: str = data_type_opt(),
+    direction: str = direction_opt(),
+    layout: str = layout_opt(),
+    no_expand: bool = no_expand_opt(),
+    arch: str = typer.Option(None, "--arch", help="For a new rocmlir session [detected]."),
+    num_cu: int = typer.Option(None, "--num-cu", help="For a new rocmlir session [detected]."),
+    num_chiplets: int = typer.Option(None, "--num-chiplets", help="[detected]."),
+    reason: str = typer.Option("", "--reason", help="Why this tuning is run."),
+    job_timeout: float = typer.Option(None, "--job-timeout", help="Seconds per job."),
+    max_retries: int = typer.Option(
+        DEFAULT_MAX_RETRIES, "--max-retries", help="Failed attempts before a job ends in error."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON summary at the end."),
+) -> None:
+    """Import, open a session, load jobs, tune them here, export the tuning DB, show winners."""
+    db = common.database(ctx)
+    flags = {
+        k: v
+        for k, v in (("arch", arch), ("num_cu", num_cu), ("num_chiplets", num_chiplets))
+        if v is not None
+    }
+    plan = flow.RunPlan(
+        op=op,
+        files=files,
+        options=common.expand_options(data_type, direction, layout, no_expand),
+        tuner=tuner,
+        tuning_space=tuning_space,
+        gpus=gpus,
+        workers=workers,
+        output=output,
+        session_id=session,
+        mlir_build_dir=mlir_build_dir,
+        reason=reason,
+        session_flags=flags,
+        settings=WorkerSettings(session_id=0, job_timeout_s=job_timeout, max_retries=max_retries),
+    )
+    prepared = flow.prepare(db, plan)
+    sid = prepared.session.id
+    if not as_json:
+        common.err(
+            f"session {sid}: {prepared.tuner_why}; {prepared.imported.problems} problems, "
+            f"{prepared.loaded.added} new jobs ({prepared.loaded.existing} already there)"
+        )
+    live = not (quiet or as_json) and common.err_console.is_terminal
+    with progress.LiveView(db, sid, common.err_console, enabled=live) as view:
+        interrupted = flow.run_workers(db, plan, prepared, view.tick, quiet=live or as_json)
+    summary = flow.finish(db, plan, prepared, interrupted)
+    if as_json:
+        common.print_json(summary.as_dict())
+    else:
+        _report(db, summary, plan)
+    if interrupted:
+        common.err(
+            f"interrupted: resume with `mlirtuna run --op {op} --session {sid} {' '.join(files)}`"
+        )
+        raise typer.Exit(130)
+    if summary.counts["error"]:
+        raise typer.Exit(1)
+
+
+def _report(db, summary: flow.RunSummary, plan: flow.RunPlan) -> None:
+    from rich.table import Table
+
+    table = Table("test vector", "perf config", "TFlops", "tried")
+    for w in summary.winners:
+        table.add_row(w.test_vector, w.perf_config, f"{w.tflops or 0:.4g}", str(w.candidates))
+    common.out.print(table)
+    c = summary.counts
+    common.err(
+        f"session {summary.session_id}: {c['completed']} completed, {c['error']} errors"
+        + (
+            f" (see `mlirtuna jobs list --session {summary.session_id} --state error`)"
+            if c["error"]
+            else ""
+        )
+    )
+    if summary.output:
+        common.err(
+            f"tuning DB: {summary.output} ({summary.exported_rows} rows); "
+            f"database: {db.display_url}"
+        )
+
+
 def register(app: typer.Typer) -> None:
     app.command()(worker)
+    app.command()(run)
