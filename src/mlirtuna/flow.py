@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlirtuna import configs, export, jobs, manager, results, sessions
+from mlirtuna import configs, export, jobs, manager, results, sessions, tuners
 from mlirtuna.db import Database
 from mlirtuna.errors import UserError
 from mlirtuna.problems import ExpandOptions
@@ -85,6 +85,8 @@ def choose_tuner(tuner: str, build_dir: str | None) -> tuple[str, str]:
 def prepare(db: Database, plan: RunPlan) -> Prepared:
     """Everything up to the workers: files are read before anything is written."""
     tuner, why = choose_tuner(plan.tuner, plan.mlir_build_dir)
+    if tuner == "rocmlir":  # a missing build dir stops here, before anything is written
+        tuners.make("rocmlir", mlir_build_dir=plan.mlir_build_dir)
     for path in plan.files:
         if not Path(path).is_file():
             raise UserError(f"cannot read config list {path}: no such file")
@@ -104,7 +106,7 @@ def prepare(db: Database, plan: RunPlan) -> Prepared:
         session = sessions.create(
             db,
             SessionSpec(
-                tuner=tuner,
+                tuner=tuner.partition(":")[0],  # the name; sleep:SECONDS is a worker setting
                 tuning_space=plan.tuning_space,
                 reason=plan.reason or "mlirtuna run",
                 mlir_build_dir=plan.mlir_build_dir,

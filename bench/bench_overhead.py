@@ -1,0 +1,219 @@
+"""Orchestration overhead per job, mlirtuna vs Optuna's RDB storage; queue throughput.
+
+1. Per job, on the same database server in the same run, in alternating rounds:
+   - mlirtuna: the real worker loop (`Worker.run`, in-process) with the no-op tuner `sleep:0`:
+     reclaim_expired sweep, claim, load the problem, heartbeat thread, tune, fenced record of one
+     candidate and `completed`;
+   - Optuna: `study.ask()`, `trial.suggest_float("x", 0, 1)`, `study.tell(trial, 0.5)` with
+     RDBStorage and RandomSampler.
+   Each side has a scratch database of its own on the same server (both keep an
+   `alembic_version` table); for SQLite, a file of its own each.
+2. Where mlirtuna's time goes: each queue call timed on its own.
+3. Jobs per second with 1, 4 and 16 worker processes (no-op tuner), measured between the first
+   claim and the last completion by the database clock (process start-up excluded).
+
+    python bench/bench_overhead.py [--backends sqlite,postgresql,mysql] [--smoke] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import logging
+import pstats
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import common
+import optuna
+from optuna.samplers import RandomSampler
+from optuna.storages import RDBStorage
+
+from mlirtuna import configs, queue
+from mlirtuna.db import Database
+from mlirtuna.queue import Claimant, Lease
+from mlirtuna.tuners.base import TuneContext
+from mlirtuna.tuners.sleep import SleepTuner
+from mlirtuna.worker import Heartbeat, Worker, WorkerSettings
+
+
+@dataclass(frozen=True)
+class Sizes:
+    rounds: int  # measured rounds per contender (one warm-up round more is discarded)
+    per_round: int  # jobs (trials) per round
+    calls: int  # jobs for the per-call breakdown
+    throughput_jobs: int
+    workers: tuple[int, ...]
+
+
+REAL = Sizes(rounds=15, per_round=40, calls=200, throughput_jobs=1000, workers=(1, 4, 16))
+SMOKE = Sizes(rounds=2, per_round=3, calls=3, throughput_jobs=8, workers=(1, 2))
+
+
+def mlirtuna_round(worker: Worker, n: int) -> float:
+    """Seconds per job for `n` jobs of the real worker loop."""
+    worker.settings.max_jobs = worker.stats.completed + n
+    t0 = time.perf_counter()
+    worker.run()
+    elapsed = time.perf_counter() - t0
+    if worker.stats.completed != worker.settings.max_jobs:
+        raise RuntimeError(f"worker did {worker.stats}, expected {worker.settings.max_jobs} jobs")
+    return elapsed / n
+
+
+def optuna_round(study: optuna.Study, n: int) -> float:
+    """Seconds per trial for `n` ask + suggest + tell."""
+    t0 = time.perf_counter()
+    for _ in range(n):
+        trial = study.ask()
+        trial.suggest_float("x", 0.0, 1.0)
+        study.tell(trial, 0.5)
+    return (time.perf_counter() - t0) / n
+
+
+def per_job(backend: str, sizes: Sizes, profile: bool) -> tuple[float, float]:
+    """(mlirtuna, optuna) median milliseconds per job, rounds alternating who goes first."""
+    with common.scratch_db(backend) as url, common.scratch_db(backend, migrate=False) as o_url:
+        db = Database(url)
+        sid = common.make_session(db, sizes.per_round * (sizes.rounds + 1))
+        worker = Worker(db, WorkerSettings(session_id=sid, tuner="sleep:0"))
+        study = optuna.create_study(storage=RDBStorage(o_url), sampler=RandomSampler())
+        ours: list[float] = []
+        theirs: list[float] = []
+        prof = cProfile.Profile() if profile else None
+        for r in range(sizes.rounds + 1):
+            contenders: list[tuple[list[float], Callable[[], float]]] = [
+                (ours, lambda: _maybe_profiled(prof, mlirtuna_round, worker, sizes.per_round)),
+                (theirs, lambda: optuna_round(study, sizes.per_round)),
+            ]
+            for into, run in contenders if r % 2 else contenders[::-1]:
+                seconds = run()
+                if r:  # round 0 warms both up (first connections, statement caches)
+                    into.append(seconds * 1e3)
+        db.dispose()
+        if prof is not None:
+            _print_profile(backend, prof)
+        return common.median(ours), common.median(theirs)
+
+
+def _maybe_profiled(prof: cProfile.Profile | None, fn, *args) -> float:
+    if prof is None:
+        return fn(*args)
+    prof.enable()
+    try:
+        return fn(*args)
+    finally:
+        prof.disable()
+
+
+def _print_profile(backend: str, prof: cProfile.Profile) -> None:
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(30)
+    common.status(f"--- cProfile of mlirtuna's worker loop on {backend} ---\n{text.getvalue()}")
+
+
+def breakdown(backend: str, n: int) -> dict[str, float]:
+    """Median milliseconds of each call the worker makes per job, timed one by one."""
+    parts: dict[str, list[float]] = {
+        k: [] for k in ("reclaim_expired", "claim", "load_problem", "heartbeat thread", "record")
+    }
+    with common.scratch_db(backend) as url:
+        db = Database(url)
+        sid = common.make_session(db, n + 1)
+        who, tuner = Claimant("bench", -1), SleepTuner(0.0)
+        ctx = TuneContext("cpu", "cpu", 1, 1, "full", gpu_id=-1)
+        for i in range(n + 1):
+            t0 = time.perf_counter()
+            queue.reclaim_expired(db, max_retries=3, session_id=sid)
+            t1 = time.perf_counter()
+            lease = queue.claim(db, sid, who, 120.0)
+            if lease is None:
+                raise RuntimeError("no job to claim")
+            t2 = time.perf_counter()
+            with db.session() as s:
+                problem = configs.load_problem(s, lease.problem_id)
+            t3 = time.perf_counter()
+            with Heartbeat(db, lease, 120.0, 40.0):
+                outcome = tuner.tune(problem, ctx)
+            t4 = time.perf_counter()
+            _record(db, lease, outcome)
+            t5 = time.perf_counter()
+            if i:
+                for key, a, b in zip(parts, (t0, t1, t2, t3, t4), (t1, t2, t3, t4, t5), strict=True):
+                    parts[key].append((b - a) * 1e3)
+        db.dispose()
+    return {k: common.median(v) for k, v in parts.items()}
+
+
+def _record(db: Database, lease: Lease, outcome) -> None:
+    if not queue.record(db, lease, outcome):
+        raise RuntimeError(f"job {lease.job_id}: lease lost in a single-worker benchmark")
+
+
+def throughput(backend: str, sizes: Sizes) -> list[tuple[int, common.WorkerRun]]:
+    runs = []
+    with common.scratch_db(backend) as url:
+        db = Database(url)
+        for w in sizes.workers:
+            sid = common.make_session(db, sizes.throughput_jobs)
+            runs.append((w, common.run_workers(url, sid, w, "sleep:0")))
+        db.dispose()
+    return runs
+
+
+def main() -> None:
+    p = common.parser(__doc__.split("\n\n")[0])
+    p.add_argument("--profile", action="store_true", help="cProfile mlirtuna's rounds (stderr)")
+    args = p.parse_args()
+    chosen = common.backends(args.backends)
+    sizes = SMOKE if args.smoke else REAL
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    logging.getLogger("mlirtuna").setLevel(logging.ERROR)
+
+    overhead, parts, rates = [], [], []
+    for backend in chosen:
+        common.status(f"{backend}: per-job overhead, {sizes.rounds} rounds x {sizes.per_round}")
+        ours, theirs = per_job(backend, sizes, args.profile)
+        overhead.append([common.LABEL[backend], ours, theirs, f"{theirs / ours:.1f}x"])
+        common.status(f"{backend}: per-call breakdown")
+        calls = breakdown(backend, sizes.calls)
+        parts.append([common.LABEL[backend], *calls.values(), sum(calls.values())])
+        common.status(f"{backend}: throughput with {sizes.workers} worker processes")
+        for w, run in throughput(backend, sizes):
+            rate = run.window.completed / run.window.seconds
+            rates.append([common.LABEL[backend], w, run.window.completed, run.window.seconds,
+                          f"{rate:.0f}", f"{run.completed / run.wall_s:.0f}"])  # fmt: skip
+
+    text = "\n\n".join(
+        [
+            "### Orchestration overhead per job: mlirtuna vs Optuna",
+            common.machine_line() + " " + common.server_versions(chosen),
+            f"Median of {sizes.rounds} rounds of {sizes.per_round} jobs (trials) each, the two "
+            "contenders alternating within one run, each in its own scratch database on the same "
+            "server. mlirtuna: the worker loop with the no-op tuner (sweep, claim, load problem, "
+            "heartbeat thread, fenced record of one candidate). Optuna "
+            f"{optuna.__version__}: RDBStorage, RandomSampler, ask + suggest_float + tell.",
+            common.table(
+                ["backend", "mlirtuna ms/job", "Optuna ms/trial", "Optuna / mlirtuna"], overhead
+            ),
+            "Where mlirtuna's time goes (median ms per call, each timed on its own):",
+            common.table(
+                ["backend", "reclaim_expired", "claim", "load_problem", "heartbeat thread",
+                 "record", "sum"],
+                parts,
+            ),  # fmt: skip
+            "Queue throughput, no-op tuner, worker processes started behind a barrier; jobs/s "
+            "by the database clock (first claim to last completion) and by the wall clock "
+            "(start signal to the last worker's exit, which includes its `--until-empty` check):",
+            common.table(
+                ["backend", "workers", "jobs", "window s", "jobs/s (DB window)", "jobs/s (wall)"],
+                rates,
+            ),
+        ]
+    )
+    common.emit(text, args.out)
+
+
+if __name__ == "__main__":
+    main()
