@@ -48,6 +48,7 @@ class Sizes:
 
 
 REAL = Sizes(rounds=15, per_round=40, calls=200, throughput_jobs=1000, workers=(1, 4, 16))
+PARTS = ("reclaim_expired", "claim", "load_problem", "heartbeat thread", "record")
 SMOKE = Sizes(rounds=2, per_round=3, calls=3, throughput_jobs=8, workers=(1, 2))
 
 
@@ -72,29 +73,26 @@ def optuna_round(study: optuna.Study, n: int) -> float:
     return (time.perf_counter() - t0) / n
 
 
-def per_job(backend: str, sizes: Sizes, profile: bool) -> tuple[float, float]:
+def per_job(db: Database, optuna_url: str, sizes: Sizes, profile: bool) -> tuple[float, float]:
     """(mlirtuna, optuna) median milliseconds per job, rounds alternating who goes first."""
-    with common.scratch_db(backend) as url, common.scratch_db(backend, migrate=False) as o_url:
-        db = Database(url)
-        sid = common.make_session(db, sizes.per_round * (sizes.rounds + 1))
-        worker = Worker(db, WorkerSettings(session_id=sid, tuner="sleep:0"))
-        study = optuna.create_study(storage=RDBStorage(o_url), sampler=RandomSampler())
-        ours: list[float] = []
-        theirs: list[float] = []
-        prof = cProfile.Profile() if profile else None
-        for r in range(sizes.rounds + 1):
-            contenders: list[tuple[list[float], Callable[[], float]]] = [
-                (ours, lambda: _maybe_profiled(prof, mlirtuna_round, worker, sizes.per_round)),
-                (theirs, lambda: optuna_round(study, sizes.per_round)),
-            ]
-            for into, run in contenders if r % 2 else contenders[::-1]:
-                seconds = run()
-                if r:  # round 0 warms both up (first connections, statement caches)
-                    into.append(seconds * 1e3)
-        db.dispose()
-        if prof is not None:
-            _print_profile(backend, prof)
-        return common.median(ours), common.median(theirs)
+    sid = common.make_session(db, sizes.per_round * (sizes.rounds + 1))
+    worker = Worker(db, WorkerSettings(session_id=sid, tuner="sleep:0"))
+    study = optuna.create_study(storage=RDBStorage(optuna_url), sampler=RandomSampler())
+    ours: list[float] = []
+    theirs: list[float] = []
+    prof = cProfile.Profile() if profile else None
+    for r in range(sizes.rounds + 1):
+        contenders: list[tuple[list[float], Callable[[], float]]] = [
+            (ours, lambda: _maybe_profiled(prof, mlirtuna_round, worker, sizes.per_round)),
+            (theirs, lambda: optuna_round(study, sizes.per_round)),
+        ]
+        for into, run in contenders if r % 2 else contenders[::-1]:
+            seconds = run()
+            if r:  # round 0 warms both up (first connections, statement caches)
+                into.append(seconds * 1e3)
+    if prof is not None:
+        _print_profile(db.backend, prof)
+    return common.median(ours), common.median(theirs)
 
 
 def _maybe_profiled(prof: cProfile.Profile | None, fn, *args) -> float:
@@ -113,36 +111,31 @@ def _print_profile(backend: str, prof: cProfile.Profile) -> None:
     common.status(f"--- cProfile of mlirtuna's worker loop on {backend} ---\n{text.getvalue()}")
 
 
-def breakdown(backend: str, n: int) -> dict[str, float]:
+def breakdown(db: Database, n: int) -> dict[str, float]:
     """Median milliseconds of each call the worker makes per job, timed one by one."""
-    parts: dict[str, list[float]] = {
-        k: [] for k in ("reclaim_expired", "claim", "load_problem", "heartbeat thread", "record")
-    }
-    with common.scratch_db(backend) as url:
-        db = Database(url)
-        sid = common.make_session(db, n + 1)
-        who, tuner = Claimant("bench", -1), SleepTuner(0.0)
-        ctx = TuneContext("cpu", "cpu", 1, 1, "full", gpu_id=-1)
-        for i in range(n + 1):
-            t0 = time.perf_counter()
-            queue.reclaim_expired(db, max_retries=3, session_id=sid)
-            t1 = time.perf_counter()
-            lease = queue.claim(db, sid, who, 120.0)
-            if lease is None:
-                raise RuntimeError("no job to claim")
-            t2 = time.perf_counter()
-            with db.session() as s:
-                problem = configs.load_problem(s, lease.problem_id)
-            t3 = time.perf_counter()
-            with Heartbeat(db, lease, 120.0, 40.0):
-                outcome = tuner.tune(problem, ctx)
-            t4 = time.perf_counter()
-            _record(db, lease, outcome)
-            t5 = time.perf_counter()
-            if i:
-                for key, a, b in zip(parts, (t0, t1, t2, t3, t4), (t1, t2, t3, t4, t5), strict=True):
-                    parts[key].append((b - a) * 1e3)
-        db.dispose()
+    parts: dict[str, list[float]] = {k: [] for k in PARTS}
+    sid = common.make_session(db, n + 1)
+    who, tuner = Claimant("bench", -1), SleepTuner(0.0)
+    ctx = TuneContext("cpu", "cpu", 1, 1, "full", gpu_id=-1)
+    for i in range(n + 1):
+        t0 = time.perf_counter()
+        queue.reclaim_expired(db, max_retries=3, session_id=sid)
+        t1 = time.perf_counter()
+        lease = queue.claim(db, sid, who, 120.0)
+        if lease is None:
+            raise RuntimeError("no job to claim")
+        t2 = time.perf_counter()
+        with db.session() as s:
+            problem = configs.load_problem(s, lease.problem_id)
+        t3 = time.perf_counter()
+        with Heartbeat(db, lease, 120.0, 40.0):
+            outcome = tuner.tune(problem, ctx)
+        t4 = time.perf_counter()
+        _record(db, lease, outcome)
+        t5 = time.perf_counter()
+        if i:  # the first job warms up
+            for key, a, b in zip(parts, (t0, t1, t2, t3, t4), (t1, t2, t3, t4, t5), strict=True):
+                parts[key].append((b - a) * 1e3)
     return {k: common.median(v) for k, v in parts.items()}
 
 
@@ -151,14 +144,11 @@ def _record(db: Database, lease: Lease, outcome) -> None:
         raise RuntimeError(f"job {lease.job_id}: lease lost in a single-worker benchmark")
 
 
-def throughput(backend: str, sizes: Sizes) -> list[tuple[int, common.WorkerRun]]:
+def throughput(db: Database, url: str, sizes: Sizes) -> list[tuple[int, common.WorkerRun]]:
     runs = []
-    with common.scratch_db(backend) as url:
-        db = Database(url)
-        for w in sizes.workers:
-            sid = common.make_session(db, sizes.throughput_jobs)
-            runs.append((w, common.run_workers(url, sid, w, "sleep:0")))
-        db.dispose()
+    for w in sizes.workers:
+        sid = common.make_session(db, sizes.throughput_jobs)
+        runs.append((w, common.run_workers(url, sid, w, "sleep:0")))
     return runs
 
 
@@ -173,17 +163,21 @@ def main() -> None:
 
     overhead, parts, rates = [], [], []
     for backend in chosen:
-        common.status(f"{backend}: per-job overhead, {sizes.rounds} rounds x {sizes.per_round}")
-        ours, theirs = per_job(backend, sizes, args.profile)
-        overhead.append([common.LABEL[backend], ours, theirs, f"{theirs / ours:.1f}x"])
-        common.status(f"{backend}: per-call breakdown")
-        calls = breakdown(backend, sizes.calls)
-        parts.append([common.LABEL[backend], *calls.values(), sum(calls.values())])
-        common.status(f"{backend}: throughput with {sizes.workers} worker processes")
-        for w, run in throughput(backend, sizes):
-            rate = run.window.completed / run.window.seconds
-            rates.append([common.LABEL[backend], w, run.window.completed, run.window.seconds,
-                          f"{rate:.0f}", f"{run.completed / run.wall_s:.0f}"])  # fmt: skip
+        label = common.LABEL[backend]
+        with common.scratch_db(backend) as url, common.scratch_db(backend, migrate=False) as o_url:
+            db = Database(url)
+            common.status(f"{backend}: per-job overhead, {sizes.rounds} x {sizes.per_round} jobs")
+            ours, theirs = per_job(db, o_url, sizes, args.profile)
+            overhead.append([label, ours, theirs, f"{theirs / ours:.1f}x"])
+            common.status(f"{backend}: per-call breakdown")
+            calls = breakdown(db, sizes.calls)
+            parts.append([label, *calls.values(), sum(calls.values())])
+            common.status(f"{backend}: throughput with {sizes.workers} worker processes")
+            for w, run in throughput(db, url, sizes):
+                rate = run.window.completed / run.window.seconds
+                rates.append([label, w, run.window.completed, run.window.seconds,
+                              f"{rate:.0f}", f"{run.completed / run.wall_s:.0f}"])  # fmt: skip
+            db.dispose()
 
     text = "\n\n".join(
         [
@@ -198,11 +192,7 @@ def main() -> None:
                 ["backend", "mlirtuna ms/job", "Optuna ms/trial", "Optuna / mlirtuna"], overhead
             ),
             "Where mlirtuna's time goes (median ms per call, each timed on its own):",
-            common.table(
-                ["backend", "reclaim_expired", "claim", "load_problem", "heartbeat thread",
-                 "record", "sum"],
-                parts,
-            ),  # fmt: skip
+            common.table(["backend", *PARTS, "sum"], parts),
             "Queue throughput, no-op tuner, worker processes started behind a barrier; jobs/s "
             "by the database clock (first claim to last completion) and by the wall clock "
             "(start signal to the last worker's exit, which includes its `--until-empty` check):",

@@ -89,7 +89,8 @@ def server_versions(chosen: Sequence[str]) -> str:
         with engine.connect() as conn:
             version = conn.exec_driver_sql("SELECT version()").scalar()
         engine.dispose()
-        parts.append(f"{LABEL[backend]} {str(version).split(' on ')[0]}")
+        text = str(version).split(" on ")[0].split(" (")[0]  # PostgreSQL 15.2 (Debian…) on …
+        parts.append(text if backend == "postgresql" else f"MySQL server {text}")
     return "Servers on loopback: " + ", ".join(parts) + "."
 
 
@@ -162,7 +163,8 @@ def max_connections(url: str) -> int | None:
         return None
     engine = sa.create_engine(resolve_url(url), poolclass=sa.NullPool)
     with engine.connect() as conn:
-        value = conn.exec_driver_sql("SELECT @@max_connections" if "mysql" in url else "SHOW max_connections").scalar()
+        query = "SELECT @@max_connections" if "mysql" in url else "SHOW max_connections"
+        value = conn.exec_driver_sql(query).scalar()
     engine.dispose()
     return int(value)
 
@@ -171,10 +173,8 @@ def max_connections(url: str) -> int | None:
 def make_session(db: Database, n_jobs: int) -> int:
     """A sleep-tuner session with `n_jobs` new jobs, one per small gemm problem."""
     tag = f"bench-{uuid.uuid4().hex[:8]}"
-    problems = [
-        parse("gemm", f"-t f32 -out_datatype f32 -transA false -transB false -g 1 -m {i + 1} -n 8 -k 8")
-        for i in range(n_jobs)
-    ]
+    line = "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m {} -n 8 -k 8"
+    problems = [parse("gemm", line.format(i + 1)) for i in range(n_jobs)]
     with db.session(immediate=True) as s:
         ids, _ = configs.ensure_problems(s, "gemm", problems)
         configs.tag_problems(s, tag, dict.fromkeys(ids.values(), 0))
@@ -194,8 +194,9 @@ class Window:
 def job_window(db: Database, session_id: int) -> Window:
     with db.session() as s:
         n, first, last = s.execute(
-            sa.select(sa.func.count(), sa.func.min(Job.claimed_at), sa.func.max(Job.finished_at))
-            .where(Job.session_id == session_id, Job.state == COMPLETED)
+            sa.select(
+                sa.func.count(), sa.func.min(Job.claimed_at), sa.func.max(Job.finished_at)
+            ).where(Job.session_id == session_id, Job.state == COMPLETED)
         ).one()
     if not n:
         return Window(0, float("nan"))
