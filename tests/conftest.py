@@ -131,6 +131,9 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_terminal_summary(terminalreporter):
+    for backend, var in SERVER_ENV.items():
+        if not os.environ.get(var):
+            _skipped.setdefault(backend, f"{var} not set")
     ran = ["sqlite"] + [b for b in SERVER_ENV if b not in _skipped]
     terminalreporter.write_sep("-", "database backends")
     terminalreporter.write_line(f"ran: {', '.join(ran)}")
