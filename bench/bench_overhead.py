@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import cProfile
 import io
 import logging
@@ -26,9 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import common
-import optuna
-from optuna.samplers import RandomSampler
-from optuna.storages import RDBStorage
+from sqlalchemy import event
 
 from mlirtuna import configs, queue
 from mlirtuna.db import Database
@@ -36,6 +35,13 @@ from mlirtuna.queue import Claimant, Lease
 from mlirtuna.tuners.base import TuneContext
 from mlirtuna.tuners.sleep import SleepTuner
 from mlirtuna.worker import Heartbeat, Worker, WorkerSettings
+
+try:  # the `bench` extra: pip install '.[bench]'
+    import optuna
+    from optuna.samplers import RandomSampler
+    from optuna.storages import RDBStorage
+except ImportError:
+    optuna = None
 
 
 @dataclass(frozen=True)
@@ -48,8 +54,13 @@ class Sizes:
 
 
 REAL = Sizes(rounds=15, per_round=40, calls=200, throughput_jobs=1000, workers=(1, 4, 16))
+RATE_HEADERS = (
+    "backend", "workers", "jobs", "window s", "jobs/s (DB window)", "jobs/s (wall)",
+    "worker CPU ms/job", "machine CPU busy",
+)  # fmt: skip
+OVERHEAD_HEADERS = ("backend", "mlirtuna ms/job", "Optuna ms/trial", "Optuna / mlirtuna")
 PARTS = ("reclaim_expired", "claim", "load_problem", "heartbeat thread", "record")
-SMOKE = Sizes(rounds=2, per_round=3, calls=3, throughput_jobs=8, workers=(1, 2))
+SMOKE = Sizes(rounds=2, per_round=3, calls=3, throughput_jobs=6, workers=(2,))
 
 
 def mlirtuna_round(worker: Worker, n: int) -> float:
@@ -63,7 +74,7 @@ def mlirtuna_round(worker: Worker, n: int) -> float:
     return elapsed / n
 
 
-def optuna_round(study: optuna.Study, n: int) -> float:
+def optuna_round(study: optuna.Study, n: int) -> float:  # type: ignore[name-defined]
     """Seconds per trial for `n` ask + suggest + tell."""
     t0 = time.perf_counter()
     for _ in range(n):
@@ -73,26 +84,29 @@ def optuna_round(study: optuna.Study, n: int) -> float:
     return (time.perf_counter() - t0) / n
 
 
-def per_job(db: Database, optuna_url: str, sizes: Sizes, profile: bool) -> tuple[float, float]:
+def per_job(
+    db: Database, optuna_url: str | None, sizes: Sizes, profile: bool
+) -> tuple[float, float | None]:
     """(mlirtuna, optuna) median milliseconds per job, rounds alternating who goes first."""
     sid = common.make_session(db, sizes.per_round * (sizes.rounds + 1))
-    worker = Worker(db, WorkerSettings(session_id=sid, tuner="sleep:0"))
-    study = optuna.create_study(storage=RDBStorage(optuna_url), sampler=RandomSampler())
+    worker = common.worker_class()(db, WorkerSettings(session_id=sid, tuner="sleep:0"))
+    prof = cProfile.Profile() if profile else None
     ours: list[float] = []
     theirs: list[float] = []
-    prof = cProfile.Profile() if profile else None
+    contenders: list[tuple[list[float], Callable[[], float]]] = [
+        (ours, lambda: _maybe_profiled(prof, mlirtuna_round, worker, sizes.per_round))
+    ]
+    if optuna_url is not None:
+        study = optuna.create_study(storage=RDBStorage(optuna_url), sampler=RandomSampler())
+        contenders.append((theirs, lambda: optuna_round(study, sizes.per_round)))
     for r in range(sizes.rounds + 1):
-        contenders: list[tuple[list[float], Callable[[], float]]] = [
-            (ours, lambda: _maybe_profiled(prof, mlirtuna_round, worker, sizes.per_round)),
-            (theirs, lambda: optuna_round(study, sizes.per_round)),
-        ]
         for into, run in contenders if r % 2 else contenders[::-1]:
             seconds = run()
             if r:  # round 0 warms both up (first connections, statement caches)
                 into.append(seconds * 1e3)
     if prof is not None:
         _print_profile(db.backend, prof)
-    return common.median(ours), common.median(theirs)
+    return common.median(ours), common.median(theirs) if theirs else None
 
 
 def _maybe_profiled(prof: cProfile.Profile | None, fn, *args) -> float:
@@ -111,10 +125,28 @@ def _print_profile(backend: str, prof: cProfile.Profile) -> None:
     common.status(f"--- cProfile of mlirtuna's worker loop on {backend} ---\n{text.getvalue()}")
 
 
+class DriverClock:
+    """Counts the statements sent to the database and the time spent inside the driver."""
+
+    def __init__(self, db: Database) -> None:
+        self.statements, self.seconds, self._t0 = 0, 0.0, 0.0
+        event.listen(db.engine, "before_cursor_execute", self._before)
+        event.listen(db.engine, "after_cursor_execute", self._after)
+
+    def _before(self, *_args: object) -> None:
+        self._t0 = time.perf_counter()
+
+    def _after(self, *_args: object) -> None:
+        self.statements += 1
+        self.seconds += time.perf_counter() - self._t0
+
+
 def breakdown(db: Database, n: int) -> dict[str, float]:
-    """Median milliseconds of each call the worker makes per job, timed one by one."""
+    """Median milliseconds of each call the worker makes per job, timed one by one, and per
+    job the statements sent and the milliseconds spent inside the driver executing them."""
     parts: dict[str, list[float]] = {k: [] for k in PARTS}
     sid = common.make_session(db, n + 1)
+    clock = DriverClock(db)
     who, tuner = Claimant("bench", -1), SleepTuner(0.0)
     ctx = TuneContext("cpu", "cpu", 1, 1, "full", gpu_id=-1)
     for i in range(n + 1):
@@ -133,10 +165,15 @@ def breakdown(db: Database, n: int) -> dict[str, float]:
         t4 = time.perf_counter()
         _record(db, lease, outcome)
         t5 = time.perf_counter()
-        if i:  # the first job warms up
-            for key, a, b in zip(parts, (t0, t1, t2, t3, t4), (t1, t2, t3, t4, t5), strict=True):
-                parts[key].append((b - a) * 1e3)
-    return {k: common.median(v) for k, v in parts.items()}
+        if i == 0:  # the first job warms up
+            clock.statements, clock.seconds = 0, 0.0
+            continue
+        for key, a, b in zip(parts, (t0, t1, t2, t3, t4), (t1, t2, t3, t4, t5), strict=True):
+            parts[key].append((b - a) * 1e3)
+    out = {k: common.median(v) for k, v in parts.items()}
+    out["statements"] = clock.statements / n
+    out["in driver"] = clock.seconds / n * 1e3
+    return out
 
 
 def _record(db: Database, lease: Lease, outcome) -> None:
@@ -158,51 +195,74 @@ def main() -> None:
     args = p.parse_args()
     chosen = common.backends(args.backends)
     sizes = SMOKE if args.smoke else REAL
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("mlirtuna").setLevel(logging.ERROR)
+    if optuna is None:
+        common.status("Optuna is not installed (pip install '.[bench]'): mlirtuna's side only")
+    else:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
 
     overhead, parts, rates = [], [], []
     for backend in chosen:
         label = common.LABEL[backend]
-        with common.scratch_db(backend) as url, common.scratch_db(backend, migrate=False) as o_url:
+        with contextlib.ExitStack() as stack:
+            url = stack.enter_context(common.scratch_db(backend))
+            o_url = None
+            if optuna is not None:
+                o_url = stack.enter_context(common.scratch_db(backend, migrate=False))
             db = Database(url)
+            stack.callback(db.dispose)
             common.status(f"{backend}: per-job overhead, {sizes.rounds} x {sizes.per_round} jobs")
             ours, theirs = per_job(db, o_url, sizes, args.profile)
-            overhead.append([label, ours, theirs, f"{theirs / ours:.1f}x"])
+            ratio = f"{theirs / ours:.1f}x" if theirs else "-"
+            overhead.append([label, ours, theirs or "not installed", ratio])
             common.status(f"{backend}: per-call breakdown")
             calls = breakdown(db, sizes.calls)
-            parts.append([label, *calls.values(), sum(calls.values())])
+            per_call = [calls[k] for k in PARTS]
+            parts.append([label, *per_call, sum(per_call), calls["statements"], calls["in driver"]])
             common.status(f"{backend}: throughput with {sizes.workers} worker processes")
             for w, run in throughput(db, url, sizes):
-                rate = run.window.completed / run.window.seconds
-                rates.append([label, w, run.window.completed, run.window.seconds,
-                              f"{rate:.0f}", f"{run.completed / run.wall_s:.0f}"])  # fmt: skip
-            db.dispose()
+                rates.append(rate_row(label, w, run))
+    common.emit(report(chosen, sizes, overhead, parts, rates), args.out)
 
-    text = "\n\n".join(
+
+def rate_row(label: str, workers: int, run: common.WorkerRun) -> list[object]:
+    return [
+        label,
+        workers,
+        run.window.completed,
+        f"{run.window.seconds:.2f}",
+        f"{run.window.completed / run.window.seconds:.0f}",
+        f"{run.completed / run.wall_s:.0f}",
+        f"{run.cpu_ms_per_job:.1f}",
+        f"{run.busy_pct:.0f} %",
+    ]
+
+
+def report(chosen, sizes: Sizes, overhead, parts, rates) -> str:
+    who = f"Optuna {optuna.__version__}" if optuna is not None else "Optuna (not installed)"
+    return "\n\n".join(
         [
             "### Orchestration overhead per job: mlirtuna vs Optuna",
             common.machine_line() + " " + common.server_versions(chosen),
             f"Median of {sizes.rounds} rounds of {sizes.per_round} jobs (trials) each, the two "
             "contenders alternating within one run, each in its own scratch database on the same "
             "server. mlirtuna: the worker loop with the no-op tuner (sweep, claim, load problem, "
-            "heartbeat thread, fenced record of one candidate). Optuna "
-            f"{optuna.__version__}: RDBStorage, RandomSampler, ask + suggest_float + tell.",
-            common.table(
-                ["backend", "mlirtuna ms/job", "Optuna ms/trial", "Optuna / mlirtuna"], overhead
-            ),
-            "Where mlirtuna's time goes (median ms per call, each timed on its own):",
-            common.table(["backend", *PARTS, "sum"], parts),
+            f"heartbeat thread, fenced record of one candidate). {who}: RDBStorage, "
+            "RandomSampler, ask + suggest_float + tell.",
+            common.table(OVERHEAD_HEADERS, overhead),
+            "Where mlirtuna's time goes: median ms per call, each timed on its own; then per "
+            "job the statements sent and the ms spent inside the database driver executing them "
+            "(round trips and server work; COMMIT not included, SQLite's BEGIN included). The rest "
+            "is Python.",
+            common.table(["backend", *PARTS, "sum", "statements", "in driver"], parts),
             "Queue throughput, no-op tuner, worker processes started behind a barrier; jobs/s "
             "by the database clock (first claim to last completion) and by the wall clock "
-            "(start signal to the last worker's exit, which includes its `--until-empty` check):",
-            common.table(
-                ["backend", "workers", "jobs", "window s", "jobs/s (DB window)", "jobs/s (wall)"],
-                rates,
-            ),
+            "(start signal to the last worker's exit, which includes its `--until-empty` check); "
+            "worker CPU = the worker processes' own CPU time per job; machine CPU busy = all "
+            "cores, everyone (the database server, other users) included:",
+            common.table(RATE_HEADERS, rates),
         ]
     )
-    common.emit(text, args.out)
 
 
 if __name__ == "__main__":

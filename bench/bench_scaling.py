@@ -23,10 +23,12 @@ from mlirtuna.models import Attempt, Job
 SLEEP_S = 0.2
 JOBS_PER_WORKER = 10
 REAL_WORKERS = (1, 8, 32, 64)
-SMOKE_WORKERS = (1, 2)
-SMOKE_SLEEP_S = 0.05
-HEADERS = ("backend", "workers", "jobs", "DB window s", "efficiency (DB)", "wall s",
-           "efficiency (wall)", "jobs per worker")  # fmt: skip
+SMOKE_WORKERS = (2,)
+SMOKE_SLEEP_S = 0.02
+HEADERS = (
+    "backend", "workers", "jobs", "DB window s", "efficiency (DB)", "wall s", "efficiency (wall)",
+    "jobs per worker", "worker CPU ms/job", "machine CPU busy",
+)  # fmt: skip
 SPARE_CONNECTIONS = 5  # for this script and whoever else uses the server
 
 
@@ -87,6 +89,8 @@ def run_backend(backend: str, workers: tuple[int, ...], sleep_s: float) -> list[
                     f"{run.wall_s:.2f}",
                     f"{100 * ideal / run.wall_s:.1f} %",
                     f"{fewest}-{most}",
+                    f"{run.cpu_ms_per_job:.1f}",
+                    f"{run.busy_pct:.0f} %",
                 ]
             )
         db.dispose()
@@ -94,9 +98,16 @@ def run_backend(backend: str, workers: tuple[int, ...], sleep_s: float) -> list[
 
 
 def main() -> None:
-    args = common.parser(__doc__.split("\n\n")[0]).parse_args()
+    p = common.parser(__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--workers",
+        help=f"comma-separated worker counts (default {','.join(map(str, REAL_WORKERS))})",
+    )
+    args = p.parse_args()
     chosen = common.backends(args.backends)
     workers = SMOKE_WORKERS if args.smoke else REAL_WORKERS
+    if args.workers:
+        workers = tuple(int(w) for w in args.workers.split(","))
     sleep_s = SMOKE_SLEEP_S if args.smoke else SLEEP_S
     logging.getLogger("mlirtuna").setLevel(logging.ERROR)
     rows = [row for backend in chosen for row in run_backend(backend, workers, sleep_s)]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import importlib
 import json
 import os
 import platform
@@ -209,11 +210,23 @@ def _as_dt(value: dt.datetime | str) -> dt.datetime:
 
 
 # -- worker processes behind a barrier ---------------------------------------------------------
+ENV_WORKER = "MLIRTUNA_BENCH_WORKER"  # module:Class of a Worker subclass, to measure a patch
+
+
+def worker_class() -> type:
+    """The Worker class under test: mlirtuna's own, or a patched one named in the env."""
+    spec = os.environ.get(ENV_WORKER, "mlirtuna.worker:Worker")
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 @dataclass(frozen=True)
 class WorkerRun:
     wall_s: float  # from the start signal until the last worker process exited
     window: Window  # first claim .. last completion, by the database clock
     completed: int  # as the workers counted it
+    cpu_ms_per_job: float  # the worker processes' own CPU time (user + system) per job
+    busy_pct: float  # the whole machine's CPU use during the run (every core = 100 %)
 
 
 def run_workers(url: str, session_id: int, n: int, tuner: str, timeout_s: float = 600) -> WorkerRun:
@@ -229,13 +242,13 @@ def run_workers(url: str, session_id: int, n: int, tuner: str, timeout_s: float 
             line = p.stdout.readline() if p.stdout else ""
             if line.strip() != "ready":
                 raise RuntimeError(f"bench worker did not start (said {line!r})")
-        t0 = time.perf_counter()
+        busy0, t0 = _cpu_busy(), time.perf_counter()
         for p in procs:
             if p.stdin:
                 p.stdin.write("go\n")
                 p.stdin.flush()
         outs = [p.communicate(timeout=timeout_s)[0] for p in procs]
-        wall = time.perf_counter() - t0
+        wall, busy1 = time.perf_counter() - t0, _cpu_busy()
     finally:
         for p in procs:
             if p.poll() is None:
@@ -243,25 +256,42 @@ def run_workers(url: str, session_id: int, n: int, tuner: str, timeout_s: float 
                 p.wait()
     if any(p.returncode for p in procs):
         raise RuntimeError(f"bench workers failed: exit codes {[p.returncode for p in procs]}")
-    done = sum(json.loads(o.strip().splitlines()[-1])["completed"] for o in outs)
+    reports = [json.loads(o.strip().splitlines()[-1]) for o in outs]
+    done = sum(r["completed"] for r in reports)
+    cpu = sum(r["cpu_s"] for r in reports)
+    busy = 100 * (busy1 - busy0) / (wall * (os.cpu_count() or 1))
     db = Database(url)
     try:
-        return WorkerRun(wall, job_window(db, session_id), done)
+        return WorkerRun(wall, job_window(db, session_id), done, 1e3 * cpu / max(done, 1), busy)
     finally:
         db.dispose()
 
 
+def _cpu_busy() -> float:
+    """Seconds every CPU of the machine has spent busy since boot (/proc/stat; 0 elsewhere)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return 0.0
+    ticks = [int(x) for x in fields]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def _worker_main(url: str, session_id: int, tuner: str) -> None:
-    from mlirtuna.worker import Worker, WorkerSettings
+    from mlirtuna.worker import WorkerSettings
 
     db = Database(url)
-    worker = Worker(db, WorkerSettings(session_id=session_id, tuner=tuner, until_empty=True))
+    settings = WorkerSettings(session_id=session_id, tuner=tuner, until_empty=True)
+    worker = worker_class()(db, settings)
     jobs.is_drained(db, session_id)  # the pool now holds a live connection
     print("ready", flush=True)
     sys.stdin.readline()
+    cpu0 = time.process_time()
     stats = worker.run()
+    cpu = time.process_time() - cpu0
     db.dispose()
-    print(json.dumps({"completed": stats.completed, "failed": stats.failed}), flush=True)
+    print(json.dumps({"completed": stats.completed, "cpu_s": cpu}), flush=True)
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:

@@ -74,18 +74,26 @@ def ensure_problems(
     ids = problem_ids(s, op, by_vector)
     missing = [v for v in by_vector if v not in ids]
     if missing:
-        now = utcnow()
-        s.execute(
-            sa.insert(Problem.__table__),
-            [{"op": op, "test_vector": v, "created_at": now} for v in missing],
-        )
-        new_ids = problem_ids(s, op, missing)
+        new_ids = _insert_problems(s, op, missing)
         s.execute(
             sa.insert(CONFIG_TABLES[op].__table__),
             [{"id": new_ids[v], **by_vector[v].columns()} for v in missing],
         )
         ids.update(new_ids)
     return ids, len(missing)
+
+
+def _insert_problems(s: Session, op: str, vectors: list[str]) -> dict[str, int]:
+    """Insert problem rows and return their ids, in one round trip where the backend can."""
+    now = utcnow()
+    rows = [{"op": op, "test_vector": v, "created_at": now} for v in vectors]
+    table = Problem.__table__
+    if s.get_bind().dialect.insert_executemany_returning_sort_by_parameter_order:
+        stmt = sa.insert(table).returning(table.c.id, sort_by_parameter_order=True)
+        return dict(zip(vectors, s.scalars(stmt, rows), strict=True))
+    # MySQL has no INSERT … RETURNING: read the ids back by their unique key.
+    s.execute(sa.insert(table), rows)
+    return problem_ids(s, op, vectors)
 
 
 def problem_ids(s: Session, op: str, vectors: Iterable[str]) -> dict[str, int]:

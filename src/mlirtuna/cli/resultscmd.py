@@ -123,7 +123,10 @@ def compare(
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
     fail: bool = typer.Option(False, "--fail-on-regression", help="Exit 1 if any regression."),
 ) -> None:
-    """Compare two tunings problem by problem (matched by canonical test vector)."""
+    """Compare two tunings problem by problem, matched by canonical test vector.
+
+    A, B: session ids or .tsv files (./12 for a file named 12); arch is not part of the key.
+    """
     limit = comparing.parse_threshold(threshold)
 
     def db():

@@ -1,0 +1,63 @@
+"""The benchmark scripts of bench/ at smoke size, so that they cannot rot between real runs.
+
+Each runs as a subprocess exactly as documented in bench/README.md, on SQLite and on every server
+that MLIRTUNA_TEST_POSTGRES / MLIRTUNA_TEST_MYSQL name. Numbers are not checked, only that each
+script finishes and writes its Markdown tables with a row per backend.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+LABELS = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "mysql": "MariaDB/MySQL"}
+
+
+def backends() -> list[str]:
+    found = ["sqlite"]
+    for backend, var in (
+        ("postgresql", "MLIRTUNA_TEST_POSTGRES"),
+        ("mysql", "MLIRTUNA_TEST_MYSQL"),
+    ):
+        if os.environ.get(var):
+            found.append(backend)
+    return found
+
+
+def run_script(name: str, tmp_path: Path, *args: str) -> str:
+    out = tmp_path / f"{name}.md"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / f"{name}.py"), "--smoke", "--out", str(out), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = out.read_text()
+    assert text == proc.stdout, "--out must hold exactly what was printed"
+    assert "Machine: " in text and "|---|" in text
+    return text
+
+
+@pytest.mark.parametrize("name", ["bench_overhead", "bench_scaling"])
+def test_queue_benchmarks_run(name: str, tmp_path: Path) -> None:
+    chosen = backends()
+    text = run_script(name, tmp_path, "--backends", ",".join(chosen))
+    for backend in chosen:
+        assert f"| {LABELS[backend]} |" in text
+
+
+def test_tuning_spread_runs(tmp_path: Path) -> None:
+    text = run_script("bench_tuning_spread", tmp_path)
+    for op in ("gemm", "conv", "attention"):
+        assert f"| {op} |" in text
