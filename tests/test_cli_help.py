@@ -24,8 +24,20 @@ def _commands(group: click.Group, prefix: str = ""):
 def test_every_command_has_help_and_every_option_too():
     root = typer.main.get_command(app)
     found = dict(_commands(root))
-    assert {"import", "run", "worker", "status", "wait", "export", "compare", "results",
-            "import-tsv", "session new", "jobs load", "db upgrade"} <= set(found)
+    assert {
+        "import",
+        "run",
+        "worker",
+        "status",
+        "wait",
+        "export",
+        "compare",
+        "results",
+        "import-tsv",
+        "session new",
+        "jobs load",
+        "db upgrade",
+    } <= set(found)
     for path, cmd in found.items():
         assert (cmd.help or "").strip(), f"`mlirtuna {path}` has no help text"
         for param in cmd.params:
