@@ -227,10 +227,13 @@ def test_workers_survive_killed_connections(db, db_url, tmp_path):
         start_worker(db_url, sid, log, "--until-empty", "--lease", "10", sleep_s=0.05)
         for _ in range(3)
     ]
+    # Mid-run: once every worker is up and working (a worker that cannot reach the database at
+    # start-up stops at once with one line, by design), cut their connections, four times.
+    _wait_for(lambda: _states(db, sid).get("completed", 0) >= 10, timeout=60)
     killed = 0
     for _ in range(4):
-        time.sleep(0.7)
         killed += _kill_worker_connections(db)
+        time.sleep(0.7)
     finish(procs)
     assert killed > 0
     assert [p.returncode for p in procs] == [0, 0, 0]

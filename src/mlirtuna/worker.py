@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from mlirtuna import configs, jobs, machine, queue, sessions, tuners
 from mlirtuna.db import Database
-from mlirtuna.errors import DatabaseError, TunerError, TunerTimeout
+from mlirtuna.errors import DatabaseError, TunerError
 from mlirtuna.queue import Claimant, Lease
 from mlirtuna.tuners.base import TuneContext, Tuner
 
@@ -166,20 +166,19 @@ class Worker:
 
     def _tune(self, lease: Lease):
         """(outcome, None) or (None, error text); a tuner failure never escapes as an exception."""
+        problem = self._retrying(lambda: self._problem(lease.problem_id))
         try:
-            with self.db.session() as s:
-                problem = configs.load_problem(s, lease.problem_id)
             log.info("job %s: tuning %s", lease.job_id, problem.canonical())
             return self.tuner.tune(problem, self._context()), None
-        except TunerTimeout as exc:
+        except TunerError as exc:  # timeouts included
             return None, _error_text(exc)
-        except TunerError as exc:
-            return None, _error_text(exc)
-        except (DatabaseError, GiveBack):
-            raise
         except Exception as exc:  # a tuner bug must cost one attempt, not the job
             log.exception("job %s: tuner crashed", lease.job_id)
             return None, f"tuner crashed: {type(exc).__name__}: {exc}"
+
+    def _problem(self, problem_id: int):
+        with self.db.session() as s:
+            return configs.load_problem(s, problem_id)
 
     def _finish(self, lease: Lease, outcome, error: str | None) -> None:
         if outcome is not None:
