@@ -29,7 +29,7 @@ from itertools import product
 from typing import Any, ClassVar
 
 from mlirtuna.errors import InputError
-from mlirtuna.problems import (
+from mlirtuna.problems.flags import (
     ExpandOptions,
     SizeFlags,
     bool_value,

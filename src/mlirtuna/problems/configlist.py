@@ -18,7 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from mlirtuna.errors import InputError, UserError
-from mlirtuna.problems import ExpandOptions, Problem, check_options, expand_problems, int_value
+from mlirtuna.problems import ExpandOptions, Problem, check_options, expand_problems
+from mlirtuna.problems.flags import int_value
 
 PRIORITY_FLAG = "-perf_priority"
 DROPPED_FLAGS = ("-perf_config",)

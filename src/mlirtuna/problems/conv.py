@@ -35,7 +35,7 @@ from functools import lru_cache
 from typing import Any, ClassVar
 
 from mlirtuna.errors import InputError, UserError
-from mlirtuna.problems import (
+from mlirtuna.problems.flags import (
     ExpandOptions,
     SizeFlags,
     check_minimum,
