@@ -26,8 +26,8 @@ REAL_WORKERS = (1, 8, 32, 64)
 SMOKE_WORKERS = (2,)
 SMOKE_SLEEP_S = 0.02
 HEADERS = (
-    "backend", "workers", "jobs", "DB window s", "efficiency (DB)", "wall s", "efficiency (wall)",
-    "jobs per worker", "worker CPU ms/job", "machine CPU busy",
+    "backend", "workers", "jobs", "DB window s", "efficiency (DB)", "range", "wall s",
+    "efficiency (wall)", "jobs per worker", "worker CPU ms/job", "machine CPU busy",
 )  # fmt: skip
 SPARE_CONNECTIONS = 5  # for this script and whoever else uses the server
 
@@ -61,7 +61,9 @@ def free_connections(url: str) -> int | None:
     return limit - int(used)
 
 
-def run_backend(backend: str, workers: tuple[int, ...], sleep_s: float) -> list[list[object]]:
+def run_backend(
+    backend: str, workers: tuple[int, ...], sleep_s: float, repeat: int
+) -> list[list[object]]:
     rows: list[list[object]] = []
     label = common.LABEL[backend]
     with common.scratch_db(backend) as url:
@@ -69,23 +71,20 @@ def run_backend(backend: str, workers: tuple[int, ...], sleep_s: float) -> list[
         for w in workers:
             free = free_connections(url)
             if free is not None and w + SPARE_CONNECTIONS > free:
-                rows.append(
-                    [label, w, "-", "-", "-", "-", "-", f"skipped: {free} connections free"]
-                )
+                rows.append([label, w, f"skipped: {free} connections free", *["-"] * 8])
                 continue
-            n = JOBS_PER_WORKER * w
-            sid = common.make_session(db, n)
-            common.status(f"{backend}: {w} workers, {n} jobs of {sleep_s} s")
-            run = common.run_workers(url, sid, w, f"sleep:{sleep_s}")
-            ideal = n * sleep_s / w
-            fewest, most = jobs_per_worker(db, sid)
+            runs = [one_run(db, url, backend, w, sleep_s) for _ in range(repeat)]
+            runs.sort(key=lambda r: r[0])  # by DB-window efficiency
+            eff, run, fewest, most = runs[len(runs) // 2]
+            ideal = JOBS_PER_WORKER * sleep_s
             rows.append(
                 [
                     label,
                     w,
                     run.window.completed,
                     f"{run.window.seconds:.2f}",
-                    f"{100 * ideal / run.window.seconds:.1f} %",
+                    f"{eff:.1f} %",
+                    f"{runs[0][0]:.0f}-{runs[-1][0]:.0f} %",
                     f"{run.wall_s:.2f}",
                     f"{100 * ideal / run.wall_s:.1f} %",
                     f"{fewest}-{most}",
@@ -97,12 +96,27 @@ def run_backend(backend: str, workers: tuple[int, ...], sleep_s: float) -> list[
     return rows
 
 
+def one_run(
+    db: Database, url: str, backend: str, w: int, sleep_s: float
+) -> tuple[float, common.WorkerRun, int, int]:
+    """(DB-window efficiency in %, the run, fewest and most jobs done by one worker)."""
+    n = JOBS_PER_WORKER * w
+    sid = common.make_session(db, n)
+    common.status(f"{backend}: {w} workers, {n} jobs of {sleep_s} s")
+    run = common.run_workers(url, sid, w, f"sleep:{sleep_s}")
+    if run.window.completed != n:
+        raise RuntimeError(f"{run.window.completed} of {n} jobs completed")
+    efficiency = 100 * (n * sleep_s / w) / run.window.seconds
+    return (efficiency, run, *jobs_per_worker(db, sid))
+
+
 def main() -> None:
     p = common.parser(__doc__.split("\n\n")[0])
     p.add_argument(
         "--workers",
         help=f"comma-separated worker counts (default {','.join(map(str, REAL_WORKERS))})",
     )
+    p.add_argument("--repeat", type=int, help="runs per size; the median is shown (default 3)")
     args = p.parse_args()
     chosen = common.backends(args.backends)
     workers = SMOKE_WORKERS if args.smoke else REAL_WORKERS
@@ -110,7 +124,8 @@ def main() -> None:
         workers = tuple(int(w) for w in args.workers.split(","))
     sleep_s = SMOKE_SLEEP_S if args.smoke else SLEEP_S
     logging.getLogger("mlirtuna").setLevel(logging.ERROR)
-    rows = [row for backend in chosen for row in run_backend(backend, workers, sleep_s)]
+    repeat = args.repeat or (1 if args.smoke else 3)
+    rows = [row for b in chosen for row in run_backend(b, workers, sleep_s, repeat)]
     text = "\n\n".join(
         [
             "### Scaling efficiency",
@@ -119,7 +134,10 @@ def main() -> None:
             "started behind a barrier (start-up excluded). Efficiency = (jobs x T / W) / time; "
             "DB window = first claim to last completion by the database clock, wall = start "
             "signal to the last worker's exit (includes each worker's final `--until-empty` "
-            "poll and interpreter exit).",
+            f"poll and interpreter exit). Each size ran {repeat} times: the run with the median "
+            "DB-window efficiency is shown, `range` spans all runs. Worker CPU = the worker "
+            "processes' own CPU time per job; machine CPU busy = all cores, the database server "
+            "and other users included.",
             common.table(HEADERS, rows),
         ]
     )

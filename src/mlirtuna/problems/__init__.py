@@ -83,19 +83,3 @@ def expand_problems(op: str, line: str, options: ExpandOptions = ExpandOptions()
 def expand(op: str, line: str, options: ExpandOptions = ExpandOptions()) -> list[str]:
     """perfRunner's expansion of one config line, as canonical test vectors."""
     return [p.canonical() for p in expand_problems(op, line, options)]
-
-
-__all__ = [
-    "OPS",
-    "AttentionProblem",
-    "ConvProblem",
-    "ExpandOptions",
-    "GemmProblem",
-    "Problem",
-    "check_options",
-    "expand",
-    "expand_problems",
-    "from_columns",
-    "parse",
-    "problem_class",
-]

@@ -23,15 +23,17 @@ the shorter, older strings still match these problems there.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import lru_cache
 from itertools import product
 from typing import Any, ClassVar
 
 from mlirtuna.errors import InputError
 from mlirtuna.problems.flags import (
+    Columns,
     ExpandOptions,
     SizeFlags,
+    bool_text,
     bool_value,
     check_minimum,
     check_name,
@@ -71,7 +73,7 @@ _TYPE_NAMES = {t: t for t in DATA_TYPES}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AttentionProblem:
+class AttentionProblem(Columns):
     """One fused attention, field names = attention_config columns."""
 
     op: ClassVar[str] = "attention"
@@ -105,7 +107,7 @@ class AttentionProblem:
 
     def canonical(self) -> str:
         """The test vector as the newest perfRunner's to_command_line prints it."""
-        b = _text
+        b = bool_text
         return (
             f"-t {self.data_type} -transQ {b(self.trans_q)} -transK {b(self.trans_k)} "
             f"-transV {b(self.trans_v)} -transO {b(self.trans_o)} -causal {b(self.causal)} "
@@ -122,20 +124,6 @@ class AttentionProblem:
         batches = self.group_size * max(self.num_heads_q, self.num_heads_kv)
         scores = batches * self.seq_len_q * self.seq_len_k
         return 2 * scores * self.head_dim_qk + 2 * scores * self.head_dim_v
-
-    def columns(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in _FIELD_NAMES}
-
-    @classmethod
-    def from_columns(cls, columns: Any) -> AttentionProblem:
-        return cls(**{name: columns[name] for name in _FIELD_NAMES if name in columns})
-
-
-_FIELD_NAMES = tuple(f.name for f in fields(AttentionProblem))
-
-
-def _text(value: bool) -> str:
-    return "true" if value else "false"
 
 
 def _fields(flags: dict[str, str]) -> dict[str, Any]:

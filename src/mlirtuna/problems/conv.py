@@ -30,12 +30,13 @@ num_chiplets, TUNE_REP_MS and -transBias), checked against 00267dbf and the olde
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from mlirtuna.errors import InputError, UserError
 from mlirtuna.problems.flags import (
+    Columns,
     ExpandOptions,
     SizeFlags,
     check_minimum,
@@ -95,7 +96,7 @@ _DIRECTION_OPTIONS = {
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ConvProblem:
+class ConvProblem(Columns):
     """One 2-D convolution, field names = conv_config columns."""
 
     op: ClassVar[str] = "conv"
@@ -186,16 +187,6 @@ class ConvProblem:
             * self.fil_h
             * self.fil_w
         )
-
-    def columns(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in _FIELD_NAMES}
-
-    @classmethod
-    def from_columns(cls, columns: Any) -> ConvProblem:
-        return cls(**{name: columns[name] for name in _FIELD_NAMES if name in columns})
-
-
-_FIELD_NAMES = tuple(f.name for f in fields(ConvProblem))
 
 
 def _out_len(size: int, fil: int, pad: int, stride: int, dilation: int) -> int:

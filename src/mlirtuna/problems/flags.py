@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from functools import cache
 from operator import attrgetter, lt
 from typing import Any
 
@@ -155,3 +156,25 @@ def option_values(
             raise UserError(f"unknown {what} {name!r} (known: {', '.join(names)})")
         values.append(names[name])
     return tuple(dict.fromkeys(values))
+
+
+class Columns:
+    """columns() and from_columns() for a problem whose fields are its table's columns."""
+
+    @classmethod
+    @cache
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
+
+    def columns(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.field_names()}
+
+    @classmethod
+    def from_columns(cls, columns: Mapping[str, Any]) -> Any:
+        """The problem a config-table row describes (extra keys such as `id` are ignored)."""
+        return cls(**{name: columns[name] for name in cls.field_names() if name in columns})
+
+
+def bool_text(value: bool) -> str:
+    """A boolean as rocMLIR's canonical strings spell it."""
+    return "true" if value else "false"

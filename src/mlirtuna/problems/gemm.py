@@ -24,14 +24,16 @@ get_gemm_configurations), newest stored version and 00267dbf:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from mlirtuna.errors import InputError
 from mlirtuna.problems.flags import (
+    Columns,
     ExpandOptions,
     SizeFlags,
+    bool_text,
     bool_value,
     check_minimum,
     check_name,
@@ -62,7 +64,7 @@ _TYPE_NAMES = {t.lower(): t for t in DATA_TYPES}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class GemmProblem:
+class GemmProblem(Columns):
     """One (batched) GEMM, field names = gemm_config columns."""
 
     op: ClassVar[str] = "gemm"
@@ -86,29 +88,15 @@ class GemmProblem:
 
     def canonical(self) -> str:
         """The test vector as perfRunner (E2) / tuningRunner (E3) print it."""
-        trans_o = "" if self.trans_o is None else f" -transO {_text(self.trans_o)}"
+        trans_o = "" if self.trans_o is None else f" -transO {bool_text(self.trans_o)}"
         return (
             f"-t {self.data_type} -out_datatype {self.out_data_type} "
-            f"-transA {_text(self.trans_a)} -transB {_text(self.trans_b)}{trans_o} "
+            f"-transA {bool_text(self.trans_a)} -transB {bool_text(self.trans_b)}{trans_o} "
             f"-g {self.group_size} -m {self.m} -n {self.n} -k {self.k}"
         )
 
     def flops(self) -> int:
         return 2 * self.group_size * self.m * self.k * self.n
-
-    def columns(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in _FIELD_NAMES}
-
-    @classmethod
-    def from_columns(cls, columns: Any) -> GemmProblem:
-        return cls(**{name: columns[name] for name in _FIELD_NAMES if name in columns})
-
-
-_FIELD_NAMES = tuple(f.name for f in fields(GemmProblem))
-
-
-def _text(value: bool) -> str:
-    return "true" if value else "false"
 
 
 def _split(line: str) -> dict[str, str]:
