@@ -200,18 +200,23 @@ def results_(
         writer.writerow(("op", *results.FIELDS))
         writer.writerows((r.op, *(getattr(r, f) for f in results.FIELDS)) for r in rows)
     else:
-        table = Table("op", "test vector", "perf config", "TFlops", "kernel ns", "tried")
-        for r in rows:
-            table.add_row(
-                r.op,
-                r.test_vector,
-                r.perf_config,
-                _fmt(r.tflops, ".4g"),
-                _fmt(r.kernel_time, ".0f"),
-                str(r.candidates),
-            )
-        common.out.print(table)
+        common.out.print(winners_table(rows))
         common.err(f"{len(rows)} winners in session {session}")
+
+
+def winners_table(rows: list[results.Winner]) -> Table:
+    """The winners as a person reads them (also what `mlirtuna run` ends with)."""
+    table = Table("op", "test vector", "perf config", "TFlops", "kernel ns", "tried")
+    for r in rows:
+        table.add_row(
+            r.op,
+            r.test_vector,
+            r.perf_config,
+            _fmt(r.tflops, ".4g"),
+            _fmt(r.kernel_time, ".0f"),
+            str(r.candidates),
+        )
+    return table
 
 
 def _fmt(value: float | None, spec: str) -> str:

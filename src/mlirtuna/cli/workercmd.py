@@ -188,12 +188,9 @@ def run(
 
 
 def _report(db, summary: flow.RunSummary, plan: flow.RunPlan) -> None:
-    from rich.table import Table
+    from mlirtuna.cli.resultscmd import winners_table
 
-    table = Table("test vector", "perf config", "TFlops", "tried")
-    for w in summary.winners:
-        table.add_row(w.test_vector, w.perf_config, f"{w.tflops or 0:.4g}", str(w.candidates))
-    common.out.print(table)
+    common.out.print(winners_table(summary.winners))
     c = summary.counts
     common.err(
         f"session {summary.session_id}: {c['completed']} completed, {c['error']} errors"
