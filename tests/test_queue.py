@@ -251,6 +251,9 @@ def test_requeue_and_cancel(db, session_with_jobs):
     running = queue.claim(db, session_with_jobs, ME, 60)
     assert jobs.cancel(db, session_with_jobs, job_id=running.job_id) == 1
     assert not queue.record(db, running, outcome())  # cancelled while running: nothing recorded
+    with db.session() as s:
+        closed = s.scalars(sa.select(Attempt).where(Attempt.lease_token == running.token)).one()
+        assert closed.outcome == "cancelled" and closed.ended_at is not None
     assert jobs.cancel(db, session_with_jobs) == 4
     assert jobs.counts(db, session_with_jobs)[session_with_jobs]["cancelled"] == 5
     assert jobs.requeue(db, session_with_jobs, state="cancelled") == 5

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from mlirtuna import configs, sessions
-from mlirtuna.db import Database
+from mlirtuna.db import Database, db_now
 from mlirtuna.errors import NotFound, UserError
 from mlirtuna.models import (
     CANCELLED,
@@ -241,6 +241,7 @@ def requeue(db: Database, session_id: int, state: str = ERROR, job_id: int | Non
     if job_id is not None:
         where.append(Job.id == job_id)
     with db.session(immediate=True) as s:
+        _end_open_attempts(s, where, "requeued")
         done = s.execute(
             sa.update(Job)
             .where(*where)
@@ -263,12 +264,23 @@ def cancel(db: Database, session_id: int, job_id: int | None = None) -> int:
     if job_id is not None:
         where.append(Job.id == job_id)
     with db.session(immediate=True) as s:
+        _end_open_attempts(s, where, "cancelled")
         done = s.execute(
             sa.update(Job)
             .where(*where)
             .values(state=CANCELLED, lease_token=None, lease_expires_at=None)
         )
         return done.rowcount
+
+
+def _end_open_attempts(s: Session, where: list, outcome: str) -> None:
+    """Close the attempt log of running jobs taken from their worker (whose fence now fails)."""
+    held = sa.select(Job.lease_token).where(*where, Job.state == RUNNING)
+    s.execute(
+        sa.update(Attempt)
+        .where(Attempt.ended_at.is_(None), Attempt.lease_token.in_(held))
+        .values(ended_at=db_now(), outcome=outcome, message=f"{outcome} by an operator")
+    )
 
 
 __all__ = [
