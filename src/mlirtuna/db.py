@@ -83,8 +83,10 @@ class DbNow(FunctionElement):
     type = sa.DateTime()
     inherit_cache = True
 
-    def __init__(self, seconds: float = 0.0) -> None:
-        super().__init__(sa.literal(float(seconds)))
+    def __init__(self, seconds: float | sa.ColumnElement = 0.0) -> None:
+        # A bind parameter lets a statement be built once and run with any offset.
+        offset = seconds if isinstance(seconds, sa.ColumnElement) else sa.literal(float(seconds))
+        super().__init__(offset)
 
 
 @compiles(DbNow, "postgresql")
@@ -108,7 +110,7 @@ def _sqlite_now(element: DbNow, compiler, **kw) -> str:
     return f"strftime('%Y-%m-%d %H:%M:%f000', 'now', ({secs}) || ' seconds')"
 
 
-def db_now(seconds: float = 0.0) -> DbNow:
+def db_now(seconds: float | sa.ColumnElement = 0.0) -> DbNow:
     return DbNow(seconds)
 
 

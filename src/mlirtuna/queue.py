@@ -13,6 +13,7 @@ Every lease time is computed by the database clock (db.db_now), never a worker's
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import uuid
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from mlirtuna.configs import load_problem
 from mlirtuna.db import Database, db_now
 from mlirtuna.models import (
     COMPLETED,
@@ -32,6 +34,7 @@ from mlirtuna.models import (
     Job,
     Result,
 )
+from mlirtuna.problems import Problem
 from mlirtuna.tuners.base import TuneOutcome
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,7 @@ class Lease:
     session_id: int
     problem_id: int
     retries: int
+    problem: Problem | None = None  # read with the claim
 
 
 @dataclass(frozen=True)
@@ -61,81 +65,75 @@ class Claimant:
     pid: int = os.getpid()
 
 
-def _claim_values(token: str, who: Claimant, lease_s: float) -> dict:
-    return {
-        "state": RUNNING,
-        "lease_token": token,
-        "lease_expires_at": db_now(lease_s),
-        "heartbeat_at": db_now(),
-        "claimed_at": db_now(),
-        "compile_start": db_now(),
-        "compile_end": None,
-        "finished_at": None,
-        "machine_name": who.machine_name,
-        "gpu_id": who.gpu_id,
-    }
-
-
-def _claimable(session_id: int):
-    return sa.and_(
-        Job.session_id == session_id,
-        Job.state == NEW,
-        sa.or_(Job.not_before.is_(None), Job.not_before <= db_now()),
-    )
-
-
-_RETURNED = (Job.id, Job.session_id, Job.problem_id, Job.retries)
+# The claim and the record run once per job on every worker: their statements are built once,
+# here, with bind parameters (building SQLAlchemy expressions per call cost more than the SQL).
+_J, _A = Job.__table__, Attempt.__table__
+_NOW = db_now()
+_CLAIMABLE = sa.and_(
+    _J.c.session_id == sa.bindparam("p_session"),
+    _J.c.state == NEW,
+    sa.or_(_J.c.not_before.is_(None), _J.c.not_before <= _NOW),
+)
+_TAKE = {
+    "state": RUNNING,
+    "lease_token": sa.bindparam("p_token"),
+    "lease_expires_at": db_now(sa.bindparam("p_lease_s", type_=sa.Double())),
+    "heartbeat_at": _NOW,
+    "claimed_at": _NOW,
+    "compile_start": _NOW,
+    "compile_end": None,
+    "finished_at": None,
+    "machine_name": sa.bindparam("p_machine"),
+    "gpu_id": sa.bindparam("p_gpu"),
+}
+_NEXT = sa.select(_J.c.id, _J.c.problem_id, _J.c.retries).where(_CLAIMABLE)
+_NEXT = _NEXT.order_by(_J.c.priority, _J.c.id).limit(1)
+# SQLite: BEGIN IMMEDIATE holds the write lock; one UPDATE … RETURNING picks and takes the row.
+_CLAIM_SQLITE = (
+    sa.update(_J)
+    .where(_J.c.id == _NEXT.with_only_columns(_J.c.id).scalar_subquery())
+    .values(_TAKE)
+    .returning(_J.c.id, _J.c.problem_id, _J.c.retries)
+)
+# PostgreSQL, MariaDB/MySQL: lock the next free row, skipping rows other workers hold; take it.
+_PICK_SKIP_LOCKED = _NEXT.with_for_update(skip_locked=True)
+_TAKE_PICKED = sa.update(_J).where(_J.c.id == sa.bindparam("p_job")).values(_TAKE)
+_ADD_ATTEMPT = sa.insert(_A).values(
+    job_id=sa.bindparam("p_job"),
+    lease_token=sa.bindparam("p_token"),
+    machine_name=sa.bindparam("p_machine"),
+    gpu_id=sa.bindparam("p_gpu"),
+    pid=sa.bindparam("p_pid"),
+    claimed_at=_NOW,
+)
 
 
 def claim(db: Database, session_id: int, who: Claimant, lease_s: float) -> Lease | None:
-    """Take the next job of the session, or None when there is nothing to take now."""
-    token = uuid.uuid4().hex
+    """Take the next job of the session, or None when there is nothing to take now.
+
+    The problem is read in the same transaction, so a claimed job is ready to tune.
+    """
+    params = {
+        "p_session": session_id,
+        "p_token": uuid.uuid4().hex,
+        "p_lease_s": float(lease_s),
+        "p_machine": who.machine_name,
+        "p_gpu": who.gpu_id,
+        "p_pid": who.pid,
+    }
     with db.session(immediate=True) as s:
-        row = (
-            _claim_sqlite(s, session_id, token, who, lease_s)
-            if db.is_sqlite
-            else (_claim_skip_locked(s, session_id, token, who, lease_s))
-        )
+        conn = s.connection()
+        if db.is_sqlite:
+            row = conn.execute(_CLAIM_SQLITE, params).first()
+        else:
+            row = conn.execute(_PICK_SKIP_LOCKED, params).first()
+            if row is not None:
+                conn.execute(_TAKE_PICKED, {**params, "p_job": row.id})
         if row is None:
             return None
-        s.execute(
-            sa.insert(Attempt).values(
-                job_id=row.id,
-                lease_token=token,
-                machine_name=who.machine_name,
-                gpu_id=who.gpu_id,
-                pid=who.pid,
-                claimed_at=db_now(),
-            )
-        )
-        return Lease(row.id, token, row.session_id, row.problem_id, row.retries)
-
-
-def _claim_sqlite(s: Session, session_id: int, token: str, who: Claimant, lease_s: float):
-    pick = (
-        sa.select(Job.id).where(_claimable(session_id)).order_by(Job.priority, Job.id).limit(1)
-    ).scalar_subquery()
-    stmt = (
-        sa.update(Job)
-        .where(Job.id == pick)
-        .values(_claim_values(token, who, lease_s))
-        .returning(*_RETURNED)
-    )
-    return s.execute(stmt).first()
-
-
-def _claim_skip_locked(s: Session, session_id: int, token: str, who: Claimant, lease_s: float):
-    job_id = s.scalar(
-        sa.select(Job.id)
-        .where(_claimable(session_id))
-        .order_by(Job.priority, Job.id)
-        .limit(1)
-        .with_for_update(skip_locked=True)
-    )
-    if job_id is None:
-        return None
-    s.execute(sa.update(Job).where(Job.id == job_id).values(_claim_values(token, who, lease_s)))
-    return s.execute(sa.select(*_RETURNED).where(Job.id == job_id)).first()
+        conn.execute(_ADD_ATTEMPT, {**params, "p_job": row.id})
+        problem = load_problem(s, row.problem_id)
+        return Lease(row.id, params["p_token"], session_id, row.problem_id, row.retries, problem)
 
 
 def _fenced(lease: Lease):
@@ -154,50 +152,71 @@ def heartbeat(db: Database, lease: Lease, lease_s: float) -> bool:
         return done.rowcount == 1
 
 
+_FENCE = sa.and_(
+    _J.c.id == sa.bindparam("p_job"),
+    _J.c.lease_token == sa.bindparam("p_token"),
+    _J.c.state == RUNNING,
+)
+_COMPLETE = (
+    sa.update(_J)
+    .where(_FENCE)
+    .values(
+        state=COMPLETED,
+        result=sa.bindparam("p_output"),
+        finished_at=_NOW,
+        # The tuner's own phases where it has them, else the claim time and now.
+        compile_start=sa.func.coalesce(
+            sa.bindparam("p_compile_start", type_=_J.c.compile_start.type), _J.c.compile_start
+        ),
+        compile_end=sa.func.coalesce(
+            sa.bindparam("p_compile_end", type_=_J.c.compile_end.type), _NOW
+        ),
+    )
+)
+_ADD_RESULT = sa.insert(Result.__table__)
+_ADD_CANDIDATES = sa.insert(Candidate.__table__)
+
+
 def record(db: Database, lease: Lease, outcome: TuneOutcome) -> bool:
     """Winner, every candidate and `completed` in one transaction, only while the lease holds."""
+    ids = {"session_id": lease.session_id, "problem_id": lease.problem_id, "job_id": lease.job_id}
     with db.session(immediate=True) as s:
-        values: dict = {
-            "state": COMPLETED,
-            "result": _cut(outcome.output),
-            "finished_at": db_now(),
-            "compile_end": outcome.compile_end or db_now(),
-        }
-        if outcome.compile_start is not None:
-            values["compile_start"] = outcome.compile_start
+        conn = s.connection()
+        done = conn.execute(
+            _COMPLETE,
+            {
+                "p_job": lease.job_id,
+                "p_token": lease.token,
+                "p_output": _cut(outcome.output),
+                "p_compile_start": _naive_utc(outcome.compile_start),
+                "p_compile_end": _naive_utc(outcome.compile_end),
+            },
+        )
         # The fenced update comes first: when it matches nothing, nothing has been written.
-        if s.execute(sa.update(Job).where(_fenced(lease)).values(values)).rowcount != 1:
+        if done.rowcount != 1:
             log.warning("job %s: lease lost before recording; recording nothing", lease.job_id)
             return False
-        winner = outcome.winner
-        s.execute(
-            sa.insert(Result).values(
-                session_id=lease.session_id,
-                problem_id=lease.problem_id,
-                job_id=lease.job_id,
-                perf_config=winner.perf_config,
-                kernel_time=winner.kernel_time_ns,
-                tflops=winner.tflops,
-            )
-        )
+        w = outcome.winner
+        conn.execute(
+            _ADD_RESULT,
+            {**ids, "perf_config": w.perf_config, "kernel_time": w.kernel_time_ns,
+             "tflops": w.tflops, "tuned_at": None, "duration_s": None},
+        )  # fmt: skip
         if outcome.candidates:
-            s.execute(
-                sa.insert(Candidate.__table__),
-                [
-                    {
-                        "session_id": lease.session_id,
-                        "problem_id": lease.problem_id,
-                        "job_id": lease.job_id,
-                        "perf_config": c.perf_config,
-                        "kernel_time": c.kernel_time_ns,
-                        "tflops": c.tflops,
-                        "error": c.error,
-                    }
-                    for c in outcome.candidates
-                ],
-            )
+            conn.execute(
+                _ADD_CANDIDATES,
+                [{**ids, "perf_config": c.perf_config, "kernel_time": c.kernel_time_ns,
+                  "tflops": c.tflops, "error": c.error} for c in outcome.candidates],
+            )  # fmt: skip
         _end_attempt(s, lease.token, "completed", None)
         return True
+
+
+def _naive_utc(when: dt.datetime | None) -> dt.datetime | None:
+    """Tuners report aware UTC times; the columns hold naive UTC (models.py)."""
+    if when is None or when.tzinfo is None:
+        return when
+    return when.astimezone(dt.UTC).replace(tzinfo=None)
 
 
 def fail(

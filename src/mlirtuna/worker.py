@@ -6,11 +6,14 @@ job finish, the second gives it back at once (state new, no retry counted).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
 import signal
 import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from mlirtuna import configs, jobs, machine, queue, sessions, tuners
@@ -27,6 +30,7 @@ DEFAULT_BACKOFF_S = 10.0
 # Idle polling: short, jittered and growing to a cap; never seconds-long random sleeps.
 POLL_MIN_S, POLL_MAX_S = 0.1, 2.0
 DB_RETRY_S = 1.0  # pause between tries while the database is unreachable
+SWEEP_S = 5.0  # how often a busy worker looks for expired leases
 
 
 @dataclass
@@ -62,37 +66,53 @@ class GiveBack(BaseException):
 
 
 class Heartbeat:
-    """Extends a lease every `interval` seconds in a thread, until stopped."""
+    """Extends the lease the worker holds every `interval` seconds, from one long-lived thread.
 
-    def __init__(self, db: Database, lease: Lease, lease_s: float, interval: float) -> None:
-        self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._loop,
-            args=(db, lease, lease_s, interval),
-            daemon=True,
-            name=f"heartbeat-{lease.job_id}",
-        )
+    `hold(lease)` makes a lease current for the duration of a job; its `lost` event is set when a
+    renewal finds the lease taken away (requeued, cancelled, or expired and claimed by another
+    worker). One thread per worker, not one per job: starting a thread per job cost more than
+    the job's own queue work.
+    """
 
-    def _loop(self, db: Database, lease: Lease, lease_s: float, interval: float) -> None:
-        while not self._stop.wait(interval):
-            try:
-                if not queue.heartbeat(db, lease, lease_s):
-                    log.warning(
-                        "job %s: lease lost (taken over, requeued or cancelled)", lease.job_id
-                    )
-                    self.lost.set()
-                    return
-            except Exception as exc:  # the database may come back before the lease runs out
-                log.warning("job %s: heartbeat failed: %s", lease.job_id, _first_line(exc))
+    def __init__(self, db: Database, lease_s: float, interval: float) -> None:
+        self.db, self.lease_s, self.interval = db, lease_s, interval
+        self._cv = threading.Condition()
+        self._lease: Lease | None = None
+        self._lost = threading.Event()
+        threading.Thread(target=self._loop, daemon=True, name="heartbeat").start()
 
-    def __enter__(self) -> Heartbeat:
-        self._thread.start()
-        return self
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: self._lease is not None)
+                lease, lost = self._lease, self._lost
+                # Sleep one interval unless the job ends (or another begins) first.
+                if self._cv.wait_for(lambda held=lease: self._lease is not held, self.interval):
+                    continue
+            self._renew(lease, lost)
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    def _renew(self, lease: Lease, lost: threading.Event) -> None:
+        try:
+            if not queue.heartbeat(self.db, lease, self.lease_s):
+                log.warning("job %s: lease lost (taken over, requeued or cancelled)", lease.job_id)
+                lost.set()
+                with self._cv:
+                    self._cv.wait_for(lambda: self._lease is not lease)
+        except Exception as exc:  # the database may come back before the lease runs out
+            log.warning("job %s: heartbeat failed: %s", lease.job_id, _first_line(exc))
+
+    @contextlib.contextmanager
+    def hold(self, lease: Lease) -> Iterator[threading.Event]:
+        with self._cv:
+            self._lease, self._lost = lease, threading.Event()
+            lost = self._lost
+            self._cv.notify_all()
+        try:
+            yield lost
+        finally:
+            with self._cv:
+                self._lease = None
+                self._cv.notify_all()
 
 
 class Worker:
@@ -105,6 +125,8 @@ class Worker:
         self.stats = WorkerStats()
         self.stop_requested = threading.Event()
         self.current: Lease | None = None
+        self._next_sweep = 0.0
+        self.heartbeat = Heartbeat(db, settings.lease_s, settings.heartbeat_s)
 
     # -- signals -----------------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -142,17 +164,34 @@ class Worker:
         return self.settings.max_jobs is not None and done >= self.settings.max_jobs
 
     def _claim(self) -> Lease | None:
+        # Expired leases are swept every SWEEP_S seconds and whenever nothing is claimable: a
+        # dead worker's job comes back within its lease + SWEEP_S, and a busy queue does not pay
+        # for a sweep on every claim.
+        now = time.monotonic()
+        swept = now >= self._next_sweep
+        if swept:
+            self._sweep(now)
+        lease = self._claim_once()
+        if lease is None and not swept:
+            self._sweep(now)
+            lease = self._claim_once()
+        return lease
+
+    def _sweep(self, now: float) -> None:
         queue.reclaim_expired(
             self.db, max_retries=self.settings.max_retries, session_id=self.settings.session_id
         )
+        self._next_sweep = now + SWEEP_S
+
+    def _claim_once(self) -> Lease | None:
         return queue.claim(self.db, self.settings.session_id, self.claimant, self.settings.lease_s)
 
     def _work(self, lease: Lease) -> None:
         self.current = lease
         try:
-            with Heartbeat(self.db, lease, self.settings.lease_s, self.settings.heartbeat_s) as hb:
+            with self.heartbeat.hold(lease) as lost:
                 outcome, error = self._tune(lease)
-                if hb.lost.is_set():
+                if lost.is_set():
                     self.stats.lost += 1
                     return
             self._finish(lease, outcome, error)
@@ -166,7 +205,7 @@ class Worker:
 
     def _tune(self, lease: Lease):
         """(outcome, None) or (None, error text); a tuner failure never escapes as an exception."""
-        problem = self._retrying(lambda: self._problem(lease.problem_id))
+        problem = lease.problem or self._retrying(lambda: self._problem(lease.problem_id))
         try:
             log.info("job %s: tuning %s", lease.job_id, problem.canonical())
             return self.tuner.tune(problem, self._context()), None
