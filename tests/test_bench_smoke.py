@@ -61,3 +61,17 @@ def test_tuning_spread_runs(tmp_path: Path) -> None:
     text = run_script("bench_tuning_spread", tmp_path)
     for op in ("gemm", "conv", "attention"):
         assert f"| {op} |" in text
+
+
+def test_bulk_benchmark_runs() -> None:
+    chosen = backends()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "bench_bulk.py"), "--size", "300", "--repeat", "1",
+         "--backends", ",".join(chosen)],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for step in ("import", "import-tsv", "export", "compare"):
+        assert f"| {step} |" in proc.stdout

@@ -167,7 +167,7 @@ def test_bad_row_in_a_later_file_writes_nothing(db, db_url, tmp_path):
 
 def test_bulk_rows_become_one_session(db, tmp_path):
     # bench/bench_bulk.py times 100,000 rows; this checks the bulk path's counts.
-    n = 20_000 if db.backend == "sqlite" else 2_000
+    n = 5_000 if db.backend == "sqlite" else 2_000
     path = tmp_path / "big.tsv"
     path.write_text(
         V3_EXAMPLE.read_text().splitlines(True)[0]
