@@ -96,3 +96,21 @@ def test_unreachable_server_is_one_line_with_masked_password():
     db.dispose()
     text = str(info.value)
     assert "cannot reach the database" in text and "hunter2" not in text and "***" in text
+
+
+def test_deadlocks_and_lock_timeouts_are_transient():
+    import psycopg
+    import pymysql
+
+    from mlirtuna.db import is_transient
+
+    def wrapped(orig):
+        return sa.exc.OperationalError("UPDATE job …", {}, orig)
+
+    assert is_transient(wrapped(pymysql.err.OperationalError(1213, "Deadlock found")))
+    assert is_transient(wrapped(pymysql.err.OperationalError(1205, "Lock wait timeout")))
+    assert is_transient(wrapped(psycopg.errors.DeadlockDetected("deadlock detected")))
+    assert is_transient(wrapped(psycopg.errors.SerializationFailure("could not serialize")))
+    assert not is_transient(wrapped(pymysql.err.OperationalError(1045, "Access denied")))
+    assert not is_transient(wrapped(psycopg.errors.UndefinedTable("no such table")))
+    assert not is_transient(ValueError("not a database error"))

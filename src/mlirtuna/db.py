@@ -195,7 +195,11 @@ def _make_engine(url: URL) -> Engine:
         if url.get_backend_name() == "sqlite":
             return _sqlite_engine(url)
         # pool_pre_ping: a worker whose server restarted reconnects instead of failing a job.
-        return sa.create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=2)
+        # READ COMMITTED on MariaDB/MySQL: no gap locks, so concurrent claims and records of
+        # different jobs do not deadlock over index ranges (PostgreSQL's default already is).
+        return sa.create_engine(
+            url, pool_pre_ping=True, pool_size=2, max_overflow=2, isolation_level="READ COMMITTED"
+        )
     except (NoSuchModuleError, ArgumentError) as exc:
         raise DatabaseError(f"unsupported database URL {mask(url)}: {exc}") from None
 
@@ -232,6 +236,23 @@ def _sqlite_engine(url: URL) -> Engine:
 
 def _has_tables(engine: Engine) -> bool:
     return bool(sa.inspect(engine).get_table_names())
+
+
+# Deadlock / lock timeout (MariaDB 1213, 1205), deadlock / serialization failure (PostgreSQL):
+# the transaction was rolled back whole and can simply run again.
+_TRANSIENT_MYSQL = {1205, 1213}
+_TRANSIENT_PG = {"40P01", "40001"}
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A database error that means "run the same transaction again", nothing more."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    orig = exc.orig
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int) and args[0] in _TRANSIENT_MYSQL:
+        return True
+    return getattr(orig, "sqlstate", None) in _TRANSIENT_PG
 
 
 def _is_connect_error(exc: DBAPIError) -> bool:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from mlirtuna import configs, jobs, machine, queue, sessions, tuners
-from mlirtuna.db import Database
+from mlirtuna.db import Database, is_transient
 from mlirtuna.errors import DatabaseError, TunerError
 from mlirtuna.queue import Claimant, Lease
 from mlirtuna.tuners.base import TuneContext, Tuner
@@ -264,7 +264,8 @@ class Worker:
         )
 
     def _retrying(self, fn):
-        """Run a queue operation, waiting out a database that is away (restart, killed link)."""
+        """Run a queue operation, waiting out a database that is away (restart, killed link)
+        and running again a transaction the server rolled back (deadlock, lock timeout)."""
         while True:
             try:
                 return fn()
@@ -273,6 +274,10 @@ class Worker:
                     "database unreachable (%s); retrying in %.0f s", _first_line(exc), DB_RETRY_S
                 )
             except Exception as exc:
+                if is_transient(exc):
+                    log.info("transaction rolled back by the server (%s); again", _first_line(exc))
+                    time.sleep(random.uniform(0.0, 0.05))
+                    continue
                 if not _is_disconnect(exc):
                     raise
                 log.warning("database connection lost (%s); retrying", _first_line(exc))
