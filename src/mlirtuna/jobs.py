@@ -17,7 +17,6 @@ from mlirtuna.db import Database, db_now
 from mlirtuna.errors import NotFound, UserError
 from mlirtuna.models import (
     CANCELLED,
-    COMPLETED,
     ERROR,
     JOB_STATES,
     NEW,
@@ -28,6 +27,7 @@ from mlirtuna.models import (
     Problem,
     ProblemTag,
     Result,
+    TuningSession,
 )
 from mlirtuna.problems import ExpandOptions
 from mlirtuna.problems.configlist import read_config_list
@@ -109,7 +109,7 @@ def counts(db: Database, session_id: int | None = None) -> dict[int, dict[str, i
         for sid, state, n in s.execute(stmt):
             out.setdefault(sid, dict.fromkeys(JOB_STATES, 0))[state] = n
         if session_id is None:
-            for sid in s.scalars(sa.select(sessions.TuningSession.id)):
+            for sid in s.scalars(sa.select(TuningSession.id)):
                 out.setdefault(sid, dict.fromkeys(JOB_STATES, 0))
     return dict(sorted(out.items()))
 
@@ -284,7 +284,6 @@ def _end_open_attempts(s: Session, where: list, outcome: str) -> None:
 
 
 __all__ = [
-    "COMPLETED",
     "JobInfo",
     "LoadReport",
     "cancel",
