@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import click
+import typer
 from rich.console import Console
 
 from mlirtuna.db import Database, resolve_url
@@ -67,3 +68,11 @@ def expand_options(
         layouts=split_list(layout, "--layout"),
         expand=not no_expand,
     )
+
+
+def mlir_build_dir_opt():
+    """--mlir-build-dir, shared by every command that may run or describe rocMLIR."""
+    return typer.Option(
+        None, "--mlir-build-dir", envvar="MLIRTUNA_ROCMLIR_BUILD", show_envvar=True,
+        help="rocMLIR build dir (holds bin/tuningRunner.py; its git commit becomes mlir_v).",
+    )  # fmt: skip

@@ -29,13 +29,7 @@ def new(
     reason: str = typer.Option("", "--reason", help="Why this tuning is run."),
     ticket: str = typer.Option("", "--ticket", help="Ticket or issue id."),
     docker: str = typer.Option(None, "--docker", help="Docker image [from the environment]."),
-    mlir_build_dir: str = typer.Option(
-        None,
-        "--mlir-build-dir",
-        envvar="MLIRTUNA_ROCMLIR_BUILD",
-        show_envvar=True,
-        help="rocMLIR build dir.",
-    ),
+    mlir_build_dir: str = common.mlir_build_dir_opt(),
     as_json: bool = typer.Option(False, "--json", help="Print the new session as JSON."),
 ) -> None:
     """Open a session, detecting what the flags leave out (never guessing)."""

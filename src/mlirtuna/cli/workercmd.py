@@ -49,13 +49,7 @@ def worker(
     retry_backoff: float = typer.Option(
         DEFAULT_BACKOFF_S, "--retry-backoff", help="Seconds before the first retry (doubling)."
     ),
-    mlir_build_dir: str = typer.Option(
-        None,
-        "--mlir-build-dir",
-        envvar="MLIRTUNA_ROCMLIR_BUILD",
-        show_envvar=True,
-        help="rocMLIR build dir (rocmlir tuner).",
-    ),
+    mlir_build_dir: str = common.mlir_build_dir_opt(),
     cpu_mem_limit: float = typer.Option(
         4 * GIB, "--cpu-mem-limit", help="Bytes a cpu-tuner problem may use."
     ),
@@ -119,13 +113,7 @@ def run(
         None, "-o", "--output", help="The tuning DB to write [default: mlir_tuning_<arch>.tsv]."
     ),
     session: int = typer.Option(None, "--session", help="Resume this session."),
-    mlir_build_dir: str = typer.Option(
-        None,
-        "--mlir-build-dir",
-        envvar="MLIRTUNA_ROCMLIR_BUILD",
-        show_envvar=True,
-        help="rocMLIR build dir.",
-    ),
+    mlir_build_dir: str = common.mlir_build_dir_opt(),
     data_type: str = data_type_opt(),
     direction: str = direction_opt(),
     layout: str = layout_opt(),
