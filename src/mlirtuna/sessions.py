@@ -121,7 +121,8 @@ def _fill_gpu(spec: SessionSpec) -> SessionSpec:
     ]
     if missing:
         raise UserError(
-            f"cannot detect {', '.join(missing)} (no GPU found by rocminfo): "
+            f"cannot detect {', '.join(missing)} "
+            f"({'no GPU found by rocminfo' if not found else 'not exposed by the ROCm tools'}): "
             "give them as flags for a rocmlir session"
         )
     return spec
