@@ -126,3 +126,11 @@ def test_cli_bad_tuning_space_is_one_line(db_url):
 def test_cli_unknown_session_is_one_line(db_url):
     run = cli(db_url, "session", "show", "99")
     assert run.code == 2 and run.stderr.startswith("error: no session 99")
+
+
+def test_rocmlir_session_with_gpu_but_no_chiplet_count_asks_for_it(db, fake_rocm, monkeypatch):
+    monkeypatch.setattr(machine, "num_chiplets", lambda arch: None)
+    with pytest.raises(UserError) as info:
+        sessions.create(db, SessionSpec(tuner="rocmlir"))
+    assert "--num-chiplets" in str(info.value) and "not exposed" in str(info.value)
+    assert "--arch" not in str(info.value)
