@@ -12,7 +12,7 @@ from clitools import cli, mlirtuna_argv, run_cli, subprocess_env
 from perfrunner_reader import read_tuning_db
 from rich.console import Console
 
-from mlirtuna import jobs, progress
+from mlirtuna import jobs, progress, queue
 from mlirtuna.db import Database
 from mlirtuna.progress import Busy, Snapshot
 
@@ -146,8 +146,9 @@ def test_progress_render_shows_rate_eta_errors_and_workers():
     assert "GPU 0: -t f16 -m 64" in text and "GPU 1: -t f32 -m 8" in text
 
 
-def test_live_view_reads_the_database(db, tmp_path):
-    from mlirtuna import configs, queue, sessions
+def two_job_session(db, tmp_path) -> int:
+    """A sleep session with two new gemm jobs."""
+    from mlirtuna import configs, sessions
     from mlirtuna.sessions import SessionSpec
 
     path = tmp_path / "g"
@@ -158,6 +159,12 @@ def test_live_view_reads_the_database(db, tmp_path):
     configs.import_files(db, "gemm", [str(path)], tag="x")
     sid = sessions.create(db, SessionSpec(tuner="sleep")).id
     jobs.load(db, sid, tag="x")
+    return sid
+
+
+def test_live_view_reads_the_database(db, tmp_path):
+
+    sid = two_job_session(db, tmp_path)
     queue.claim(db, sid, queue.Claimant("h", 3, 4242), 60)
     console = Console(file=io.StringIO(), force_terminal=True, width=120, color_system=None)
     with progress.LiveView(db, sid, console, enabled=True) as view:
@@ -170,18 +177,9 @@ def test_live_view_reads_the_database(db, tmp_path):
 
 
 def test_wait_exit_status_follows_the_outcome(db, db_url, tmp_path):
-    from mlirtuna import configs, queue, sessions
-    from mlirtuna.sessions import SessionSpec
     from mlirtuna.tuners.base import Candidate, TuneOutcome
 
-    path = tmp_path / "g"
-    path.write_text(
-        "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 8 -n 8 -k 8\n"
-        "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 9 -n 8 -k 8\n"
-    )
-    configs.import_files(db, "gemm", [str(path)], tag="x")
-    sid = sessions.create(db, SessionSpec(tuner="sleep")).id
-    jobs.load(db, sid, tag="x")
+    sid = two_job_session(db, tmp_path)
     assert cli(db_url, "wait", "--session", str(sid), "--timeout", "0.5", "--poll", "0.1").code == 1
     who = queue.Claimant("h", 0, 1)
     win = Candidate("pc", 10.0, 1.0)
