@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlirtuna import configs, export, jobs, manager, results, sessions, tuners
+from mlirtuna import configs, export, jobs, manager, results, reuse, sessions, tuners
 from mlirtuna.db import Database
 from mlirtuna.errors import UserError
 from mlirtuna.problems import ExpandOptions
@@ -37,6 +37,8 @@ class RunPlan:
     reason: str = ""
     settings: WorkerSettings = field(default_factory=lambda: WorkerSettings(session_id=0))
     session_flags: dict = field(default_factory=dict)  # --arch, --num-cu, … for a new session
+    skip_tuned: bool = False  # leave out what an equivalent session tuned (reuse.py)
+    reuse: bool = False  # and copy those results in (implies skip_tuned)
 
 
 @dataclass
@@ -45,7 +47,7 @@ class Prepared:
     tuner: str
     tuner_why: str
     imported: configs.ImportReport
-    loaded: jobs.LoadReport
+    loaded: jobs.LoadReport | reuse.ReuseReport
     tag: str
 
 
@@ -115,7 +117,10 @@ def prepare(db: Database, plan: RunPlan) -> Prepared:
         )
     tag = f"session-{session.id}"
     imported = configs.import_files(db, plan.op, list(plan.files), plan.options, tag)
-    loaded = jobs.load(db, session.id, tag=tag, op=plan.op)
+    if plan.skip_tuned or plan.reuse:
+        loaded = reuse.load(db, session.id, skip_tuned=True, reuse=plan.reuse, tag=tag, op=plan.op)
+    else:
+        loaded = jobs.load(db, session.id, tag=tag, op=plan.op)
     return Prepared(session, tuner, why, imported, loaded, tag)
 
 
