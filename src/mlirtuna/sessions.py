@@ -69,9 +69,14 @@ def detect(spec: SessionSpec) -> SessionSpec:
     """Fill what the flags left open from this machine; never guess what can't be read."""
     if spec.tuner not in TUNERS:
         raise UserError(f"unknown tuner {spec.tuner!r} (known: {', '.join(TUNERS)})")
-    if spec.tuning_space not in TUNING_SPACES:
+    if spec.tuning_space.startswith("list:"):
+        from mlirtuna import quick
+
+        quick.check_name(spec.tuning_space.partition(":")[2])
+    elif spec.tuning_space not in TUNING_SPACES:
         raise UserError(
-            f"unknown tuning space {spec.tuning_space!r} (known: {', '.join(TUNING_SPACES)})"
+            f"unknown tuning space {spec.tuning_space!r} "
+            f"(known: {', '.join(TUNING_SPACES)}, or list:NAME for a stored quick list)"
         )
     build_dir = spec.mlir_build_dir or os.environ.get(ENV_BUILD_DIR)
     out = SessionSpec(**{f.name: getattr(spec, f.name) for f in fields(spec)})
@@ -130,6 +135,7 @@ def _fill_gpu(spec: SessionSpec) -> SessionSpec:
 
 def create(db: Database, spec: SessionSpec) -> Session:
     spec = detect(spec)
+    _check_list(db, spec)
     row = TuningSession(
         arch=spec.arch,
         arch_full=spec.arch_full,
@@ -149,6 +155,17 @@ def create(db: Database, spec: SessionSpec) -> Session:
         s.add(row)
         s.flush()
         return Session.from_row(row)
+
+
+def _check_list(db: Database, spec: SessionSpec) -> None:
+    from mlirtuna import quick
+
+    name = quick.list_name(spec.tuning_space)
+    if name is not None and not quick.load_space(db, name, spec.arch or ""):
+        raise UserError(
+            f"no quick list {name!r} for {spec.arch}: make one with "
+            f"`mlirtuna quick-list --session … --name {name}`"
+        )
 
 
 def _host(tuner: str) -> str:
