@@ -75,3 +75,11 @@ def test_bulk_benchmark_runs() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     for step in ("import", "import-tsv", "export", "compare"):
         assert f"| {step} |" in proc.stdout
+
+
+def test_quick_tuning_bench_runs(tmp_path: Path) -> None:
+    text = run_script("bench_quick_tuning", tmp_path)
+    for op in ("gemm", "conv"):
+        for space in ("exhaustive", "list:bench", "quick"):
+            assert f"| {op} | {space} |" in text
+    assert "18.07" in text  # rocMLIR's published A/B beside ours

@@ -339,3 +339,13 @@ def _vectors(db) -> dict[int, str]:
 
     with db.session() as s:
         return dict(s.execute(sa.select(Problem.id, Problem.test_vector)).all())
+
+
+def test_cpu_names_are_portable_grid_values():
+    from mlirtuna.tuners.cpu import portable, resolver
+
+    p = parse("gemm", "-t f32 -transA false -transB false -g 1 -m 40 -n 24 -k 100")
+    names = portable(p)("cpu:v1:40,16,64")
+    assert names == [f"cpu:v1:{m},16,64" for m in (64, 128, 256, 512)]
+    assert {resolver(p)(n) for n in names} == {"cpu:v1:40,16,64"}
+    assert portable(p)("v4:1,2,3") == ["v4:1,2,3"]

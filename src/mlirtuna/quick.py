@@ -61,6 +61,8 @@ class History:
     perf: dict[int, dict[str, float]]
     vectors: dict[int, str]
     resolve: Resolver = field(default=lambda pc, pid: pc, repr=False)
+    #: The portable names of a measured perf config (cpu: every grid value a clipped one means).
+    expand: Callable[[str, int], list[str]] = field(default=lambda pc, pid: [pc], repr=False)
 
     def achieved(self, pc: str, pid: int) -> float | None:
         return self.perf[pid].get(self.resolve(pc, pid))
@@ -69,7 +71,9 @@ class History:
         return max(self.perf[pid].values())
 
     def configs(self) -> list[str]:
-        return sorted({pc for row in self.perf.values() for pc in row})
+        return sorted(
+            {n for pid, row in self.perf.items() for pc in row for n in self.expand(pc, pid)}
+        )
 
     def covers(self, pids: Iterable[int], threshold: float) -> dict[int, set[str]]:
         """{problem: the perf configs reaching threshold x its best}."""
@@ -120,24 +124,33 @@ def _group(perf, owner, problems, op) -> list[History]:
         except MlirtunaError:  # an op this version cannot read: nothing to learn from it
             continue
         g = Group(owner[pid], p_op, str(getattr(parsed[pid], "data_type", "") or "-"))
-        hist = groups.setdefault(g, History(g, {}, {}, _resolver(parsed)))
+        hist = groups.setdefault(g, History(g, {}, {}, *_resolver(parsed)))
         hist.perf[pid], hist.vectors[pid] = row, vector
     if not groups:
         raise UserError("no valid measurements in those sessions" + (f" for {op}" if op else ""))
     return [groups[g] for g in sorted(groups)]
 
 
-def _resolver(parsed: Mapping[int, Any]) -> Resolver:
+def _resolver(parsed: Mapping[int, Any]) -> tuple[Resolver, Callable[[str, int], list[str]]]:
+    """(resolve, expand) for the CPU tuner's clipped block sizes; rocMLIR's configs pass as is."""
     from mlirtuna.tuners import cpu
 
-    per_problem: dict[int, Callable[[str], str]] = {}
+    resolvers: dict[int, Callable[[str], str]] = {}
+    expanders: dict[int, Callable[[str], list[str]]] = {}
 
     def resolve(pc: str, pid: int) -> str:
-        if pid not in per_problem:
-            per_problem[pid] = cpu.resolver(parsed[pid])
-        return per_problem[pid](pc)
+        if pid not in resolvers:
+            resolvers[pid] = cpu.resolver(parsed[pid])
+        return resolvers[pid](pc)
 
-    return resolve
+    def expand(pc: str, pid: int) -> list[str]:
+        if not pc.startswith("cpu:"):
+            return [pc]
+        if pid not in expanders:
+            expanders[pid] = cpu.portable(parsed[pid])
+        return expanders[pid](pc)
+
+    return resolve, expand
 
 
 # -- set cover -----------------------------------------------------------------------------------

@@ -109,6 +109,30 @@ def resolver(problem: Problem) -> Callable[[str], str]:
     return resolve
 
 
+def portable(problem: Problem) -> Callable[[str], list[str]]:
+    """The perf configs that *mean* a measured one on any problem: a block size clipped to this
+    problem's dim stands for every grid value that clips to it (`cpu:v1:40,…` on a 40-row gemm
+    is `cpu:v1:64,…`, `cpu:v1:128,…`, … of the exhaustive grid). Quick lists are built from these
+    names, so that a list carries grid values, never one problem's dims."""
+    try:
+        op = make_op(problem)
+    except TunerError:
+        return lambda pc: [pc]
+    grid = op.grid["exhaustive"]
+
+    def names(pc: str) -> list[str]:
+        blocks = parse_blocks(pc, op)
+        if blocks is None:
+            return [pc]
+        choices = [
+            ([v for v in axis if min(v, d) == b] or [b]) if b == d else [b]
+            for b, d, axis in zip(blocks, op.dims, grid, strict=True)
+        ]
+        return [op.perf_config(c) for c in itertools.product(*choices)]
+
+    return names
+
+
 class _Deadline:
     """Raises TunerTimeout once the job timeout has passed (a no-op without one)."""
 
