@@ -181,3 +181,24 @@ def test_cli_jobs_load_skip_tuned_reuse_and_bad_flags(db, tmp_path):
     }
     bad = cli(url, "jobs", "load", "--session", str(b), "--tag", "all5", "--reuse")
     assert bad.code == 2 and bad.stderr.startswith("error: --reuse")
+
+
+def test_run_skip_tuned_reuse_exports_complete_without_tuning(db_url, tmp_path):
+    from clitools import run_cli
+
+    configs_ = tmp_path / "gemm-configs"
+    configs_.write_text(
+        "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 32 -n 32 -k 32\n"
+        "-t f32 -out_datatype f32 -transA false -transB true -g 1 -m 16 -n 32 -k 16\n"
+    )
+    out = tmp_path / "tuning.tsv"
+    args = ("run", "--op", "gemm", "--tuning-space", "quick", "-o", str(out), "--json")
+    first = run_cli(db_url, *args, str(configs_), timeout=300)
+    assert first.code == 0, first.stderr
+    second = run_cli(db_url, *args, "--skip-tuned", "--reuse", str(configs_), timeout=300)
+    assert second.code == 0, second.stderr
+    summary = second.json()
+    assert summary["counts"]["completed"] == 2 and summary["exported"] == 2
+    before = {w["test_vector"]: (w["perf_config"], w["tflops"]) for w in first.json()["winners"]}
+    after = {w["test_vector"]: (w["perf_config"], w["tflops"]) for w in summary["winners"]}
+    assert after == before and all(w["candidates"] == 0 for w in summary["winners"])

@@ -16,7 +16,9 @@ def new(
     ctx: typer.Context,
     tuner: str = typer.Option("cpu", "--tuner", help="rocmlir or cpu (sleep for tests)."),
     tuning_space: str = typer.Option(
-        sessions.DEFAULT_TUNING_SPACE, "--tuning-space", help="quick, full, greedy or exhaustive."
+        sessions.DEFAULT_TUNING_SPACE,
+        "--tuning-space",
+        help="quick, full, greedy, exhaustive or list:NAME (a stored quick list).",
     ),
     arch: str = typer.Option(None, "--arch", help="Chip name, e.g. gfx942 [detected]."),
     arch_full: str = typer.Option(

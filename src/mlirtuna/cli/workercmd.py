@@ -105,7 +105,9 @@ def run(
         help="auto (rocmlir when a build dir is given, else cpu), rocmlir or cpu.",
     ),
     tuning_space: str = typer.Option(
-        sessions.DEFAULT_TUNING_SPACE, "--tuning-space", help="quick, full, greedy or exhaustive."
+        sessions.DEFAULT_TUNING_SPACE,
+        "--tuning-space",
+        help="quick, full, greedy, exhaustive or list:NAME (a stored quick list).",
     ),
     gpus: str = typer.Option("auto", "--gpus", help="auto or 0,1,…"),
     workers: int = typer.Option(1, "--workers", help="Worker processes per GPU (or CPU workers)."),
