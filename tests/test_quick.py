@@ -349,3 +349,21 @@ def test_cpu_names_are_portable_grid_values():
     assert names == [f"cpu:v1:{m},16,64" for m in (64, 128, 256, 512)]
     assert {resolver(p)(n) for n in names} == {"cpu:v1:40,16,64"}
     assert portable(p)("v4:1,2,3") == ["v4:1,2,3"]
+
+
+def test_one_problem_on_two_chips_is_two_groups_and_stdout_stays_clean(db, tmp_path):
+    from clitools import run_cli
+
+    a = new_session(db)
+    b = new_session(db, arch="gfx90a", arch_full="gfx90a:sramecc+:xnack-", num_cu=104)
+    _candidates(db, a, {gemm(16): {"v4:a": 1.0, "v4:b": 2.0}})
+    _candidates(db, b, {gemm(16): {"v4:a": 2.0, "v4:b": 1.0}})
+    hists = quick.collect(db, [a, b])
+    assert [(h.group.arch, list(h.perf[next(iter(h.perf))])) for h in hists] == [
+        ("gfx90a", ["v4:a", "v4:b"]),
+        ("gfx942", ["v4:a", "v4:b"]),
+    ]
+    r = run_cli(db.url.render_as_string(False), "quick-list", "--session", f"{a},{b}", "--json")
+    assert r.code == 0, r.stderr
+    lists = {x["arch"]: x["perf_configs"] for x in json.loads(r.stdout)["lists"]}
+    assert lists == {"gfx90a": ["v4:a"], "gfx942": ["v4:b"]}

@@ -93,8 +93,8 @@ def collect(db: Database, session_ids: Sequence[int], op: str | None = None) -> 
     if not session_ids:
         raise UserError("quick-list needs at least one --session")
     arch = {sid: sessions.get(db, sid).arch for sid in session_ids}
-    perf: dict[int, dict[str, float]] = {}
-    owner: dict[int, str] = {}
+    # {(arch, problem): {perf config: best TFlops}}: one problem tuned on two chips is two rows.
+    perf: dict[tuple[str, int], dict[str, float]] = {}
     with db.session() as s:
         for table in (Candidate, Result):
             stmt = sa.select(table.session_id, table.problem_id, table.perf_config, table.tflops)
@@ -102,28 +102,28 @@ def collect(db: Database, session_ids: Sequence[int], op: str | None = None) -> 
             for sid, pid, pc, tf in s.execute(stmt):
                 if tf is None or tf <= 0 or not math.isfinite(tf):
                     continue
-                row = perf.setdefault(pid, {})
+                row = perf.setdefault((arch[sid], pid), {})
                 row[pc] = max(tf, row.get(pc, 0.0))
-                owner[pid] = arch[sid]
         problems = {
             pid: (p_op, tv)
             for pid, p_op, tv in s.execute(sa.select(Problem.id, Problem.op, Problem.test_vector))
         }
-    return _group(perf, owner, problems, op)
+    return _group(perf, problems, op)
 
 
-def _group(perf, owner, problems, op) -> list[History]:
+def _group(perf, problems, op) -> list[History]:
     groups: dict[Group, History] = {}
-    parsed = {}
-    for pid, row in perf.items():
+    parsed: dict[int, Any] = {}
+    for (arch, pid), row in perf.items():
         p_op, vector = problems[pid]
         if op is not None and p_op != op:
             continue
-        try:
-            parsed[pid] = parse(p_op, vector)
-        except MlirtunaError:  # an op this version cannot read: nothing to learn from it
-            continue
-        g = Group(owner[pid], p_op, str(getattr(parsed[pid], "data_type", "") or "-"))
+        if pid not in parsed:
+            try:
+                parsed[pid] = parse(p_op, vector)
+            except MlirtunaError:  # an op this version cannot read: nothing to learn from it
+                continue
+        g = Group(arch, p_op, str(getattr(parsed[pid], "data_type", "") or "-"))
         hist = groups.setdefault(g, History(g, {}, {}, *_resolver(parsed)))
         hist.perf[pid], hist.vectors[pid] = row, vector
     if not groups:

@@ -46,13 +46,16 @@ def quick_list(
     ),
     output: str = typer.Option("-", "-o", "--output", help="Where to write (default: stdout)."),
     stored: bool = typer.Option(False, "--stored", help="List the stored quick lists instead."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the lists as JSON on stdout (as well as -o FILE)."
+    ),
 ) -> None:
     """Per (arch, op, data type), the fewest perf configs reaching threshold x best everywhere."""
     db = common.database(ctx)
     if stored:
-        _print_stored(db, fmt)
+        _print_stored(db, "json" if as_json else fmt)
         return
-    fmt = fmt or _format_of(output)
+    fmt = fmt or ("json" if as_json and output == "-" else _format_of(output))
     if fmt not in FORMATS:
         raise UserError(f"unknown --format {fmt!r} (known: {', '.join(FORMATS)})")
     if update and (fmt != "inc" or output == "-"):
@@ -63,6 +66,8 @@ def quick_list(
     write_text(output, _render(lists, fmt, ids, opts, output if update else None))
     if name is not None:
         quick.store(db, name, lists, ids)
+    if as_json and output != "-":
+        print(_render(lists, "json", ids, opts, None), end="")
     for gl in lists:
         common.err(_summary(gl, name))
 
