@@ -8,10 +8,12 @@ Steps, all through mlirtuna's real API and CPU worker (one SQLite scratch databa
 2. split each op's problems in two halves (seeded); build a quick list (set cover at
    --threshold x best, HiGHS) from the exhaustive candidates of the first half, store it;
 3. tune the second half twice more: `--tuning-space list:bench` and the built-in `quick` space;
-4. report per op and space: candidates per problem, wall time, and TFlops(space) / TFlops
-   (exhaustive) per held-out problem: re-measured (a second tuning run, so CPU noise included)
-   and same-measurement (the winner's own TFlops in the exhaustive run: selection only);
-   plus the k-fold evaluation of the list over all problems (quick.evaluate).
+4. report per op and space: candidates per problem, wall time, and TFlops(space winner) /
+   TFlops(exhaustive winner) per held-out problem, twice: *paired* (the three winners timed
+   again interleaved, best of --rounds, on one data set: the fair comparison on a loaded
+   machine) and *as tuned* (each run's own measurement of its winner: what the sessions hold);
+   plus the k-fold evaluation of the list over all problems (quick.evaluate, from the
+   exhaustive measurements).
 
     python bench/bench_quick_tuning.py [--per-op 24] [--repeats 3] [--smoke] [--out FILE]
 """
@@ -20,11 +22,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import random
 import time
 from pathlib import Path
 
 import common
+import numpy as np
 import sqlalchemy as sa
 
 from mlirtuna import configs, jobs, quick, sessions
@@ -33,7 +37,8 @@ from mlirtuna.models import Candidate, Result
 from mlirtuna.problems import ExpandOptions, Problem
 from mlirtuna.problems.configlist import read_config_list
 from mlirtuna.sessions import SessionSpec
-from mlirtuna.tuners.cpu import CpuTuner, resolver
+from mlirtuna.tuners.cpu import CpuTuner, parse_blocks
+from mlirtuna.tuners.cpu_kernels import make_op
 from mlirtuna.worker import Worker, WorkerSettings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,15 +120,27 @@ def measured(db: Database, sid: int) -> dict[int, dict[str, float]]:
     return out
 
 
-def row(op, space, ids, db, sid, seconds, ref, ref_cands, problems_by_id):
+def paired(problem: Problem, names: list[str], rounds: int) -> dict[str, float]:
+    """Best-of-`rounds` ns of each named tiling, timed interleaved (round-robin) on one data
+    set, so that the winners of the three spaces meet the same machine load."""
+    op = make_op(problem)
+    op.setup(np.random.default_rng(0))
+    blocks = {n: parse_blocks(n, op) for n in dict.fromkeys(names)}
+    best = dict.fromkeys(blocks, math.inf)
+    for _ in range(rounds):
+        for name, b in blocks.items():
+            t0 = time.perf_counter_ns()
+            op.run_blocked(b)
+            best[name] = min(best[name], float(time.perf_counter_ns() - t0))
+    return best
+
+
+def row(op, space, ids, db, sid, seconds, ref, timed):
     win = winners(db, sid)
     cands = measured(db, sid)
     per_problem = sum(len(cands[p]) for p in ids) / len(ids)
-    again = [win[p][1] / ref[p][1] for p in ids]
-    same = []
-    for p in ids:
-        name = resolver(problems_by_id[p])(win[p][0])
-        same.append(ref_cands[p].get(name, 0.0) / ref[p][1])
+    as_tuned = [win[p][1] / ref[p][1] for p in ids]
+    again = [timed[p][ref[p][0]] / timed[p][win[p][0]] for p in ids]
     return [
         op,
         space,
@@ -132,8 +149,8 @@ def row(op, space, ids, db, sid, seconds, ref, ref_cands, problems_by_id):
         f"{seconds:.1f}",
         f"{quick.geomean(again):.4f}",
         f"{min(again):.3f}",
-        f"{quick.geomean(same):.4f}",
-        f"{min(same):.3f}",
+        f"{quick.geomean(as_tuned):.4f}",
+        f"{min(as_tuned):.3f}",
     ]
 
 
@@ -144,6 +161,7 @@ def main() -> None:
     p.add_argument("--threshold", type=float, default=quick.DEFAULT_THRESHOLD)
     p.add_argument("--folds", type=int, default=4, help="k of the k-fold evaluation")
     p.add_argument("--seed", type=int, default=15)
+    p.add_argument("--rounds", type=int, default=15, help="paired re-measurement rounds")
     p.add_argument("--smoke", action="store_true", help="4 problems per op, 1 repeat")
     p.add_argument("--out", type=Path, help="also write the Markdown to this file")
     args = p.parse_args()
@@ -162,7 +180,7 @@ def run(db: Database, per_op: int, repeats: int, args) -> str:
     by_id = {ids[op][p.canonical()]: p for op, ps in picked.items() for p in ps}
     common.status(f"exhaustive: {sum(map(len, picked.values()))} problems")
     full_sid, full_s = tune(db, "exhaustive", [f"all-{op}" for op in picked], repeats)
-    ref, ref_cands = winners(db, full_sid), measured(db, full_sid)
+    ref = winners(db, full_sid)
     held: dict[str, list[int]] = {}
     lists = []
     for op, vs in ids.items():
@@ -184,20 +202,33 @@ def run(db: Database, per_op: int, repeats: int, args) -> str:
     held_tags = [f"held-{op}" for op in picked]
     list_sid, list_s = tune(db, "list:bench", held_tags, repeats)
     quick_sid, quick_s = tune(db, "quick", held_tags, repeats)
+    common.status("paired re-measurement of the winners")
+    timed = {}
+    for hs in held.values():
+        for pid in hs:
+            names = [
+                ref[pid][0],
+                *(
+                    winners_of[pid][0]
+                    for winners_of in (winners(db, list_sid), winners(db, quick_sid))
+                ),
+            ]
+            timed[pid] = paired(by_id[pid], names, args.rounds)
     rows = []
+    ref_cands = measured(db, full_sid)
     full_held = {op: sum(len(ref_cands[p]) for p in held[op]) / len(held[op]) for op in held}
     for op, hs in held.items():
         rows.append([op, "exhaustive", len(hs), f"{full_held[op]:.2f}", "-", "1", "1", "1", "1"])
-        rows.append(row(op, "list:bench", hs, db, list_sid, list_s, ref, ref_cands, by_id))
-        rows.append(row(op, "quick", hs, db, quick_sid, quick_s, ref, ref_cands, by_id))
+        rows.append(row(op, "list:bench", hs, db, list_sid, list_s, ref, timed))
+        rows.append(row(op, "quick", hs, db, quick_sid, quick_s, ref, timed))
     return report(args, per_op, repeats, rows, lists, (full_s, list_s, quick_s), full_held)
 
 
 def report(args, per_op, repeats, rows, lists, walls, full_held) -> str:
     full_s, list_s, quick_s = walls
     headers = ["op", "space", "held-out problems", "candidates/problem", "wall s (both ops)",
-               "geomean re-measured", "min re-measured", "geomean same-measurement",
-               "min same-measurement"]  # fmt: skip
+               "geomean (paired)", "min (paired)", "geomean (as tuned)",
+               "min (as tuned)"]  # fmt: skip
     list_rows = [
         [str(g), len(b), len(u), m,
          f"{ev['coverage_at'][4]:.2f}", f"{ev['regret_at'][4]:.3f}",
