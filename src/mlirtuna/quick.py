@@ -241,18 +241,20 @@ def _ilp(
 
 
 def _highs():
-    """A silent HiGHS. Its first instance prints a banner on the process's stdout (C level),
-    where it would corrupt a list written to stdout: send it to stderr."""
+    """A silent HiGHS. Its first instance prints a licence banner on the process's stdout (at C
+    level, whatever `silent()` says), where it would corrupt a list written to stdout: drop it."""
     import highspy
 
     sys.stdout.flush()
     saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
     try:
-        os.dup2(2, 1)
+        os.dup2(devnull, 1)
         h = highspy.Highs()
     finally:
         os.dup2(saved, 1)
         os.close(saved)
+        os.close(devnull)
     h.silent()
     return h
 
@@ -316,7 +318,8 @@ def top_k(hist: History, pids: Iterable[int], k: int) -> list[str]:
     count: dict[str, int] = {}
     for pid in pids:
         ranked = sorted(hist.perf[pid].items(), key=lambda kv: (-kv[1], kv[0]))[:k]
-        for pc, _ in ranked:
+        for measured, _ in ranked:
+            pc = hist.expand(measured, pid)[0]  # a portable name (cpu: the smallest grid value)
             count[pc] = count.get(pc, 0) + 1
     return sorted(count, key=lambda c: (-count[c], c))
 
