@@ -10,6 +10,7 @@ completed, or it was imported.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import random
 from collections.abc import Callable, Iterable
@@ -62,6 +63,9 @@ class Tuned:
     perf_config: str
     tflops: float | None
     origin: int  # the session that really tuned it (follows earlier reuse)
+    kernel_time: float | None = None
+    tuned_at: dt.datetime | None = None
+    duration_s: float | None = None
 
 
 def _equivalent_ids(s: OrmSession, target: TuningSession) -> list[int]:
@@ -85,14 +89,17 @@ def _counted_results(s: OrmSession, session_ids: Iterable[int]) -> dict[int, Tun
             Result.perf_config,
             Result.tflops,
             Result.reused_from,
+            Result.kernel_time,
+            Result.tuned_at,
+            Result.duration_s,
         )
         .outerjoin(Job, Job.id == Result.job_id)
         .where(Result.session_id.in_(ids), results.counted())
         .order_by(Result.session_id, Result.id)
     )
     out: dict[int, Tuned] = {}
-    for rid, sid, pid, pc, tf, src in s.execute(stmt):
-        out[pid] = Tuned(rid, sid, pid, pc, tf, src or sid)
+    for rid, sid, pid, pc, tf, src, ns, at, dur in s.execute(stmt):
+        out[pid] = Tuned(rid, sid, pid, pc, tf, src or sid, ns, at, dur)
     return out
 
 
@@ -139,12 +146,6 @@ def _copy(s: OrmSession, session_id: int, found: dict[int, Tuned]) -> None:
             )
         ).all()
     )
-    sources = {
-        r.id: r
-        for r in s.scalars(
-            sa.select(Result).where(Result.id.in_([t.result_id for t in found.values()]))
-        )
-    }
     s.execute(
         sa.insert(Result.__table__),
         [
@@ -152,11 +153,11 @@ def _copy(s: OrmSession, session_id: int, found: dict[int, Tuned]) -> None:
                 "session_id": session_id,
                 "problem_id": t.problem_id,
                 "job_id": job_ids[t.problem_id],
-                "perf_config": sources[t.result_id].perf_config,
-                "kernel_time": sources[t.result_id].kernel_time,
-                "tflops": sources[t.result_id].tflops,
-                "tuned_at": sources[t.result_id].tuned_at,
-                "duration_s": sources[t.result_id].duration_s,
+                "perf_config": t.perf_config,
+                "kernel_time": t.kernel_time,
+                "tflops": t.tflops,
+                "tuned_at": t.tuned_at,
+                "duration_s": t.duration_s,
                 "reused_from": t.origin,
             }
             for t in found.values()
