@@ -76,12 +76,16 @@ class History:
         )
 
     def covers(self, pids: Iterable[int], threshold: float) -> dict[int, set[str]]:
-        """{problem: the perf configs reaching threshold x its best}."""
-        universe = self.configs()
+        """{problem: the (portable) perf configs reaching threshold x its best}.
+
+        Linear in the measurements: a name covers a problem exactly when what it resolves to
+        there is a good measured config, i.e. when it is one of the good configs' portable names.
+        """
         out = {}
         for pid in pids:
             floor = threshold * self.best(pid)
-            out[pid] = {c for c in universe if (self.achieved(c, pid) or 0.0) >= floor}
+            good = (pc for pc, tf in self.perf[pid].items() if tf >= floor)
+            out[pid] = {name for pc in good for name in self.expand(pc, pid)}
         return out
 
 
@@ -139,6 +143,8 @@ def _resolver(parsed: Mapping[int, Any]) -> tuple[Resolver, Callable[[str, int],
     expanders: dict[int, Callable[[str], list[str]]] = {}
 
     def resolve(pc: str, pid: int) -> str:
+        if not pc.startswith("cpu:"):
+            return pc
         if pid not in resolvers:
             resolvers[pid] = cpu.resolver(parsed[pid])
         return resolvers[pid](pc)
@@ -228,6 +234,13 @@ def _ilp(
             [(-inf, 0.0, [*r, n + i], [-1.0] * len(r) + [1.0]) for i, r in enumerate(rows)]
             + [(-inf, float(max_size), list(range(n)), [1.0] * n)],
         )
+    # Start from the greedy cover: a run stopped by the time limit is then never worse.
+    greedy = _greedy(covers, cols, max_size)
+    start = [index[c] for c in greedy]
+    if max_size is not None:
+        picked = set(greedy)
+        start += [n + i for i, p in enumerate(problems) if cols_cover(cols, picked, p)]
+    h.setSolution(len(start), np.array(start, dtype=np.int32), np.ones(len(start)))
     h.run()
     status = h.getModelStatus()
     values = list(h.getSolution().col_value)[:n]
@@ -237,7 +250,11 @@ def _ilp(
     if chosen and h.getInfo().primal_solution_status == 2:  # a feasible incumbent
         gap = h.getInfo().mip_gap
         return chosen, f"ilp (HiGHS, stopped at {ILP_TIME_LIMIT_S} s, gap {gap:.1%})"
-    return _greedy(covers, cols, max_size), f"greedy (HiGHS: {h.modelStatusToString(status)})"
+    return greedy, f"greedy (HiGHS: {h.modelStatusToString(status)})"
+
+
+def cols_cover(cols: Mapping[str, frozenset[int]], picked: set[str], problem: int) -> bool:
+    return any(problem in cols[c] for c in picked)
 
 
 def _highs():
