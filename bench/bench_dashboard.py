@@ -153,7 +153,9 @@ def main() -> None:
 
 
 def _one(backend: str, url: str, size: Size, repeat: int, made: float | None) -> list[str]:
-    label = common.LABEL.get(backend, url.split(":")[0])
+    scheme = url.split(":")[0].split("+")[0]
+    scheme = {"postgres": "postgresql", "mariadb": "mysql"}.get(scheme, scheme)
+    label = common.LABEL.get(backend) or common.LABEL.get(scheme, scheme)
     data = count_rows(url)
     when = f"; generated in {made:.0f} s" if made is not None else ""
     common.status(f"{label}: timing ({data})")
