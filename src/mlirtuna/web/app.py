@@ -90,7 +90,8 @@ def create_app(db: Database, poll_ms: int = POLL_MS) -> FastAPI:
 
 
 async def _user_error(request: Request, exc: Exception) -> Response:
-    status = 404 if isinstance(exc, NotFound) else 400
+    # 503: the database is unreachable (a restart, a network cut): the next poll may succeed.
+    status = 404 if isinstance(exc, NotFound) else 503 if isinstance(exc, DatabaseError) else 400
     if request.url.path.startswith("/api/"):
         return JSONResponse({"error": str(exc)}, status_code=status)
     templates: Jinja2Templates = request.app.state.templates

@@ -105,6 +105,7 @@ function farmPage() {
       $("#prev").disabled = offset === 0;
       $("#next").disabled = last >= farm.total_sessions;
       document.body.dataset.updated = String(Number(document.body.dataset.updated || 0) + 1);
+      $("#load-error")?.remove(); // the database is back
     } catch (err) {
       showError(err);
     }
