@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
+from sqlalchemy.orm import Session as OrmSession
 
 from mlirtuna import sessions
 from mlirtuna.db import Database
@@ -47,13 +48,18 @@ ERROR_TEXT_READ = 400  # characters of each error read to find its first line
 ERROR_JOBS_LISTED = 50  # job links per error group
 
 
+def _typed() -> list[type]:
+    """The config tables with a data_type column (a fusion module has none of its own)."""
+    return [t for t in CONFIG_TABLES.values() if hasattr(t, "data_type")]
+
+
 def _data_type() -> sa.ColumnElement[str]:
     """The problem's data type, whichever config table holds it ('' where none does)."""
-    return sa.func.coalesce(*(t.data_type for t in CONFIG_TABLES.values()), "")
+    return sa.func.coalesce(*(t.data_type for t in _typed()), "")
 
 
 def _with_configs(stmt: sa.Select, problem_id: sa.ColumnElement[int]) -> sa.Select:
-    for table in CONFIG_TABLES.values():
+    for table in _typed():
         stmt = stmt.outerjoin(table, table.id == problem_id)
     return stmt
 
@@ -322,6 +328,9 @@ class ProblemInfo:
     data_type: str
     tags: list[str]
     sessions: int  # sessions with a winner for it
+    # A fusion problem: the module's text and the key rocMLIR's tuning DB files its winner under.
+    module: str | None = None
+    tuning_key: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -343,7 +352,21 @@ def problem(db: Database, problem_id: int) -> ProblemInfo:
             .order_by(ProblemTag.tag)
         ).all()
         n = s.scalar(sa.select(sa.func.count()).where(Result.problem_id == problem_id)) or 0
-    return ProblemInfo(problem_id, row.op, row.test_vector, row.data_type, list(tags), n)
+        module = _module(s, row.op, problem_id)
+    return ProblemInfo(problem_id, row.op, row.test_vector, row.data_type, list(tags), n, *module)
+
+
+def _module(s: OrmSession, op: str, problem_id: int) -> tuple[str | None, str | None]:
+    """(module text, tuning key) where the op's config table keeps a module, else Nones."""
+    table = CONFIG_TABLES.get(op)
+    if table is None or not hasattr(table, "module_text"):
+        return None, None
+    row = s.execute(
+        sa.select(table.module_text, getattr(table, "tuning_key", sa.null())).where(
+            table.id == problem_id
+        )
+    ).first()
+    return (row[0], row[1]) if row is not None else (None, None)
 
 
 @dataclass(frozen=True)
