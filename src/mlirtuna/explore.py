@@ -457,7 +457,7 @@ def candidates(db: Database, session_id: int, problem_id: int) -> Candidates:
 
 
 def sessions_of_problem(db: Database, problem_id: int) -> list[int]:
-    """Sessions holding candidates for a problem, newest first (the scatter's choices)."""
+    """Sessions with a winner for the problem, newest first (the candidate scatter's choices)."""
     with db.session() as s:
         return list(
             s.scalars(

@@ -14,6 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session as OrmSession
 
+from mlirtuna import sessions
 from mlirtuna.db import Database, db_now
 from mlirtuna.models import (
     CANCELLED,
@@ -127,8 +128,6 @@ def farm(db: Database, offset: int = 0, limit: int = DEFAULT_PAGE) -> FarmPage:
 
 
 def session_progress(db: Database, session_id: int) -> SessionProgress:
-    from mlirtuna import sessions
-
     info = sessions.get(db, session_id)
     with db.session() as s:
         counts = _counts(s, [session_id])[session_id]
