@@ -181,7 +181,8 @@ def test_the_dashboard_cannot_write(db_url, farm):
 def test_stale_heartbeat_is_flagged_before_the_lease_expires(db, db_url, farm):
     sid = farm.cpu_a
     with db.session() as s:  # one job of a finished session back in the queue, to be held
-        s.execute(sa.update(Job).where(Job.session_id == sid).values(state="new"))
+        first = s.scalar(sa.select(sa.func.min(Job.id)).where(Job.session_id == sid))
+        s.execute(sa.update(Job).where(Job.id == first).values(state="new"))
     lease = queue.claim(db, sid, queue.Claimant("node7", 3, 4242), lease_s=3600)
     assert lease is not None
     ro = open_read_only(db_url)
@@ -202,6 +203,8 @@ def test_stale_heartbeat_is_flagged_before_the_lease_expires(db, db_url, farm):
     assert busy["stale"] and not busy["expired"] and busy["heartbeat_age_s"] >= 40 * 60 - 5
     progress = get(client, f"/api/sessions/{sid}")
     assert progress["active"] and progress["counts"]["running"] == 1
+    # Two jobs finished minutes ago (the farm was just tuned): a rate, and an ETA for the third.
+    assert progress["per_minute"] > 0 and progress["eta_s"] > 0
     ro.dispose()
 
 
