@@ -3,8 +3,10 @@ made by real tuning (tests/webfarm.py). Expected values come from the database a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import sqlite3
 import subprocess
 import time
 
@@ -252,6 +254,11 @@ def test_serve_needs_an_existing_database_and_writes_nothing(tmp_path):
         open_read_only(f"sqlite:///{path}")
     run = cli(f"sqlite:///{path}", "serve", "--port", "1")
     assert run.code == 2 and "no database file" in run.stderr and not path.exists()
+    path.touch()  # an empty file: other commands would create the schema in it, serve does not
+    with pytest.raises(DatabaseError, match=r"has no mlirtuna schema.*mlirtuna db upgrade"):
+        open_read_only(f"sqlite:///{path}")
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("SELECT count(*) FROM sqlite_master").fetchone() == (0,)
 
 
 def test_serve_command_binds_localhost_and_prints_its_url(db, db_url, tmp_path):
