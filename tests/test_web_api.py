@@ -103,10 +103,14 @@ def test_distributions_and_errors(client, db, farm):
     times = get(client, f"/api/sessions/{farm.cpu_a}/job-times")
     assert times["count"] == 3 and times["total"] > 0
     assert get(client, f"/api/sessions/{farm.cpu_a}/errors") == []
-    groups = get(client, f"/api/sessions/{farm.failed}/errors")
     failed = jobs.list_jobs(db, farm.failed, state="error")
+    # The same failure after a different number of attempts is still one group.
+    with db.session() as s:
+        text = failed[-1].result.replace("attempt 1/1 failed:", "attempt 3/3 failed:", 1)
+        s.execute(sa.update(Job).where(Job.id == failed[-1].id).values(result=text))
+    groups = get(client, f"/api/sessions/{farm.failed}/errors")
     assert len(groups) == 1 and groups[0]["count"] == 3
-    assert groups[0]["first_line"] == failed[0].first_line
+    assert failed[0].first_line == f"attempt 1/1 failed: {groups[0]['first_line']}"
     assert groups[0]["job_ids"] == [j.id for j in failed]
     job = get(client, f"/api/jobs/{failed[0].id}")
     assert job["state"] == "error" and len(job["attempts"]) == 1 and job["result"]

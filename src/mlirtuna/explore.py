@@ -9,6 +9,7 @@ column, never from whole rows.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -315,9 +316,13 @@ def error_groups(db: Database, session_id: int) -> list[ErrorGroup]:
     return sorted(groups.values(), key=lambda g: (-g.count, g.first_line))
 
 
+# queue.fail writes "attempt 2/3 failed: <why>"; the count is not part of what went wrong.
+_ATTEMPT = re.compile(r"^attempt \d+/\d+ failed: ")
+
+
 def _first_line(text: str | None) -> str:
     stripped = (text or "").strip()
-    return stripped.splitlines()[0] if stripped else "(no message)"
+    return _ATTEMPT.sub("", stripped.splitlines()[0]) if stripped else "(no message)"
 
 
 @dataclass(frozen=True)
