@@ -83,3 +83,10 @@ def test_quick_tuning_bench_runs(tmp_path: Path) -> None:
         for space in ("exhaustive", "list:bench-0.93", "list:bench-0.97", "quick"):
             assert f"| {op} | {space} |" in text
     assert "18.07" in text  # rocMLIR's published A/B beside ours
+
+
+def test_bench_dashboard_smoke(tmp_path):
+    text = run_script("bench_dashboard", tmp_path, "--backends", ",".join(backends()))
+    for backend in backends():
+        assert f"### {LABELS[backend]}: " in text
+    assert "`/api/sessions?offset=500&limit=50`" in text and "**page total**" in text
