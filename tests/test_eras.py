@@ -264,3 +264,39 @@ def test_bad_key_format_is_one_line(db_url) -> None:
     assert run.code == 2 and run.stderr.strip() == (
         "error: unknown key format 'fancy' (known: plain, split-k)"
     )
+
+
+def test_upgrade_in_place_fills_families_and_key_forms(empty_db_url) -> None:
+    """A database of the schema before this revision, with results, upgrades in place."""
+    from mlirtuna import migrations
+    from mlirtuna.db import Database, utcnow
+
+    db = Database(empty_db_url, check_schema=False)
+    migrations.upgrade(db.engine, "0001")
+    now = utcnow()
+    with db.engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO session (id, arch, arch_full, num_cu, num_chiplets, tuning_space,"
+                " tuner, created_at) VALUES (1, 'gfx942', :a, 304, 8, 'full', 'imported', :t)"
+            ),
+            {"a": A, "t": now},
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO problem (id, op, test_vector, created_at) VALUES (1, 'gemm', :v, :t)"
+            ),
+            {"v": G1, "t": now},
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO result (session_id, problem_id, perf_config)"
+                " VALUES (1, 1, 'v4:64,64,8,32,32,32,8,1,1,2,0,0,1,1')"
+            )
+        )
+    db.upgrade()
+    with db.session() as s:
+        assert s.scalars(sa.select(Result.perf_family)).one() == "v4"
+        assert s.scalars(sa.select(Result.key_suffix)).one() == ""
+        assert s.scalars(sa.select(TuningSession.key_form)).one() == "plain"
+    db.dispose()

@@ -24,7 +24,9 @@ Environment:
   FAKE_TUNINGRUNNER_LOG=path: append {"argv", "cwd", "env"} as one JSON line per invocation,
   FAKE_TUNINGRUNNER_CHILD_PIDFILE=path: where "hang" writes its child's pid,
   FAKE_TUNINGRUNNER_IGNORE_SIGTERM=1: "hang" ignores SIGTERM (so only SIGKILL stops it),
-  FAKE_TUNINGRUNNER_FAULT: fail | hang | none | garbage | wrong_arch | empty | crash_partial.
+  FAKE_TUNINGRUNNER_FAULT: fail | hang | none | garbage | wrong_arch | empty | crash_partial
+    (E2/E3), fail (E2.5: a "### " line), fail | gpu_timeout (E4: driver exit 3, gpu_timed_out),
+  FAKE_E25_NUM_CHIPLETS=0: an earlier E2.5 build, without the numChiplets column.
 
 Standard library only (the real tool needs numpy/pandas/tqdm; tests must not).
 """
