@@ -300,3 +300,22 @@ def test_upgrade_in_place_fills_families_and_key_forms(empty_db_url) -> None:
         assert s.scalars(sa.select(Result.key_suffix)).one() == ""
         assert s.scalars(sa.select(TuningSession.key_form)).one() == "plain"
     db.dispose()
+
+
+def test_attention_plain_key_is_split_k_false(db, tmp_path) -> None:
+    """For attention a key without the flag means `-supportsSplitK false` (its kernels never
+    split K): the E3 row and the E4 row are the same problem, compared and exported so."""
+    old, new = (str(ERAS / n) for n in ("e3-attention.tsv", "e4-attention.tsv"))
+    result = compare.compare(*compare.load_sides(old, new, "attention", lambda: db))
+    assert (result.common, result.only_a, result.only_b) == (1, 0, 0)
+    assert result.geomean_ratio == pytest.approx(99.0 / 90.0)
+    (x,) = history.import_tsv(db, "attention", [new]).sessions
+    assert x.key_form == "split-k"
+    ((_, family, suffix),) = results_of(db, x.id).values()
+    assert (family, suffix) == ("attn:named", "-supportsSplitK false")
+    (y,) = history.import_tsv(db, "attention", [old]).sessions
+    out = tmp_path / "attn.tsv"
+    export.export(db, ExportQuery(sessions=(y.id,), key_format="split-k"), "v3", str(out))
+    ((key, perf),) = ((k[3], v) for k, v in read_tuning_db(str(out)).items())
+    assert key.endswith("-transBias false -supportsSplitK false")
+    assert perf == "attn:v3:64,64,64,8,32,32,32,4,1,1,2,0,1"

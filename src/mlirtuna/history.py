@@ -31,6 +31,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,7 @@ TUNER = "imported"
 DEFAULT_TUNING_SPACE = "exhaustive"
 DEFAULT_NUM_CHIPLETS = 1
 # Column widths of the session and result tables (models.py).
+_QUOTED_RE = re.compile(r"'([^']+)'|\"([^\"]+)\"")
 _LIMITS = {"arch": 32, "arch_full": 128, "tuning space": 16, "commitId": 64, "perfConfig": 255}
 
 
@@ -233,18 +235,27 @@ class _Parser:
             group.failed[canonical] = error.text
 
     def vector_in(self, text: str) -> str | None:
-        """The canonical vector of the longest run of words in `text` that the op's parser
-        takes (the line's wording around the config is the tool's, not a format)."""
+        """The canonical vector named in `text` (the line's wording around the config is the
+        tool's, not a format): a quoted part that parses, else the longest run of words from
+        one of the first words that look like a config's start."""
+        for match in _QUOTED_RE.finditer(text):
+            found = self._try_vector(match.group(1) or match.group(2))
+            if found is not None:
+                return found
         words = [w.strip("'\"`:,;") for w in text.split()]
-        starts = [i for i, w in enumerate(words) if w.startswith(("-", "conv"))]
+        starts = [i for i, w in enumerate(words) if w.startswith(("-", "conv"))][:2]
         for start in starts:
             for end in range(len(words), start, -1):
-                candidate = keys.split_key(" ".join(words[start:end])).plain
-                try:
-                    return self.vector(candidate)[0]
-                except InputError:
-                    continue
+                found = self._try_vector(" ".join(words[start:end]))
+                if found is not None:
+                    return found
         return None
+
+    def _try_vector(self, text: str) -> str | None:
+        try:
+            return self.vector(keys.split_key(text).plain)[0]
+        except InputError:
+            return None
 
     def context(self, row: tuningdb.TuningRow) -> Context:
         key = (row.arch, row.num_cu, row.num_chiplets, row.tuning_space, row.commit_id)
