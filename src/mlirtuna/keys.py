@@ -57,9 +57,9 @@ def split_key(text: str) -> Key:
     a flag without a value or with another value than true/false is an InputError, as in
     perfRunner's extract_tuning_key_metadata.
     """
-    words = text.split()
-    if SPLIT_K_FLAG not in words and "Fusions=" not in text:
+    if SPLIT_K_FLAG not in text and "Fusions=" not in text:  # every older key: no split
         return Key(text.strip(), None, "")
+    words = text.split()
     kept: list[str] = []
     fusions: list[str] = []
     split_k: bool | None = None
