@@ -204,6 +204,12 @@ def test_e4_keys_keep_their_form_and_export_writes_either(db, tmp_path) -> None:
     old = tmp_path / "old.tsv"
     export.export(db, ExportQuery(sessions=(x.id,), key_format="plain"), "v2", str(old))
     assert {k[3] for k in read_tuning_db(str(old))} == {with_o(G1), with_o(G2), with_o(G3)}
+    # ... which the E2-era perfRunner reader (key (arch, config)) finds too.
+    assert set(read_tuning_db(str(old), version="00267dbf")) == {
+        (A, with_o(G1)),
+        (A, with_o(G2)),
+        (A, with_o(G3)),
+    }
 
 
 def test_plain_session_exports_split_k_keys_on_request(db, tmp_path) -> None:

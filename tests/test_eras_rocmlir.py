@@ -241,3 +241,23 @@ def test_debug_export_of_mixed_ops_needs_op(db, tmp_path, build, monkeypatch):
         export.render(db, ExportQuery(sessions=(a, b)), "debug")
     text = export.render(db, ExportQuery(sessions=(a, b), op="attention"), "debug").text
     assert text.splitlines()[0].split("\t")[:4] == ["Chip", "numCU", "DataType", "TransQ"]
+
+
+@pytest.mark.parametrize("op", ["gemm", "conv", "attention"])
+def test_debug_export_problem_columns_are_the_tools(db, tmp_path, build, monkeypatch, op):
+    """The problem columns of the export, by name, hold what the stand-in's own .debug rows
+    (perfRunner's table_entry()) hold for the same problem."""
+    from test_rocmlir_tuner import STAND_IN
+    from test_rocmlir_worker import LINES
+
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E3")
+    sid = rocmlir_session(db, tmp_path, op)
+    work(db, sid, build)
+    out = tmp_path / f"{op}.debug"
+    export.export(db, ExportQuery(sessions=(sid,)), "debug", str(out))
+    rows = read_debug(str(out))
+    tools, _ = STAND_IN.describe(op, parse(op, LINES[op]).canonical(), STAND_IN.Gpu(), "E3")
+    shared = [c for c in tools if c in rows[0] and c not in ("PerfConfig", "TFlops")]
+    assert len(shared) >= {"gemm": 9, "conv": 20, "attention": 19}[op]
+    for row in rows:
+        assert {c: row[c] for c in shared} == {c: str(tools[c]) for c in shared}
