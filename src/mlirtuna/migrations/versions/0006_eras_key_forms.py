@@ -1,14 +1,14 @@
 """tuning DB eras: key forms, perf-config families, E4 session settings
 
 Revision ID: 0006
-Revises: 0001
+Revises: 0009
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0006"
-down_revision = "0001"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
