@@ -103,8 +103,9 @@ def select_sessions(s: Session, query: ExportQuery) -> list[TuningSession]:
         return _named_sessions(s, query)
     if not query.arch:
         raise UserError("give --arch (or name sessions with --session)")
-    stmt = sa.select(TuningSession).where(*_filters(query)).order_by(*_newest_first())
-    found = list(s.scalars(stmt))
+    # A retired session is history, never picked by a context (only when named).
+    stmt = sa.select(TuningSession).where(*_filters(query), TuningSession.retired_at.is_(None))
+    found = list(s.scalars(stmt.order_by(*_newest_first())))
     if not found:
         raise UserError(
             f"no session matches {_describe(query)}: `mlirtuna session list` shows them"
