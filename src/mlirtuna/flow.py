@@ -148,8 +148,8 @@ def prepare(db: Database, plan: RunPlan) -> Prepared:
     existing = sessions.get(db, plan.session_id) if plan.session_id is not None else None
     if existing is not None and not plan.files:
         plan = resumed(plan, existing)
-    if plan.op is None:
-        raise UserError("give --op (or --session N to resume a run)")
+    if plan.op is None or not plan.files:
+        raise UserError("give --op and config lists (or --session N alone to resume a run)")
     if existing is not None:
         if plan.tuner != "auto" and sessions.tuner_name(plan.tuner) != existing.tuner_name:
             raise UserError(

@@ -86,7 +86,7 @@ def list_(
             r.tuning_space,
             r.tuner,
             r.mlir_v[:12],
-            r.reason,
+            f"{r.reason} (retired)" if r.retired_at else r.reason,
         )
     common.out.print(table)
 
