@@ -4,7 +4,8 @@
   chip name or the exact arch_full) narrowed by num_cu, num_chiplets and tuning space. Unnamed
   sessions must then share one context (arch_full, num_cu, num_chiplets, tuning space): writing
   an MI300X winner next to an MI308 one (both gfx942) into one file is the mistake rocMLIR
-  PR #2248 guards against, so we refuse and say which flag narrows it.
+  PR #2248 guards against, so we refuse and say which flag narrows it. Retired sessions
+  (`session retire`) are never picked this way, only when named.
 - Per problem, the newest session wins (created_at, then id). Only counted results
   (results.counted: completed jobs, or imported rows).
 - The `arch` column is the session's arch_full: perfRunner looks rows up by the exact
