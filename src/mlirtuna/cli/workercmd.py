@@ -180,7 +180,9 @@ def run(
     else:
         _report(db, summary, plan)
     if interrupted:
-        common.err(f"interrupted: resume with `mlirtuna run --session {sid}`")
+        # A session run opened remembers what it was asked; one opened otherwise needs the lists.
+        lists = "" if prepared.session.run_spec else f" --op {op} {' '.join(files or [])}"
+        common.err(f"interrupted: resume with `mlirtuna run --session {sid}{lists}`")
         raise typer.Exit(130)
     if summary.counts["error"]:
         raise typer.Exit(1)
