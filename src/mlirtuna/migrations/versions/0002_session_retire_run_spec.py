@@ -1,7 +1,7 @@
 """session: retired_at, run_spec; tuner holds a full tuner spec
 
 Revision ID: 0002
-Revises: 0001
+Revises: 0009
 Create Date: 2026-12-03 06:40:00
 """
 
@@ -10,7 +10,7 @@ from alembic import op
 from sqlalchemy.dialects import mysql
 
 revision = "0002"
-down_revision = "0001"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
