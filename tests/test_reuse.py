@@ -146,7 +146,7 @@ def test_perf_config_family():
     assert reuse.perf_config_family("attn:v3:1,2") == "attn:v3"
     assert reuse.perf_config_family("64,64,8") == "v1"
     assert reuse.perf_config_family("gemm:mPerBlock=64,nPerBlock=32") == "gemm:named"
-    assert reuse.perf_config_family("cpu:v1:32,32,32") == "cpu:v1"
+    assert reuse.perf_config_family("cpu:v1:32,32,32") == "cpu"
 
 
 def test_session_diff(db, tmp_path):

@@ -6,7 +6,7 @@ The worker-side operations (claim, heartbeat, fenced record) are in queue.py.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,9 +52,11 @@ def load(
     file: str | None = None,
     all_problems: bool = False,
     options: ExpandOptions | None = None,
+    exclude: Collection[int] = (),
     keep: Callable[[Session, int, dict[int, int]], dict[int, int]] | None = None,
 ) -> LoadReport:
-    """One `new` job per selected problem of the session (idempotent).
+    """One `new` job per selected problem of the session (idempotent), but none for the
+    problem ids in `exclude` (those the tuner cannot run).
 
     `keep(s, session_id, {problem_id: priority})` narrows the selection inside the same
     transaction (reuse.py: skip what is already tuned, re-tune only what changed).
@@ -66,6 +68,8 @@ def load(
         selected = _select(s, op=op, tag=tag, file=file, all_problems=all_problems, options=options)
         if not selected and tag is not None:
             raise UserError(f"no problems carry the tag {tag!r}: import them with --tag {tag}")
+        for pid in exclude:
+            selected.pop(pid, None)
         if keep is not None:
             selected = keep(s, session_id, selected)
         have = set(s.scalars(sa.select(Job.problem_id).where(Job.session_id == session_id)))

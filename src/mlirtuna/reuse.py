@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session as OrmSession
 from mlirtuna import jobs, results, sessions
 from mlirtuna.db import Database, db_now
 from mlirtuna.errors import UserError
+from mlirtuna.keys import perf_config_family  # the one place for families
 from mlirtuna.models import COMPLETED, Job, Problem, Result, TuningSession
 from mlirtuna.sessions import Session
 
@@ -33,21 +34,15 @@ RULES = ("all", "family-changed")
 
 
 def tuner_family(tuner: str) -> str:
-    """Imported .tsv files come from rocMLIR's tuningRunner: the same tuner as `rocmlir`."""
-    return "rocmlir" if tuner == "imported" else tuner
+    """Imported .tsv files come from rocMLIR's tuningRunner: the same tuner as `rocmlir`
+    (and `sleep:0.1` is the sleep tuner)."""
+    name = sessions.tuner_name(tuner)
+    return "rocmlir" if name == "imported" else name
 
 
 def equivalent(a: Session | TuningSession, b: Session | TuningSession) -> bool:
     same = all(getattr(a, f) == getattr(b, f) for f in CONTEXT_FIELDS)
     return same and tuner_family(a.tuner) == tuner_family(b.tuner)
-
-
-def perf_config_family(perf_config: str) -> str:
-    """`v2`, `v4`, `attn:v3`, `gemm:named`, `cpu:v1`, … (positional without a prefix: `v1`)."""
-    head, sep, params = perf_config.rpartition(":")
-    if not sep:
-        return "v1"
-    return f"{head.split(':')[0]}:named" if "=" in params else head
 
 
 # -- queries -------------------------------------------------------------------------------------
@@ -66,12 +61,14 @@ class Tuned:
     kernel_time: float | None = None
     tuned_at: dt.datetime | None = None
     duration_s: float | None = None
+    key_suffix: str = ""
 
 
 def _equivalent_ids(s: OrmSession, target: TuningSession) -> list[int]:
     stmt = sa.select(TuningSession).where(
         *(getattr(TuningSession, f) == getattr(target, f) for f in CONTEXT_FIELDS),
         TuningSession.id != target.id,
+        TuningSession.retired_at.is_(None),  # retired: kept for history, never picked again
     )
     return [row.id for row in s.scalars(stmt) if equivalent(row, target)]
 
@@ -92,14 +89,15 @@ def _counted_results(s: OrmSession, session_ids: Iterable[int]) -> dict[int, Tun
             Result.kernel_time,
             Result.tuned_at,
             Result.duration_s,
+            Result.key_suffix,
         )
         .outerjoin(Job, Job.id == Result.job_id)
         .where(Result.session_id.in_(ids), results.counted())
         .order_by(Result.session_id, Result.id)
     )
     out: dict[int, Tuned] = {}
-    for rid, sid, pid, pc, tf, src, ns, at, dur in s.execute(stmt):
-        out[pid] = Tuned(rid, sid, pid, pc, tf, src or sid, ns, at, dur)
+    for rid, sid, pid, pc, tf, src, ns, at, dur, suffix in s.execute(stmt):
+        out[pid] = Tuned(rid, sid, pid, pc, tf, src or sid, ns, at, dur, suffix or "")
     return out
 
 
@@ -158,6 +156,7 @@ def _copy(s: OrmSession, session_id: int, found: dict[int, Tuned]) -> None:
                 "tflops": t.tflops,
                 "tuned_at": t.tuned_at,
                 "duration_s": t.duration_s,
+                "key_suffix": t.key_suffix,
                 "reused_from": t.origin,
             }
             for t in found.values()
