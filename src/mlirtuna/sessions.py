@@ -152,7 +152,8 @@ def _check_settings(spec: SessionSpec, build_dir: str | None) -> None:
         value = getattr(spec, name)
         if value is not None and value <= 0:
             raise UserError(f"{flag} {value}: expected a positive number")
-    if spec.tuner == "cpu" and spec.tuning_space not in CPU_SPACES:
+    listed = spec.tuning_space.startswith("list:")  # a stored quick list (quick.py)
+    if spec.tuner == "cpu" and spec.tuning_space not in CPU_SPACES and not listed:
         raise UserError(
             f"the cpu tuner has no tuning space {spec.tuning_space!r} "
             f"(it has: {', '.join(CPU_SPACES)})"
@@ -177,9 +178,11 @@ def _check_settings(spec: SessionSpec, build_dir: str | None) -> None:
         log.warning("not checked against the build's tuningRunner.py: %s", exc)
         spec.key_form = spec.key_form or keys.PLAIN
         return
-    if era.tuning_spaces and spec.tuning_space not in era.tuning_spaces:
+    # A list: session runs the tool's quick space (tuners.rocmlir.tool_space).
+    space = "quick" if listed else spec.tuning_space
+    if era.tuning_spaces and space not in era.tuning_spaces:
         raise UserError(
-            f"tuning space {spec.tuning_space!r} is not offered by {tuner.script} ({era.name}; "
+            f"tuning space {space!r} is not offered by {tuner.script} ({era.name}; "
             f"it has: {', '.join(era.tuning_spaces)})"
         )
     lacking = [flag for flag in settings if flag not in era.flags]
