@@ -47,7 +47,11 @@ def export(
         "(E2, 5 columns) or t4 (T4 results JSON of one session).",
     ),
     output: str = typer.Option(
-        ..., "-o", "--output", help="File to write (atomically); - for stdout."
+        None,
+        "-o",
+        "--output",
+        help="File to write (atomically); - for stdout. Required, except with --op fusion: "
+        "tuning_fusion_<arch>.tsv, as rocMLIR's weekly job names it.",
     ),
     as_json: bool = typer.Option(
         False, "--json", help="Print {rows, sessions, format} on stdout (not with -o -)."
@@ -64,7 +68,14 @@ def export(
         op=op,
         tuning_space=tuning_space,
     )
-    done = exporting.export(common.database(ctx), query, fmt, output)
+    if output is None and op != "fusion":
+        raise UserError("give -o FILE (or -o - for stdout)")
+    db = common.database(ctx)
+    done = exporting.render(db, query, fmt)
+    output = output or exporting.fusion_file_name(db, done.sessions)
+    exporting.write_text(output, done.text)
+    for note in done.notes:
+        common.err(f"note: {note}")
     if as_json:
         common.print_json(done.as_dict())
     else:
