@@ -7,13 +7,13 @@ import re
 from pathlib import Path
 
 import pytest
+from perfrunner_keys import read_key
 
 from mlirtuna.errors import InputError
 from mlirtuna.problems import expand, expand_problems, from_columns, parse, problem_class
 from mlirtuna.problems import fusion as fusion_problems
 from mlirtuna.problems.configlist import read_config_list
 from mlirtuna.problems.migraphx import read_module
-from perfrunner_keys import read_key
 
 DATA = Path(__file__).parent / "data"
 FUSION = DATA / "fusion"
@@ -40,8 +40,7 @@ def test_gemm_gemm_flag_order_and_defaults() -> None:
     # rocmlir-gen prints -m -n -k; perfRunner's canonical form is -m -k -n, trans flags false.
     p = parse("gemm_gemm", "-t F32 -g 2 -m 7 -n 9 -k 3 -gemmO 5 -transB 1")
     assert p.canonical() == (
-        "-t f32 -transA false -transB true -transC false -transO false -g 2 -m 7 -k 3 -n 9 "
-        "-gemmO 5"
+        "-t f32 -transA false -transB true -transC false -transO false -g 2 -m 7 -k 3 -n 9 -gemmO 5"
     )
 
 
@@ -126,7 +125,7 @@ def test_bad_line_in_a_list_names_file_and_line(tmp_path: Path) -> None:
 
 
 def test_fusion_is_not_a_config_line() -> None:
-    with pytest.raises(InputError, match="are .mlir modules"):
+    with pytest.raises(InputError, match=r"are \.mlir modules"):
         parse("fusion", GEMM_GEMM_LITERAL)
     assert problem_class("fusion").op == "fusion"
 
@@ -170,7 +169,10 @@ def test_every_module_has_a_key_perfrunner_reads(path: Path) -> None:
 def test_function_under_test_comes_from_fut() -> None:
     text = (FUSION / "mixr-gemm" / "mixr-gemm-add.e2e.mlir").read_text()
     assert read_module(text, "x").function_under_test() == "dot_add"
-    extra = "func.func @first(%arg0: tensor<2x2xf32>) -> tensor<2x2xf32> {\n  return %arg0 : tensor<2x2xf32>\n}\n"
+    extra = (
+        "func.func @first(%arg0: tensor<2x2xf32>) -> tensor<2x2xf32> {\n"
+        "  return %arg0 : tensor<2x2xf32>\n}\n"
+    )
     problem = fusion_problems.from_module(text.replace("module {", "module {\n" + extra), "y.mlir")
     assert problem.function == "dot_add"  # -fut wins over the first func.func
 
@@ -191,8 +193,8 @@ def test_conv_key_attributes() -> None:
 
 DOT_T = """\
 func.func @f(%arg0: tensor<2x4x5xf16>, %arg1: tensor<2x3x4xf16>) -> tensor<2x5x3xf16> {
-  %0 = migraphx.transpose(%arg0) {permutation = [0, 2, 1]} : (tensor<2x4x5xf16>) -> tensor<2x5x4xf16>
-  %1 = migraphx.transpose(%arg1) {permutation = [0, 2, 1]} : (tensor<2x3x4xf16>) -> tensor<2x4x3xf16>
+  %0 = migraphx.transpose(%arg0) {permutation = [0, 2, 1]}: (tensor<2x4x5xf16>) -> tensor<2x5x4xf16>
+  %1 = migraphx.transpose(%arg1) {permutation = [0, 2, 1]}: (tensor<2x3x4xf16>) -> tensor<2x4x3xf16>
   %2 = migraphx.dot(%0, %1) : (tensor<2x5x4xf16>, tensor<2x4x3xf16>) -> tensor<2x5x3xf16>
   %3 = migraphx.sigmoid(%2) : (tensor<2x5x3xf16>) -> tensor<2x5x3xf16>
   return %3 : tensor<2x5x3xf16>
