@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlirtuna import configs, export, jobs, manager, results, sessions, tuners
+from mlirtuna import configs, export, fusion, jobs, manager, results, sessions, tuners
 from mlirtuna.db import Database
 from mlirtuna.errors import UserError
-from mlirtuna.problems import ExpandOptions
+from mlirtuna.problems import ExpandOptions, problem_class
 from mlirtuna.sessions import Session, SessionSpec
 from mlirtuna.worker import WorkerSettings
 
@@ -58,6 +58,7 @@ class RunSummary:
     exported_rows: int
     interrupted: bool
     winners: list[results.Winner]
+    notes: list[str] = field(default_factory=list)  # export's (which of two equal keys)
 
     def as_dict(self) -> dict:
         return {
@@ -82,14 +83,54 @@ def choose_tuner(tuner: str, build_dir: str | None) -> tuple[str, str]:
     return "cpu", f"tuner cpu ({where}; --mlir-build-dir or MLIRTUNA_ROCMLIR_BUILD selects rocmlir)"
 
 
+def _one_op(plan: RunPlan) -> str | None:
+    return None if plan.op == "auto" else plan.op
+
+
+def detect_op(path: str) -> str:
+    """What `--op auto` takes a file for: a directory or .mlir file is fusion; a config list
+    is recognised by the flags of its first config line."""
+    if Path(path).is_dir() or path.endswith(".mlir"):
+        return "fusion"
+    try:
+        with open(path, encoding="utf-8") as lines:
+            first = next(
+                (x.split() for x in lines if x.strip() and not x.strip().startswith("#")), []
+            )
+    except (OSError, UnicodeDecodeError):
+        raise UserError(f"cannot read config list {path}") from None
+    flags = set(first)
+    if "-gemmO" in flags:
+        return "conv_gemm" if "-c" in flags else "gemm_gemm"
+    if "-seq_len_q" in flags or "-seq_len" in flags:
+        return "attention"
+    if (first and first[0].startswith("conv")) or "-c" in flags:
+        return "conv"
+    if "-m" in flags:
+        return "gemm"
+    raise UserError(f"{path}: cannot tell the op from its flags: give --op")
+
+
+def files_by_op(op: str, files: Sequence[str]) -> dict[str, list[str]]:
+    """{op: files}; `auto` decides per file. Missing files stop here."""
+    for path in files:
+        if not Path(path).is_file() and not (Path(path).is_dir() and op in ("fusion", "auto")):
+            raise UserError(f"cannot read config list {path}: no such file")
+    if op != "auto":
+        problem_class(op)  # an unknown op is a UserError
+        return {op: list(files)}
+    by_op: dict[str, list[str]] = {}
+    for path in files:
+        by_op.setdefault(detect_op(path), []).append(path)
+    return by_op
+
+
 def prepare(db: Database, plan: RunPlan) -> Prepared:
     """Everything up to the workers: files are read before anything is written."""
     tuner, why = choose_tuner(plan.tuner, plan.mlir_build_dir)
     if tuner == "rocmlir":  # a missing build dir stops here, before anything is written
         tuners.make("rocmlir", mlir_build_dir=plan.mlir_build_dir)
-    for path in plan.files:
-        if not Path(path).is_file():
-            raise UserError(f"cannot read config list {path}: no such file")
+    by_op = files_by_op(plan.op, plan.files)
     if plan.session_id is not None:
         session = sessions.get(db, plan.session_id)
         if session.tuner != tuner and plan.tuner != "auto":
@@ -101,8 +142,13 @@ def prepare(db: Database, plan: RunPlan) -> Prepared:
         # Parse the lists first: a bad line must not leave an empty session behind.
         from mlirtuna.problems.configlist import read_config_list
 
-        for path in plan.files:
-            read_config_list(path, plan.op, plan.options)
+        for op, paths in by_op.items():
+            for path in paths:
+                if op == "fusion":
+                    for module in fusion.module_files([path]):
+                        fusion.read_problem(module)
+                else:
+                    read_config_list(path, op, plan.options)
         session = sessions.create(
             db,
             SessionSpec(
@@ -114,8 +160,16 @@ def prepare(db: Database, plan: RunPlan) -> Prepared:
             ),
         )
     tag = f"session-{session.id}"
-    imported = configs.import_files(db, plan.op, list(plan.files), plan.options, tag)
-    loaded = jobs.load(db, session.id, tag=tag, op=plan.op)
+    imported = configs.ImportReport()
+    for op, paths in by_op.items():
+        if op == "fusion":
+            part = fusion.import_modules(db, paths, tag, plan.mlir_build_dir)
+        else:
+            part = configs.import_files(db, op, paths, plan.options, tag)
+        for name in ("lines", "problems", "new", "existing"):
+            setattr(imported, name, getattr(imported, name) + getattr(part, name))
+        imported.warnings.extend(part.warnings)
+    loaded = jobs.load(db, session.id, tag=tag, op=_one_op(plan))
     return Prepared(session, tuner, why, imported, loaded, tag)
 
 
@@ -142,10 +196,14 @@ def run_workers(
 def finish(db: Database, plan: RunPlan, prepared: Prepared, interrupted: bool) -> RunSummary:
     sid = prepared.session.id
     counts = jobs.counts(db, sid)[sid]
-    output, rows = None, 0
+    output, rows, notes = None, 0, []
     if counts["completed"] and not interrupted:
-        output = plan.output or f"mlir_tuning_{prepared.session.arch}.tsv"
-        done = export.export(db, export.ExportQuery(sessions=(sid,), op=plan.op), "v3", output)
-        rows = done.rows
-    winners = results.winners(db, sid, plan.op)
-    return RunSummary(sid, prepared.tuner, counts, output, rows, interrupted, winners)
+        # rocMLIR's weekly job writes its fusion tuning DB to a file of its own.
+        name = "tuning_fusion" if plan.op == "fusion" else "mlir_tuning"
+        output = plan.output or f"{name}_{prepared.session.arch}.tsv"
+        done = export.export(
+            db, export.ExportQuery(sessions=(sid,), op=_one_op(plan)), "v3", output
+        )
+        rows, notes = done.rows, done.notes
+    winners = results.winners(db, sid, _one_op(plan))
+    return RunSummary(sid, prepared.tuner, counts, output, rows, interrupted, winners, notes)

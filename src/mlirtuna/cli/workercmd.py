@@ -97,8 +97,15 @@ def _run_here(db, settings: WorkerSettings, slot: manager.Slot) -> None:
 
 def run(
     ctx: typer.Context,
-    files: list[str] = typer.Argument(..., metavar="FILE...", help="rocMLIR config lists."),
-    op: str = typer.Option(..., "--op", help="conv, gemm or attention."),
+    files: list[str] = typer.Argument(
+        ..., metavar="FILE...", help="rocMLIR config lists; fusion: .mlir modules or dirs."
+    ),
+    op: str = typer.Option(
+        ...,
+        "--op",
+        help="conv, gemm, attention, gemm_gemm, conv_gemm, fusion, or auto (per file: a "
+        "directory or .mlir is fusion, a config list is told by its flags).",
+    ),
     tuner: str = typer.Option(
         "auto",
         "--tuner",
@@ -110,7 +117,11 @@ def run(
     gpus: str = typer.Option("auto", "--gpus", help="auto or 0,1,…"),
     workers: int = typer.Option(1, "--workers", help="Worker processes per GPU (or CPU workers)."),
     output: str = typer.Option(
-        None, "-o", "--output", help="The tuning DB to write [default: mlir_tuning_<arch>.tsv]."
+        None,
+        "-o",
+        "--output",
+        help="The tuning DB to write [default: mlir_tuning_<arch>.tsv; fusion: "
+        "tuning_fusion_<arch>.tsv].",
     ),
     session: int = typer.Option(None, "--session", help="Resume this session."),
     mlir_build_dir: str = common.mlir_build_dir_opt(),
@@ -188,6 +199,8 @@ def _report(db, summary: flow.RunSummary, plan: flow.RunPlan) -> None:
             else ""
         )
     )
+    for note in summary.notes:
+        common.err(f"note: {note}")
     if summary.output:
         common.err(
             f"tuning DB: {summary.output} ({summary.exported_rows} rows); "
