@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from mlirtuna.errors import InputError
+from mlirtuna.errors import InputError, UserError
 from mlirtuna.problems import conv, gemm, gemm_gemm
 from mlirtuna.problems.flags import Columns, ExpandOptions
 from mlirtuna.problems.migraphx import Function, Module, Op, read_module
@@ -281,7 +281,8 @@ def parse(line: str) -> FusionProblem:
 
 
 def check_options(options: ExpandOptions) -> None:
-    return None
+    """Called before a config list is read: fusion has none, whatever the options."""
+    raise UserError(_NOT_A_LINE)
 
 
 def expand_problems(line: str, options: ExpandOptions) -> list[FusionProblem]:
