@@ -145,3 +145,27 @@ def test_fused_kernels_are_verified(monkeypatch):
     wrong = next(c for c in outcome.candidates if c.perf_config == "cpu:wrong")
     assert not wrong.valid and "wrong result" in (wrong.error or "")
     assert outcome.winner.valid and outcome.winner.perf_config != "cpu:wrong"
+
+
+BROADCAST_RESULT = """\
+func.func @f(%arg0: tensor<1x4x4xf32>, %arg1: tensor<1x4x4xf32>) -> tensor<2x4x4xf32> {
+  %0 = migraphx.dot(%arg0, %arg1) : (tensor<1x4x4xf32>, tensor<1x4x4xf32>) -> tensor<1x4x4xf32>
+  %1 = migraphx.multibroadcast(%0) {out_lens = [2, 4, 4]} : (tensor<1x4x4xf32>) -> tensor<2x4x4xf32>
+  return %1 : tensor<2x4x4xf32>
+}
+"""
+
+
+def test_a_module_the_cpu_cannot_run_is_one_error_not_retried(db, tmp_path):
+    module = tmp_path / "bcast.mlir"
+    module.write_text(BROADCAST_RESULT)
+    fusion.import_modules(db, [str(module)])
+    sid = sessions.create(db, SessionSpec(tuner="cpu", tuning_space="quick")).id
+    jobs.load(db, sid, all_problems=True)
+    settings = WorkerSettings(session_id=sid, tuner="cpu", until_empty=True, max_retries=3)
+    Worker(db, settings, tuner=CpuTuner(repeats=1, warmup=0)).run()
+    (job,) = jobs.list_jobs(db, sid)
+    assert (job.state, job.retries) == ("error", 1)
+    assert "cannot fuse migraphx.multibroadcast of the conv/dot result (bcast.mlir:3)" in (
+        job.result or ""
+    )

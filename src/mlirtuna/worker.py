@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from mlirtuna import configs, jobs, machine, queue, sessions, tuners
 from mlirtuna.db import Database, is_transient
-from mlirtuna.errors import DatabaseError, TunerError
+from mlirtuna.errors import DatabaseError, TunerError, TunerUnsupported
 from mlirtuna.queue import Claimant, Lease
 from mlirtuna.tuners.base import TuneContext, Tuner
 
@@ -209,6 +209,8 @@ class Worker:
         try:
             log.info("job %s: tuning %s", lease.job_id, problem.canonical())
             return self.tuner.tune(problem, self._context()), None
+        except TunerUnsupported as exc:
+            return None, _Final(_error_text(exc))
         except TunerError as exc:  # timeouts included
             return None, _error_text(exc)
         except Exception as exc:  # a tuner bug must cost one attempt, not the job
@@ -239,7 +241,10 @@ class Worker:
                 self.db,
                 lease,
                 error or "unknown error",
-                max_retries=self.settings.max_retries,
+                # An unsupported problem fails the same way every time: no retry.
+                max_retries=lease.retries + 1
+                if isinstance(error, _Final)
+                else self.settings.max_retries,
                 backoff_s=self.settings.backoff_s,
             )
         )
@@ -289,6 +294,10 @@ def _is_disconnect(exc: BaseException) -> bool:
     from sqlalchemy.exc import DBAPIError
 
     return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
+
+
+class _Final(str):
+    """An error text that must not be retried (TunerUnsupported)."""
 
 
 def _error_text(exc: TunerError) -> str:
