@@ -241,3 +241,41 @@ def test_unreadable_modules_are_file_line_errors(replace, message: str, line: in
 )  # fmt: skip
 def test_keys_from_rocmlir_gen_both_layouts(emitted: str, key: str) -> None:
     assert fusion_problems.parse_key(emitted)[1] == key
+
+
+EPILOGUE = """\
+// RUN: rocmlir-opt -migraphx-to-tosa %s | rocmlir-driver -host-pipeline highlevel -fut many
+func.func @many(%a: tensor<2x6x5xf32>, %b: tensor<2x5x4xf32>, %c: tensor<4xf32>, \
+  %d: tensor<2x6x4xf32>) -> tensor<2x4x3x2xf16> {
+  %0 = migraphx.dot(%a, %b) : (tensor<2x6x5xf32>, tensor<2x5x4xf32>) -> tensor<2x6x4xf32>
+  %1 = migraphx.broadcast(%c) {axis = 2 : i64, out_lens = [2, 6, 4]} \
+    : (tensor<4xf32>) -> tensor<2x6x4xf32>
+  %2 = migraphx.sub(%0, %1) : (tensor<2x6x4xf32>, tensor<2x6x4xf32>) -> tensor<2x6x4xf32>
+  %3 = migraphx.mul(%2, %d) : (tensor<2x6x4xf32>, tensor<2x6x4xf32>) -> tensor<2x6x4xf32>
+  %4 = migraphx.tanh(%3) : (tensor<2x6x4xf32>) -> tensor<2x6x4xf32>
+  %5 = migraphx.erf(%4) : (tensor<2x6x4xf32>) -> tensor<2x6x4xf32>
+  %6 = migraphx.exp(%5) : (tensor<2x6x4xf32>) -> tensor<2x6x4xf32>
+  %7 = migraphx.sigmoid(%6) : (tensor<2x6x4xf32>) -> tensor<2x6x4xf32>
+  %8 = migraphx.div(%7, %d) : (tensor<2x6x4xf32>, tensor<2x6x4xf32>) -> tensor<2x6x4xf32>
+  %9 = migraphx.clip(%8, %1, %d) \
+    : (tensor<2x6x4xf32>, tensor<2x6x4xf32>, tensor<2x6x4xf32>) -> tensor<2x6x4xf32>
+  %10 = migraphx.transpose(%9) {permutation = [0, 2, 1]} : (tensor<2x6x4xf32>) -> tensor<2x4x6xf32>
+  %11 = migraphx.reshape(%10) {dims = [2, 4, 3, 2]} : (tensor<2x4x6xf32>) -> tensor<2x4x3x2xf32>
+  %12 = migraphx.relu(%11) : (tensor<2x4x3x2xf32>) -> tensor<2x4x3x2xf32>
+  %13 = migraphx.convert(%12) : (tensor<2x4x3x2xf32>) -> tensor<2x4x3x2xf16>
+  return %13 : tensor<2x4x3x2xf16>
+}
+"""
+
+
+def test_cpu_fusion_runs_every_epilogue_op_per_tile() -> None:
+    """Each tiling computes the module exactly as its unfused float64 reference does."""
+    from mlirtuna.tuners.base import TuneContext
+    from mlirtuna.tuners.cpu import CpuTuner
+
+    problem = fusion_problems.from_module(EPILOGUE, "many.mlir")
+    assert problem.function == "many"
+    ctx = TuneContext("cpu", "cpu", 1, 1, "exhaustive", gpu_id=-1)
+    outcome = CpuTuner(repeats=1, warmup=0).tune(problem, ctx)
+    assert outcome.candidates and all(c.valid for c in outcome.candidates)
+    assert any("per-tile epilogue" in note for note in outcome.notes)
