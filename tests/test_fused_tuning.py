@@ -169,3 +169,42 @@ def test_a_module_the_cpu_cannot_run_is_one_error_not_retried(db, tmp_path):
     assert "cannot fuse migraphx.multibroadcast of the conv/dot result (bcast.mlir:3)" in (
         job.result or ""
     )
+
+
+def test_cli_bad_input_is_one_line_and_exit_2(db_url, tmp_path):
+    from clitools import cli
+
+    bad = tmp_path / "gg"
+    bad.write_text("-t f32 -g 1 -m 4 -k 4 -n 4\n")
+    run = cli(db_url, "import", "--op", "gemm_gemm", str(bad))
+    assert run.code == 2 and run.stderr.strip() == f"error: {bad}:1: missing required flag -gemmO"
+    module = tmp_path / "soft.mlir"
+    module.write_text(
+        (FUSION / "mixr-gemm" / "mixr-gemm-add.e2e.mlir")
+        .read_text()
+        .replace('"migraphx.add"', '"migraphx.softmax"')
+    )
+    run = cli(db_url, "import", "--op", "fusion", str(tmp_path))
+    assert run.code == 2 and len(run.stderr.strip().splitlines()) == 1
+    assert f"{module}:15: op migraphx.softmax is not one mlirtuna reads" in run.stderr
+    assert cli(db_url, "results", "--session", "1").code != 0  # nothing was written
+    with Database(db_url).session() as s:
+        assert s.scalar(sa.select(sa.func.count()).select_from(Problem)) == 0
+
+
+def test_run_op_fusion_on_the_example(db_url, tmp_path, monkeypatch):
+    from clitools import run_cli
+
+    monkeypatch.chdir(tmp_path)  # where run writes its tuning DB
+    example = Path(__file__).parent.parent / "examples" / "fusion-small"
+    run = run_cli(
+        db_url, "run", "--op", "fusion", "--tuning-space", "quick", "--json", str(example),
+        timeout=600,
+    )  # fmt: skip
+    assert run.code == 0, run.stderr
+    summary = run.json()
+    assert summary["counts"]["completed"] == 4 and summary["exported"] == 3
+    assert any(w["test_vector"].startswith("small-conv-bias-relu.mlir @test: conv -F 1")
+               for w in summary["winners"])  # fmt: skip
+    written = list(tmp_path.glob("tuning_fusion_*.tsv"))
+    assert len(written) == 1 and len(summary["notes"]) == 1  # two mixr-gemm modules, one key

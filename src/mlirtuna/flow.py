@@ -69,6 +69,7 @@ class RunSummary:
             "exported": self.exported_rows,
             "interrupted": self.interrupted,
             "winners": [w.as_dict() for w in self.winners],
+            "notes": self.notes,
         }
 
 
