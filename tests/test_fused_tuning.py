@@ -208,3 +208,13 @@ def test_run_op_fusion_on_the_example(db_url, tmp_path, monkeypatch):
                for w in summary["winners"])  # fmt: skip
     written = list(tmp_path.glob("tuning_fusion_*.tsv"))
     assert len(written) == 1 and len(summary["notes"]) == 1  # two mixr-gemm modules, one key
+
+
+def test_jobs_load_file_takes_modules_and_directories(db):
+    sid = sessions.create(db, SessionSpec(tuner="cpu", tuning_space="quick")).id
+    loaded = jobs.load(db, sid, op="fusion", file=str(FUSION / "mixr-gemm"))
+    assert (loaded.added, loaded.existing) == (3, 0)
+    again = jobs.load(
+        db, sid, op="fusion", file=str(FUSION / "mixr-gemm" / "mixr-gemm-add.e2e.mlir")
+    )
+    assert (again.added, again.existing) == (0, 1)
