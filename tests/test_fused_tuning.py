@@ -171,7 +171,7 @@ def test_a_module_the_cpu_cannot_run_is_one_error_not_retried(db, tmp_path):
     )
 
 
-def test_cli_bad_input_is_one_line_and_exit_2(db_url, tmp_path):
+def test_cli_bad_input_is_one_line_and_exit_2(db, db_url, tmp_path):
     from clitools import cli
 
     bad = tmp_path / "gg"
@@ -188,7 +188,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(db_url, tmp_path):
     assert run.code == 2 and len(run.stderr.strip().splitlines()) == 1
     assert f"{module}:15: op migraphx.softmax is not one mlirtuna reads" in run.stderr
     assert cli(db_url, "results", "--session", "1").code != 0  # nothing was written
-    with Database(db_url).session() as s:
+    with db.session() as s:
         assert s.scalar(sa.select(sa.func.count()).select_from(Problem)) == 0
 
 
