@@ -57,10 +57,10 @@ class TunerError(MlirtunaError):
         super().__init__(message)
 
 
-class TunerUnsupported(TunerError):
-    """The tuner cannot run this problem at all (an op it lacks): the job ends in error at once,
-    since another attempt would fail the same way."""
-
-
 class TunerTimeout(TunerError):
     """The tuner ran past the job timeout and was stopped."""
+
+
+class Unsupported(TunerError):
+    """The tuner cannot run this problem at all (data type, op, layout, size): retrying cannot
+    help, so the job ends in error at once."""

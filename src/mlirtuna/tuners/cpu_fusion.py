@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from mlirtuna.errors import InputError, TunerError, TunerUnsupported
+from mlirtuna.errors import InputError, TunerError, Unsupported
 from mlirtuna.problems.conv import ConvProblem
 from mlirtuna.problems.fusion import anchor
 from mlirtuna.problems.migraphx import (
@@ -312,15 +312,13 @@ class FusionOp(CpuOp):
             fn = problem.module().function(problem.function)
             self.anchor = anchor(fn, problem.file_name)
         except InputError as exc:
-            raise TunerUnsupported(f"cpu tuner cannot read the module: {exc}") from None
+            raise Unsupported(f"cpu tuner cannot read the module: {exc}") from None
         self.fn, self.name = fn, problem.file_name
         self.types = fn.types()
         unknown = [op for op in fn.ops if op.name not in _RUNNABLE and op is not self.anchor]
         if unknown:
             op = unknown[0]
-            raise TunerUnsupported(
-                f"cpu tuner cannot run migraphx.{op.name} ({self.name}:{op.line})"
-            )
+            raise Unsupported(f"cpu tuner cannot run migraphx.{op.name} ({self.name}:{op.line})")
         if len(fn.returns) != 1:
             raise TunerError(f"cpu tuner runs functions with one result, @{fn.name} has "
                              f"{len(fn.returns)}")  # fmt: skip
@@ -347,7 +345,7 @@ class FusionOp(CpuOp):
         for op in self.fn.ops:
             if tainted.intersection(op.operands):
                 if op.name in BROADCAST:
-                    raise TunerUnsupported(
+                    raise Unsupported(
                         f"cpu tuner cannot fuse migraphx.{op.name} of the conv/dot result "
                         f"({self.name}:{op.line})"
                     )

@@ -1,7 +1,7 @@
 """gemm_gemm, conv_gemm and fusion config tables
 
 Revision ID: 0005
-Revises: 0001
+Revises: 0002
 Create Date: 2026-12-03 07:00:00
 
 New tables only: an existing database keeps every row and gains the three ops.
@@ -12,7 +12,7 @@ from alembic import op
 from sqlalchemy.dialects import mysql
 
 revision = "0005"
-down_revision = "0001"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 
