@@ -118,11 +118,11 @@ def portable(problem: Problem) -> Callable[[str], list[str]]:
         op = make_op(problem)
     except TunerError:
         return lambda pc: [pc]
-    grid = op.grid["exhaustive"]
+    grid = getattr(op, "grid", {}).get("exhaustive")
 
     def names(pc: str) -> list[str]:
         blocks = parse_blocks(pc, op)
-        if blocks is None:
+        if blocks is None or grid is None or len(grid) != len(blocks):
             return [pc]
         choices = [
             ([v for v in axis if min(v, d) == b] or [b]) if b == d else [b]
