@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
 import typer
+from typer.testing import CliRunner
 
+from mlirtuna import __version__
 from mlirtuna.cli import app
 
 README = (Path(__file__).parent.parent / "README.md").read_text()
@@ -49,3 +52,42 @@ def test_readme_names_every_top_level_command():
     root = typer.main.get_command(app)
     for name in root.commands:
         assert f"mlirtuna {name}" in README, f"README does not mention `mlirtuna {name}`"
+
+
+def _rendered_help(path: str) -> str:
+    result = CliRunner().invoke(app, [*path.split(), "--help"], catch_exceptions=True)
+    assert result.exception is None, f"`mlirtuna {path} --help`: {result.exception!r}"
+    assert result.exit_code == 0, f"`mlirtuna {path} --help` exit {result.exit_code}"
+    return " ".join(result.stdout.split())  # wrapping aside
+
+
+def test_every_help_page_renders_as_written_with_its_defaults():
+    """Brackets in help (`[detected]`, `[/opt/rocm/.info/version]`) are text, never Rich markup,
+    and every option's default is shown."""
+    root = typer.main.get_command(app)
+    pages = {"": root, **dict(_commands(root))}
+    for path, cmd in pages.items():
+        page = _rendered_help(path)
+        for param in cmd.params:
+            if not isinstance(param, click.Option) or param.hidden:
+                continue
+            for bracketed in re.findall(r"\[[^\]]*\]", param.help or ""):
+                assert bracketed in page, f"`mlirtuna {path} --help` lost {bracketed}"
+            if param.show_default and param.default not in (None, False, "") and not param.is_flag:
+                shown = f"[default: {param.default}]"
+                assert shown in page, f"`mlirtuna {path} --help` lacks {shown}"
+
+
+def test_session_new_help_names_where_each_field_comes_from():
+    page = _rendered_help("session new")
+    assert "[/opt/rocm/.info/version]" in page
+    assert "--num-chiplets INTEGER Chiplets (XCDs) [detected]." in page
+    assert "[default: cpu]" in page
+
+
+def test_version_and_shell_completion():
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.stdout.strip() == f"mlirtuna {__version__}"
+    result = CliRunner().invoke(app, ["--show-completion", "bash"])
+    assert result.exit_code == 0 and "complete -o default" in result.stdout
+    assert "--install-completion" in _rendered_help("")
