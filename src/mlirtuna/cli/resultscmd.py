@@ -117,15 +117,31 @@ def compare(
     a: str = typer.Argument(..., metavar="A", help="Old: a session id or a .tsv file."),
     b: str = typer.Argument(..., metavar="B", help="New: a session id or a .tsv file."),
     threshold: str = typer.Option(
-        "5%", "--threshold", help="A TFlops drop past this is a regression."
+        "5%",
+        "--threshold",
+        help="A TFlops drop past this is a regression: 5% or 0.05 (a fraction).",
     ),
     op: str = typer.Option(None, "--op", help="Only this op; re-canonicalizes .tsv test vectors."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
-    fail: bool = typer.Option(False, "--fail-on-regression", help="Exit 1 if any regression."),
+    fail: bool = typer.Option(
+        False,
+        "--fail-on-regression",
+        help="Exit 1 if any regression, or any problem of A that B lacks.",
+    ),
+    allow_missing: bool = typer.Option(
+        False, "--allow-missing", help="Problems of A that B lacks do not fail the check."
+    ),
+    changed_winner_only: bool = typer.Option(
+        False,
+        "--changed-winner-only",
+        help="Count only regressions whose winner changed (the same kernel re-measured lower "
+        "is noise, not a worse tuning).",
+    ),
 ) -> None:
     """Compare two tunings problem by problem, matched by canonical test vector.
 
     A, B: session ids or .tsv files (./12 for a file named 12); arch is not part of the key.
+    Two sides with no problem in common are an error.
     """
     limit = comparing.parse_threshold(threshold)
 
@@ -138,25 +154,43 @@ def compare(
         common.print_json(result.as_dict())
     else:
         _print_comparison(result)
-    if fail and result.regressions:
+    if fail and result.fails(changed_winner_only=changed_winner_only, allow_missing=allow_missing):
+        counted = len(result.counted_regressions(changed_winner_only))
+        missing = 0 if allow_missing else len(result.missing_in_b)
+        common.err(f"failed: {counted} regressions, {missing} problems of A missing from B")
         raise typer.Exit(1)
 
 
 def _print_comparison(c: comparing.Comparison) -> None:
     summary = Table("", "value", title=f"A = {c.a}\nB = {c.b}", title_justify="left")
     pct = "" if c.same_winner_pct is None else f" ({c.same_winner_pct:.1f}%)"
+    drop = f"{100 * (1 - c.threshold):g}%"
     for label, value in (
         ("common problems", str(c.common)),
         ("same winner", f"{c.same_winner}{pct}"),
         ("TFlops B/A geomean", _fmt(c.geomean_ratio, ".3f")),
         ("TFlops B/A min / max", f"{_fmt(c.min_ratio, '.3f')} / {_fmt(c.max_ratio, '.3f')}"),
         ("with TFlops on both", str(c.with_tflops)),
-        (f"regressions (< {100 * (1 - c.threshold):g}%)", str(len(c.regressions))),
-        ("only in A / only in B", f"{c.only_a} / {c.only_b}"),
+        (f"regressions (< {drop}), winner changed", str(c.regressions_winner_changed)),
+        (f"same winner re-measured (< {drop})", str(c.regressions_same_winner)),
+        ("only in A (missing from B) / only in B", f"{c.only_a} / {c.only_b}"),
     ):
         summary.add_row(label, value)
     common.out.print(summary)
-    if not c.regressions:
+    changed = [r for r in c.regressions if r.winner_changed]
+    same = [r for r in c.regressions if not r.winner_changed]
+    _print_regressions(changed, "regressions, winner changed, worst first")
+    _print_regressions(same, "same winner, lower TFlops (re-measured: noise, not tuning)")
+    if c.missing_in_b:
+        common.out.print("problems of A missing from B (failed or cancelled in B?):")
+        for vector in c.missing_in_b[:SHOWN_REGRESSIONS]:
+            common.out.print(f"  {vector}")
+        if len(c.missing_in_b) > SHOWN_REGRESSIONS:
+            common.err(f"… and {len(c.missing_in_b) - SHOWN_REGRESSIONS} more (--json lists all)")
+
+
+def _print_regressions(rows: list[comparing.Regression], title: str) -> None:
+    if not rows:
         return
     table = Table(
         "B/A",
@@ -165,10 +199,10 @@ def _print_comparison(c: comparing.Comparison) -> None:
         "perf config B",
         "TFlops A",
         "TFlops B",
-        title="regressions, worst first",
+        title=title,
         title_justify="left",
     )
-    for r in c.regressions[:SHOWN_REGRESSIONS]:
+    for r in rows[:SHOWN_REGRESSIONS]:
         table.add_row(
             f"{r.ratio:.3f}",
             r.test_vector,
@@ -178,8 +212,8 @@ def _print_comparison(c: comparing.Comparison) -> None:
             f"{r.tflops_b:.3g}",
         )
     common.out.print(table)
-    if len(c.regressions) > SHOWN_REGRESSIONS:
-        common.err(f"… and {len(c.regressions) - SHOWN_REGRESSIONS} more (--json lists all)")
+    if len(rows) > SHOWN_REGRESSIONS:
+        common.err(f"… and {len(rows) - SHOWN_REGRESSIONS} more (--json lists all)")
 
 
 def results_(
