@@ -10,8 +10,8 @@ from clitools import cli
 from test_results import gemm, new_session, put_results, tune
 
 from mlirtuna import compare, configs, jobs
-from mlirtuna.problems import ExpandOptions
 from mlirtuna.errors import InputError, UserError
+from mlirtuna.problems import ExpandOptions
 
 V = [gemm(m) for m in (16, 32, 64, 128)]
 JSON_KEYS = {"common", "same_winner", "geomean_ratio", "regressions", "only_a", "only_b"}
