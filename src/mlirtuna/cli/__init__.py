@@ -69,16 +69,23 @@ def _global(
         "(MLIRTUNA_DB or MLIRTUNA_DB_PASSWORD), not here.",
     ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks and debug logs."),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="Say which database is used; info logs."
+    ),
     _version: bool = typer.Option(
         False, "--version", callback=_print_version, is_eager=True, help="Print the version, exit."
     ),
 ) -> None:
     ctx.obj = common.State(db_url=db, debug=debug)
+    if debug or verbose:
+        common.err(f"database: {common.describe_db(db)}")  # the first line, before anything
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if verbose and not debug:
+        logging.getLogger("mlirtuna").setLevel(logging.INFO)
 
 
 def _register() -> None:

@@ -11,8 +11,8 @@ import click
 import typer
 from rich.console import Console
 
-from mlirtuna.db import Database, resolve_url
-from mlirtuna.errors import UserError
+from mlirtuna.db import Database, mask, mask_text, resolve_url
+from mlirtuna.errors import MlirtunaError, UserError
 from mlirtuna.problems import ExpandOptions
 
 out = Console(soft_wrap=True, highlight=False)
@@ -33,12 +33,21 @@ def state(ctx: click.Context) -> State:
     return root.obj
 
 
-def database(ctx: click.Context, *, check_schema: bool = True) -> Database:
+def database(ctx: click.Context, *, check_schema: bool = True, create: bool = False) -> Database:
+    """The command's database; only commands that write (`create=True`) may make a SQLite file."""
     st = state(ctx)
     if st._db is None:
-        st._db = Database(resolve_url(st.db_url), check_schema=check_schema)
+        st._db = Database(resolve_url(st.db_url), check_schema=check_schema, create=create)
         ctx.find_root().call_on_close(st._db.dispose)  # no connection outlives the command
     return st._db
+
+
+def describe_db(db_url: str | None) -> str:
+    """The database a command will use, password masked (even for a URL that does not parse)."""
+    try:
+        return mask(resolve_url(db_url))
+    except MlirtunaError:
+        return mask_text(db_url or "")
 
 
 def err(message: str) -> None:

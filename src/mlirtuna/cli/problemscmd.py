@@ -48,7 +48,7 @@ def import_(
 ) -> None:
     """Import rocMLIR config lists: one canonical problem per expanded line (idempotent)."""
     options = common.expand_options(data_type, direction, layout, no_expand)
-    report = configs.import_files(common.database(ctx), op, files, options, tag)
+    report = configs.import_files(common.database(ctx, create=True), op, files, options, tag)
     for warning in report.warnings:
         common.err(f"warning: {warning}")
     if as_json:

@@ -47,7 +47,7 @@ def new(
         docker=docker,
         mlir_build_dir=mlir_build_dir,
     )
-    created = sessions.create(common.database(ctx), spec)
+    created = sessions.create(common.database(ctx, create=True), spec)
     if as_json:
         common.print_json(created.as_dict())
     else:

@@ -130,7 +130,7 @@ def run(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary at the end."),
 ) -> None:
     """Import, open a session, load jobs, tune them here, export the tuning DB, show winners."""
-    db = common.database(ctx)
+    db = common.database(ctx, create=True)
     flags = {
         k: v
         for k, v in (("arch", arch), ("num_cu", num_cu), ("num_chiplets", num_chiplets))
