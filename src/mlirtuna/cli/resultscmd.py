@@ -97,7 +97,8 @@ def import_tsv(
 ) -> None:
     """Load existing .tsv tuning DBs: one imported session per file and context (all or nothing)."""
     fill = history.Fill(num_cu=num_cu, num_chiplets=num_chiplets, tuning_space=tuning_space)
-    report = history.import_tsv(common.database(ctx, create=True), op, files, reason=reason, fill=fill)
+    db = common.database(ctx, create=True)
+    report = history.import_tsv(db, op, files, reason=reason, fill=fill)
     if as_json:
         common.print_json(report.as_dict())
         return
