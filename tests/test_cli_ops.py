@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import pytest
 from clitools import cli
+from test_run import two_job_session
+
+from mlirtuna import jobs, queue
+from mlirtuna.tuners.base import Candidate, TuneOutcome
 
 READ_COMMANDS = [
     ["status"],
@@ -55,3 +59,42 @@ def test_the_database_line_masks_the_password():
         run.stderr.splitlines()[0]
         == "database: postgresql+psycopg://tuna:***@127.0.0.1:1/x?connect_timeout=2"
     )
+
+
+def test_wait_exit_codes_and_json(db, db_url, tmp_path):
+    """0: all completed; 1: some in error; 3: timed out (a script can tell them apart)."""
+    sid = two_job_session(db, tmp_path)
+    run = cli(db_url, "wait", "--session", str(sid), "--timeout", "0.2", "--poll", "0.05")
+    assert run.code == 3 and "timed out" in run.stderr and "2 jobs" in run.stderr
+    got = cli(db_url, "wait", "--session", str(sid), "--timeout", "0", "--json")
+    assert got.code == 3 and got.json()["timed_out"] is True and got.json()["counts"]["new"] == 2
+    who = queue.Claimant("h", 0, 1)
+    win = Candidate("pc", 10.0, 1.0)
+    queue.record(db, queue.claim(db, sid, who, 60), TuneOutcome([win], win))
+    lease = queue.claim(db, sid, who, 60)
+    queue.fail(db, lease, "tool crashed", max_retries=1, backoff_s=0)
+    got = cli(db_url, "wait", "--session", str(sid), "--json")
+    assert got.code == 1
+    assert got.json()["errors"] == [
+        {"id": lease.job_id, "message": "attempt 1/1 failed: tool crashed"}
+    ]
+    assert got.json()["exit_code"] == 1 and got.json()["counts"]["completed"] == 1
+    requeued = cli(db_url, "jobs", "requeue", "--session", str(sid), "--json")
+    assert requeued.json() == {"requeued": 1}
+    queue.record(db, queue.claim(db, sid, who, 60), TuneOutcome([win], win))
+    done = cli(db_url, "wait", "--session", str(sid), "--json")
+    assert done.code == 0 and done.json()["counts"]["completed"] == 2
+
+
+def test_cancel_of_a_whole_session_needs_all(db, db_url, tmp_path):
+    sid = two_job_session(db, tmp_path)
+    run = cli(db_url, "jobs", "cancel", "--session", str(sid))
+    assert run.code == 2 and "--all" in run.stderr and run.stderr.count("\n") == 1
+    assert jobs.counts(db, sid)[sid]["new"] == 2  # nothing cancelled
+    first = jobs.list_jobs(db, sid)[0].id
+    both = cli(db_url, "jobs", "cancel", "--session", str(sid), "--job", str(first), "--all")
+    assert both.code == 2
+    one = cli(db_url, "jobs", "cancel", "--session", str(sid), "--job", str(first), "--json")
+    assert one.code == 0 and one.json() == {"cancelled": 1}
+    rest = cli(db_url, "jobs", "cancel", "--session", str(sid), "--all")
+    assert rest.code == 0 and rest.stdout == "1 jobs cancelled\n"

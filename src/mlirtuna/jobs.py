@@ -6,6 +6,7 @@ The worker-side operations (claim, heartbeat, fenced record) are in queue.py.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -273,6 +274,49 @@ def cancel(db: Database, session_id: int, job_id: int | None = None) -> int:
         return done.rowcount
 
 
+@dataclass(frozen=True)
+class WaitOutcome:
+    """How `wait` ended: timed out (exit 3), some job in error (exit 1), else done (exit 0)."""
+
+    session_id: int
+    timed_out: bool
+    counts: dict[str, int]
+    errors: list[JobInfo]
+
+    @property
+    def exit_code(self) -> int:
+        return 3 if self.timed_out else 1 if self.errors else 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "timed_out": self.timed_out,
+            "exit_code": self.exit_code,
+            "counts": self.counts,
+            "errors": [{"id": j.id, "message": j.first_line} for j in self.errors],
+        }
+
+
+def wait(
+    db: Database, session_id: int, timeout_s: float | None = None, poll_s: float = 2.0
+) -> WaitOutcome:
+    """Block until no job of the session is new or running, or until the timeout."""
+    sessions.get(db, session_id)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    timed_out = False
+    while not is_drained(db, session_id):
+        if deadline is not None and time.monotonic() >= deadline:
+            timed_out = True
+            break
+        time.sleep(poll_s if deadline is None else min(poll_s, max(deadline - time.monotonic(), 0)))
+    return WaitOutcome(
+        session_id,
+        timed_out,
+        counts(db, session_id)[session_id],
+        [] if timed_out else list_jobs(db, session_id, ERROR),
+    )
+
+
 def _end_open_attempts(s: Session, where: list, outcome: str) -> None:
     """Close the attempt log of running jobs taken from their worker (whose fence now fails)."""
     held = sa.select(Job.lease_token).where(*where, Job.state == RUNNING)
@@ -286,6 +330,7 @@ def _end_open_attempts(s: Session, where: list, outcome: str) -> None:
 __all__ = [
     "JobInfo",
     "LoadReport",
+    "WaitOutcome",
     "cancel",
     "counts",
     "is_drained",
@@ -293,4 +338,5 @@ __all__ = [
     "load",
     "requeue",
     "show",
+    "wait",
 ]

@@ -10,7 +10,7 @@ from rich.table import Table
 from mlirtuna import jobs
 from mlirtuna.cli import common
 from mlirtuna.cli.problemscmd import data_type_opt, direction_opt, layout_opt, no_expand_opt
-from mlirtuna.errors import MlirtunaError
+from mlirtuna.errors import UserError
 
 app = typer.Typer(no_args_is_help=True, help="Load, list, show, requeue and cancel jobs.")
 
@@ -109,10 +109,14 @@ def requeue(
         "error", "--state", help="error, running (a dead worker's) or cancelled."
     ),
     job: int = typer.Option(None, "--job", help="Only this job."),
+    as_json: bool = typer.Option(False, "--json", help="Print {requeued}."),
 ) -> None:
     """Put jobs back to new, with their retries reset."""
     n = jobs.requeue(common.database(ctx), session, state, job)
-    print(f"{n} jobs requeued")
+    if as_json:
+        common.print_json({"requeued": n})
+    else:
+        print(f"{n} jobs requeued")
 
 
 @app.command()
@@ -120,10 +124,20 @@ def cancel(
     ctx: typer.Context,
     session: int = typer.Option(..., "--session", help="Session id."),
     job: int = typer.Option(None, "--job", help="Only this job."),
+    all_: bool = typer.Option(False, "--all", help="Every job of the session not yet done."),
+    as_json: bool = typer.Option(False, "--json", help="Print {cancelled}."),
 ) -> None:
-    """Cancel jobs not yet completed (a running one records nothing)."""
+    """Cancel one job (--job) or every job of the session not yet done (--all).
+
+    A running job's worker then records nothing.
+    """
+    if (job is None) == (not all_):
+        raise UserError("jobs cancel needs --job ID, or --all for every job of the session")
     n = jobs.cancel(common.database(ctx), session, job)
-    print(f"{n} jobs cancelled")
+    if as_json:
+        common.print_json({"cancelled": n})
+    else:
+        print(f"{n} jobs cancelled")
 
 
 def status(
@@ -152,24 +166,29 @@ def wait(
     ctx: typer.Context,
     session: int = typer.Option(..., "--session", help="Session id."),
     timeout: float = typer.Option(
-        None, "--timeout", help="Give up after this many seconds (exit 1)."
+        None, "--timeout", help="Give up after this many seconds (exit 3)."
     ),
     poll: float = typer.Option(2.0, "--poll", help="Seconds between checks."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print {timed_out, exit_code, counts, errors}."
+    ),
 ) -> None:
-    """Block until the session has no new or running job; exit 1 if any ended in error."""
-    db = common.database(ctx)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while not jobs.is_drained(db, session):
-        if deadline is not None and time.monotonic() > deadline:
-            raise MlirtunaError(f"session {session} still has jobs after {timeout:g} s")
-        time.sleep(poll)
-    failed = jobs.list_jobs(db, session, "error")
-    counts = jobs.counts(db, session)[session]
-    common.err(", ".join(f"{n} {s}" for s, n in counts.items() if n))
-    if failed:
-        for job in failed:
+    """Block until the session has no new or running job.
+
+    Exit 0: every job completed (or was cancelled); 1: some job ended in error; 3: timed out.
+    """
+    outcome = jobs.wait(common.database(ctx), session, timeout, poll)
+    if as_json:
+        common.print_json(outcome.as_dict())
+    else:
+        common.err(", ".join(f"{n} {s}" for s, n in outcome.counts.items() if n) or "no jobs")
+        if outcome.timed_out:
+            left = outcome.counts["new"] + outcome.counts["running"]
+            common.err(f"timed out: session {session} still has {left} jobs after {timeout:g} s")
+        for job in outcome.errors:
             common.err(f"job {job.id} error: {job.first_line}")
-        raise typer.Exit(1)
+    if outcome.exit_code:
+        raise typer.Exit(outcome.exit_code)
 
 
 def register(root: typer.Typer) -> None:
