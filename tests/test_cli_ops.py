@@ -3,11 +3,16 @@ database named in verbose mode, uncut tables, paging, guarded cancel, exit codes
 
 from __future__ import annotations
 
+import csv
+import io
+
 import pytest
 from clitools import cli
+from test_results import gemm, new_session, tune
 from test_run import two_job_session
 
-from mlirtuna import jobs, queue
+from mlirtuna import configs, jobs, queue
+from mlirtuna.problems import ExpandOptions
 from mlirtuna.tuners.base import Candidate, TuneOutcome
 
 READ_COMMANDS = [
@@ -98,3 +103,65 @@ def test_cancel_of_a_whole_session_needs_all(db, db_url, tmp_path):
     assert one.code == 0 and one.json() == {"cancelled": 1}
     rest = cli(db_url, "jobs", "cancel", "--session", str(sid), "--all")
     assert rest.code == 0 and rest.stdout == "1 jobs cancelled\n"
+
+
+LONG_PERF = "cpu:v1:" + ",".join(str(2**i) for i in range(24))
+
+
+def test_tables_to_a_pipe_never_cut_a_cell(db, db_url, tmp_path):
+    sid = new_session(db)
+    vectors = [gemm(m, n=4096, k=8192, t="bf16") for m in (1024, 2048)]
+    tune(db, tmp_path, sid, vectors, perf=lambda tv: LONG_PERF)
+    for args in (
+        ["results", "--session", str(sid)],
+        ["jobs", "list", "--session", str(sid)],
+    ):
+        run = cli(db_url, *args)
+        assert run.code == 0
+        lines = run.stdout.splitlines()
+        for vector in vectors:
+            assert any(vector in line for line in lines), f"{args}: {vector} cut"
+        if args[0] == "results":
+            assert sum(LONG_PERF in line for line in lines) == 2
+        assert "…" not in run.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status"],
+        ["session", "list"],
+        ["jobs", "list", "--session", "{sid}"],
+        ["results", "--session", "{sid}"],
+        ["compare", "{sid}", "{sid}"],
+    ],
+    ids=" ".join,
+)
+def test_every_table_has_csv_and_json(db, db_url, tmp_path, args):
+    sid = new_session(db)
+    tune(db, tmp_path, sid, [gemm(16), gemm(32)], perf=lambda tv: LONG_PERF)
+    args = [a.format(sid=sid) for a in args]
+    as_csv = cli(db_url, *args, "--csv")
+    assert as_csv.code == 0, as_csv.stderr
+    parsed = list(csv.reader(io.StringIO(as_csv.stdout)))
+    assert len({len(row) for row in parsed}) == 1  # a header, rows of its width
+    as_json = cli(db_url, *args, "--json")
+    assert as_json.code == 0 and as_json.json() is not None
+    both = cli(db_url, *args, "--csv", "--json")
+    assert both.code == 2 and both.stdout == ""
+
+
+def test_jobs_list_pages(db, db_url, tmp_path):
+    sid = new_session(db)
+    (tmp_path / "many").write_text("".join(gemm(m) + "\n" for m in range(1, 61)))
+    configs.import_files(db, "gemm", [str(tmp_path / "many")], ExpandOptions(expand=False), "m")
+    jobs.load(db, sid, tag="m")
+    first = cli(db_url, "jobs", "list", "--session", str(sid), "--json")
+    ids = [j["id"] for j in first.json()]
+    assert len(ids) == 50 and ids == sorted(ids)
+    assert "the first 50 of 60 jobs" in first.stderr
+    assert len(cli(db_url, "jobs", "list", "--session", str(sid), "--all", "--json").json()) == 60
+    few = cli(db_url, "jobs", "list", "--session", str(sid), "--limit", "5", "--csv")
+    assert len(few.stdout.splitlines()) == 6 and "the first 5 of 60" in few.stderr
+    whole = cli(db_url, "jobs", "list", "--session", str(sid), "--limit", "60")
+    assert whole.stderr == "" and whole.stdout.count(" new ") == 60

@@ -182,21 +182,42 @@ _JOB_COLUMNS = (
 def list_jobs(
     db: Database, session_id: int, state: str | None = None, limit: int | None = None
 ) -> list[JobInfo]:
+    return page(db, session_id, state, limit).jobs
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """The first `limit` jobs of a session (by id) and how many there are in all."""
+
+    jobs: list[JobInfo]
+    total: int
+
+
+def page(
+    db: Database, session_id: int, state: str | None = None, limit: int | None = None
+) -> JobPage:
+    """A session's jobs by id, at most `limit` (None: all); `total` counts them all."""
     if state is not None and state not in JOB_STATES:
         raise UserError(f"unknown state {state!r} (known: {', '.join(JOB_STATES)})")
+    if limit is not None and limit < 0:
+        raise UserError(f"--limit {limit}: expected 0 or more")
     sessions.get(db, session_id)
+    where = [Job.session_id == session_id]
+    if state is not None:
+        where.append(Job.state == state)
     stmt = (
         sa.select(*_JOB_COLUMNS)
         .join(Problem, Problem.id == Job.problem_id)
-        .where(Job.session_id == session_id)
+        .where(*where)
         .order_by(Job.id)
+        .limit(limit)
     )
-    if state is not None:
-        stmt = stmt.where(Job.state == state)
-    if limit is not None:
-        stmt = stmt.limit(limit)
     with db.session() as s:
-        return [JobInfo(*row) for row in s.execute(stmt)]
+        rows = [JobInfo(*row) for row in s.execute(stmt)]
+        total = len(rows)
+        if limit is not None and total == limit:
+            total = s.scalar(sa.select(sa.func.count()).select_from(Job).where(*where)) or 0
+    return JobPage(rows, total)
 
 
 def show(db: Database, job_id: int) -> JobInfo:
@@ -329,6 +350,7 @@ def _end_open_attempts(s: Session, where: list, outcome: str) -> None:
 
 __all__ = [
     "JobInfo",
+    "JobPage",
     "LoadReport",
     "WaitOutcome",
     "cancel",
@@ -336,6 +358,7 @@ __all__ = [
     "is_drained",
     "list_jobs",
     "load",
+    "page",
     "requeue",
     "show",
     "wait",

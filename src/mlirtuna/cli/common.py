@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import click
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from mlirtuna.db import Database, mask, mask_text, resolve_url
 from mlirtuna.errors import MlirtunaError, UserError
 from mlirtuna.problems import ExpandOptions
 
-out = Console(soft_wrap=True, highlight=False)
 err_console = Console(stderr=True, soft_wrap=True, highlight=False)
 
 
@@ -57,6 +59,39 @@ def err(message: str) -> None:
 
 def print_json(data: Any) -> None:
     print(json.dumps(data, indent=None, default=str), flush=True)
+
+
+# Wide enough for any row: a table sent to a pipe or a file is never wrapped or cut.
+_UNBOUNDED_WIDTH = 1 << 20
+
+
+def print_table(table: Table) -> None:
+    """A table on stdout that never cuts a perf config or a test vector: on a terminal a long
+    cell folds onto more lines; to a pipe or a file every row stays one whole line."""
+    console = Console(highlight=False, markup=False)  # cells are data, never markup
+    if console.is_terminal:
+        for column in table.columns:
+            column.overflow = "fold"
+    else:
+        console = Console(highlight=False, markup=False, width=_UNBOUNDED_WIDTH)
+    console.print(table)
+
+
+def print_csv(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> None:
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+
+
+def output_format(as_json: bool, as_csv: bool) -> str:
+    """json, csv or table; both flags at once is an error before any work."""
+    if as_json and as_csv:
+        raise UserError("choose one of --json and --csv")
+    return "json" if as_json else "csv" if as_csv else "table"
+
+
+def csv_opt():
+    return typer.Option(False, "--csv", help="Print CSV (a header line, then one line a row).")
 
 
 def split_list(value: str | None, flag: str) -> tuple[str, ...] | None:

@@ -40,25 +40,40 @@ def load(
         print(f"{report.added} jobs added, {report.existing} already in session {session}")
 
 
+DEFAULT_LIST_LIMIT = 50
+JOB_COLUMNS = ("job", "state", "retries", "where", "op", "test vector", "message")
+
+
 @app.command("list")
 def list_(
     ctx: typer.Context,
     session: int = typer.Option(..., "--session", help="Session id."),
     state: str = typer.Option(None, "--state", help="new, running, completed, error, cancelled."),
-    limit: int = typer.Option(None, "--limit", help="At most this many."),
+    limit: int = typer.Option(DEFAULT_LIST_LIMIT, "--limit", help="At most this many, by id."),
+    all_: bool = typer.Option(False, "--all", help="Every job (no --limit)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_csv: bool = common.csv_opt(),
 ) -> None:
-    """List a session's jobs, with each error's first line."""
-    rows = jobs.list_jobs(common.database(ctx), session, state, limit)
-    if as_json:
-        common.print_json([r.as_dict() for r in rows])
-        return
-    table = Table("job", "state", "retries", "where", "problem", "message")
-    for r in rows:
-        where = f"{r.machine_name}:{'cpu' if r.gpu_id < 0 else r.gpu_id}" if r.machine_name else ""
-        message = r.first_line if r.state != "completed" else ""
-        table.add_row(str(r.id), r.state, str(r.retries), where, f"{r.op} {r.test_vector}", message)
-    common.out.print(table)
+    """List a session's jobs, with each error's first line (the first 50 unless --all)."""
+    fmt = common.output_format(as_json, as_csv)
+    got = jobs.page(common.database(ctx), session, state, None if all_ else limit)
+    if fmt == "json":
+        common.print_json([r.as_dict() for r in got.jobs])
+    elif fmt == "csv":
+        common.print_csv(JOB_COLUMNS, map(_job_row, got.jobs))
+    else:
+        table = Table(*JOB_COLUMNS)
+        for r in got.jobs:
+            table.add_row(*_job_row(r))
+        common.print_table(table)
+    if got.total > len(got.jobs):
+        common.err(f"the first {len(got.jobs)} of {got.total} jobs (--limit N or --all for more)")
+
+
+def _job_row(r: jobs.JobInfo) -> tuple[str, ...]:
+    where = f"{r.machine_name}:{'cpu' if r.gpu_id < 0 else r.gpu_id}" if r.machine_name else ""
+    message = r.first_line if r.state != "completed" else ""
+    return (str(r.id), r.state, str(r.retries), where, r.op, r.test_vector, message)
 
 
 @app.command()
@@ -145,18 +160,26 @@ def status(
     session: int = typer.Option(None, "--session", help="Only this session."),
     watch: bool = typer.Option(False, "--watch", help="Refresh every 2 s until Ctrl-C."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_csv: bool = common.csv_opt(),
 ) -> None:
     """Job counts by state, per session."""
+    fmt = common.output_format(as_json, as_csv)
     db = common.database(ctx)
     while True:
         counts = jobs.counts(db, session)
-        if as_json:
+        header = ("session", *jobs.JOB_STATES, "total")
+        rows = [
+            (sid, *(c[s] for s in jobs.JOB_STATES), sum(c.values())) for sid, c in counts.items()
+        ]
+        if fmt == "json":
             common.print_json({"sessions": [{"id": sid, "counts": c} for sid, c in counts.items()]})
+        elif fmt == "csv":
+            common.print_csv(header, rows)
         else:
-            table = Table("session", *jobs.JOB_STATES, "total")
-            for sid, c in counts.items():
-                table.add_row(str(sid), *(str(c[s]) for s in jobs.JOB_STATES), str(sum(c.values())))
-            common.out.print(table)
+            table = Table(*header)
+            for row in rows:
+                table.add_row(*map(str, row))
+            common.print_table(table)
         if not watch:
             return
         time.sleep(2)

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import sys
-
 import typer
 from rich.table import Table
 
@@ -124,6 +121,9 @@ def compare(
     ),
     op: str = typer.Option(None, "--op", help="Only this op; re-canonicalizes .tsv test vectors."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+    as_csv: bool = typer.Option(
+        False, "--csv", help="Print the regressions and missing problems as CSV, one a line."
+    ),
     fail: bool = typer.Option(
         False,
         "--fail-on-regression",
@@ -144,6 +144,7 @@ def compare(
     A, B: session ids or .tsv files (./12 for a file named 12); arch is not part of the key.
     Two sides with no problem in common are an error.
     """
+    fmt = common.output_format(as_json, as_csv)
     limit = comparing.parse_threshold(threshold)
 
     def db():
@@ -151,8 +152,10 @@ def compare(
 
     side_a, side_b = comparing.load_sides(a, b, op, db)
     result = comparing.compare(side_a, side_b, limit)
-    if as_json:
+    if fmt == "json":
         common.print_json(result.as_dict())
+    elif fmt == "csv":
+        _print_comparison_csv(result)
     else:
         _print_comparison(result)
     if fail and result.fails(changed_winner_only=changed_winner_only, allow_missing=allow_missing):
@@ -177,17 +180,46 @@ def _print_comparison(c: comparing.Comparison) -> None:
         ("only in A (missing from B) / only in B", f"{c.only_a} / {c.only_b}"),
     ):
         summary.add_row(label, value)
-    common.out.print(summary)
+    common.print_table(summary)
     changed = [r for r in c.regressions if r.winner_changed]
     same = [r for r in c.regressions if not r.winner_changed]
     _print_regressions(changed, "regressions, winner changed, worst first")
     _print_regressions(same, "same winner, lower TFlops (re-measured: noise, not tuning)")
     if c.missing_in_b:
-        common.out.print("problems of A missing from B (failed or cancelled in B?):")
+        print("problems of A missing from B (failed or cancelled in B?):")
         for vector in c.missing_in_b[:SHOWN_REGRESSIONS]:
-            common.out.print(f"  {vector}")
+            print(f"  {vector}")
         if len(c.missing_in_b) > SHOWN_REGRESSIONS:
             common.err(f"… and {len(c.missing_in_b) - SHOWN_REGRESSIONS} more (--json lists all)")
+
+
+COMPARE_CSV = (
+    "kind",
+    "ratio",
+    "test_vector",
+    "perf_config_a",
+    "perf_config_b",
+    "tflops_a",
+    "tflops_b",
+)
+
+
+def _print_comparison_csv(c: comparing.Comparison) -> None:
+    """Kind: regression (winner changed), same_winner (re-measured lower) or missing_in_b."""
+    rows = [
+        (
+            "regression" if r.winner_changed else "same_winner",
+            r.ratio,
+            r.test_vector,
+            r.perf_config_a,
+            r.perf_config_b,
+            r.tflops_a,
+            r.tflops_b,
+        )
+        for r in c.regressions
+    ]
+    rows += [("missing_in_b", "", vector, "", "", "", "") for vector in c.missing_in_b]
+    common.print_csv(COMPARE_CSV, rows)
 
 
 def _print_regressions(rows: list[comparing.Regression], title: str) -> None:
@@ -212,7 +244,7 @@ def _print_regressions(rows: list[comparing.Regression], title: str) -> None:
             f"{r.tflops_a:.3g}",
             f"{r.tflops_b:.3g}",
         )
-    common.out.print(table)
+    common.print_table(table)
     if len(rows) > SHOWN_REGRESSIONS:
         common.err(f"… and {len(rows) - SHOWN_REGRESSIONS} more (--json lists all)")
 
@@ -225,17 +257,17 @@ def results_(
     as_csv: bool = typer.Option(False, "--csv", help="Print CSV."),
 ) -> None:
     """The winners of a session: perf config, TFlops, kernel time (ns), candidates tried."""
-    if as_json and as_csv:
-        raise UserError("choose one of --json and --csv")
+    fmt = common.output_format(as_json, as_csv)
     rows = results.winners(common.database(ctx), session, op)
-    if as_json:
+    if fmt == "json":
         common.print_json([r.as_dict() for r in rows])
-    elif as_csv:
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(("op", *results.FIELDS))
-        writer.writerows((r.op, *(getattr(r, f) for f in results.FIELDS)) for r in rows)
+    elif fmt == "csv":
+        common.print_csv(
+            ("op", *results.FIELDS),
+            ((r.op, *(getattr(r, f) for f in results.FIELDS)) for r in rows),
+        )
     else:
-        common.out.print(winners_table(rows))
+        common.print_table(winners_table(rows))
         common.err(f"{len(rows)} winners in session {session}")
 
 

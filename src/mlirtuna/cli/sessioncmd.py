@@ -60,12 +60,19 @@ def new(
 
 @app.command("list")
 def list_(
-    ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_csv: bool = common.csv_opt(),
 ) -> None:
     """List sessions."""
+    fmt = common.output_format(as_json, as_csv)
     rows = sessions.list_all(common.database(ctx))
-    if as_json:
+    if fmt == "json":
         common.print_json([r.as_dict() for r in rows])
+        return
+    if fmt == "csv":
+        header = list(sessions.Session.__dataclass_fields__)
+        common.print_csv(header, ([getattr(r, k) for k in header] for r in rows))
         return
     table = Table("id", "created", "arch", "CUs", "chiplets", "space", "tuner", "mlir_v", "reason")
     for r in rows:
@@ -80,7 +87,7 @@ def list_(
             r.mlir_v[:12],
             r.reason,
         )
-    common.out.print(table)
+    common.print_table(table)
 
 
 @app.command()

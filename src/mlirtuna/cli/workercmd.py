@@ -178,7 +178,7 @@ def run(
 def _report(db, summary: flow.RunSummary, plan: flow.RunPlan) -> None:
     from mlirtuna.cli.resultscmd import winners_table
 
-    common.out.print(winners_table(summary.winners))
+    common.print_table(winners_table(summary.winners))
     c = summary.counts
     common.err(
         f"session {summary.session_id}: {c['completed']} completed, {c['error']} errors"
