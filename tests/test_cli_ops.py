@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import csv
 import io
+import subprocess
+import sys
 
 import pytest
-from clitools import cli
+from clitools import cli, subprocess_env
 from test_results import gemm, new_session, tune
 from test_run import two_job_session
 
@@ -165,3 +167,38 @@ def test_jobs_list_pages(db, db_url, tmp_path):
     assert len(few.stdout.splitlines()) == 6 and "the first 5 of 60" in few.stderr
     whole = cli(db_url, "jobs", "list", "--session", str(sid), "--limit", "60")
     assert whole.stderr == "" and whole.stdout.count(" new ") == 60
+
+
+HEAVY = ("numpy", "alembic", "sqlalchemy", "rich", "mlirtuna.tuners", "mlirtuna.worker")
+_LOADED = """
+import sys
+from mlirtuna.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+heavy = sorted({m for m in sys.modules if m.startswith(%r)})
+print("loaded:", *heavy, file=sys.stderr)
+"""
+
+
+def _heavy_modules_loaded(tmp_path, *args: str) -> set[str]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _LOADED % (HEAVY,), *args],
+        env=subprocess_env(f"sqlite:///{tmp_path / 'mlirtuna.db'}"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    loaded = set(proc.stderr.splitlines()[-1].split()[1:])
+    return {h for h in HEAVY if any(m == h or m.startswith(h + ".") for m in loaded)}
+
+
+def test_start_up_imports_only_what_the_command_uses(tmp_path):
+    """`--help` needs no database layer and no Rich; `status` no Alembic, tuners or NumPy."""
+    assert _heavy_modules_loaded(tmp_path, "--help") == set()
+    assert _heavy_modules_loaded(tmp_path, "session", "new", "--help") == set()
+    assert cli(f"sqlite:///{tmp_path / 'mlirtuna.db'}", "db", "upgrade").code == 0
+    assert _heavy_modules_loaded(tmp_path, "status") == {"sqlalchemy"}

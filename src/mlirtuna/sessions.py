@@ -10,12 +10,12 @@ import sqlalchemy as sa
 
 from mlirtuna import machine
 from mlirtuna.db import Database, utcnow
+from mlirtuna.defaults import DEFAULT_TUNING_SPACE
 from mlirtuna.errors import NotFound, UserError
 from mlirtuna.models import TUNING_SPACES, TuningSession
 
 TUNERS = ("rocmlir", "cpu", "sleep")
 ENV_BUILD_DIR = "MLIRTUNA_ROCMLIR_BUILD"
-DEFAULT_TUNING_SPACE = "full"  # tuningRunner E3's default
 
 
 @dataclass(frozen=True)

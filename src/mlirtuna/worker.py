@@ -18,15 +18,13 @@ from dataclasses import dataclass, field
 
 from mlirtuna import configs, jobs, machine, queue, sessions, tuners
 from mlirtuna.db import Database, is_transient
+from mlirtuna.defaults import DEFAULT_BACKOFF_S, DEFAULT_LEASE_S, DEFAULT_MAX_RETRIES
 from mlirtuna.errors import DatabaseError, TunerError
 from mlirtuna.queue import Claimant, Lease
 from mlirtuna.tuners.base import TuneContext, Tuner
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LEASE_S = 120.0
-DEFAULT_MAX_RETRIES = 3
-DEFAULT_BACKOFF_S = 10.0
 # Idle polling: short, jittered and growing to a cap; never seconds-long random sleeps.
 POLL_MIN_S, POLL_MAX_S = 0.1, 2.0
 DB_RETRY_S = 1.0  # pause between tries while the database is unreachable

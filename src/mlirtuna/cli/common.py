@@ -1,4 +1,9 @@
-"""What every command shares: the database handle, output helpers, common option parsing."""
+"""What every command shares: the database handle, output helpers, common option parsing.
+
+Start-up: the command modules import this one and nothing heavy; the database layer
+(SQLAlchemy, Alembic), Rich and the API modules are imported inside the functions that use them,
+so that `mlirtuna --help` loads none of them (docs/benchmarks.md, "Start-up").
+"""
 
 from __future__ import annotations
 
@@ -7,18 +12,29 @@ import json
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from mlirtuna.db import Database, mask, mask_text, resolve_url
 from mlirtuna.errors import MlirtunaError, UserError
-from mlirtuna.problems import ExpandOptions
 
-err_console = Console(stderr=True, soft_wrap=True, highlight=False)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from mlirtuna.db import Database
+    from mlirtuna.problems import ExpandOptions
+
+
+def __getattr__(name: str) -> Any:
+    """`err_console`, the Rich console on stderr, made on first use (PEP 562)."""
+    if name == "err_console":
+        from rich.console import Console
+
+        console: Console = Console(stderr=True, soft_wrap=True, highlight=False)
+        globals()["err_console"] = console
+        return console
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -37,6 +53,8 @@ def state(ctx: click.Context) -> State:
 
 def database(ctx: click.Context, *, check_schema: bool = True, create: bool = False) -> Database:
     """The command's database; only commands that write (`create=True`) may make a SQLite file."""
+    from mlirtuna.db import Database, resolve_url
+
     st = state(ctx)
     if st._db is None:
         st._db = Database(resolve_url(st.db_url), check_schema=check_schema, create=create)
@@ -46,6 +64,8 @@ def database(ctx: click.Context, *, check_schema: bool = True, create: bool = Fa
 
 def describe_db(db_url: str | None) -> str:
     """The database a command will use, password masked (even for a URL that does not parse)."""
+    from mlirtuna.db import mask, mask_text, resolve_url
+
     try:
         return mask(resolve_url(db_url))
     except MlirtunaError:
@@ -61,20 +81,52 @@ def print_json(data: Any) -> None:
     print(json.dumps(data, indent=None, default=str), flush=True)
 
 
-# Wide enough for any row: a table sent to a pipe or a file is never wrapped or cut.
-_UNBOUNDED_WIDTH = 1 << 20
+# Past this many rows a table is printed as plain aligned text even on a terminal (Rich takes
+# minutes over 100,000 rows).
+RICH_TABLE_MAX_ROWS = 1000
 
 
-def print_table(table: Table) -> None:
+class TextTable:
+    """Rows of text under named columns, printed by `print_table` (Rich only on a terminal)."""
+
+    def __init__(self, *columns: str, title: str = "") -> None:
+        self.columns, self.title = columns, title
+        self.rows: list[tuple[str, ...]] = []
+
+    def add_row(self, *cells: object) -> None:
+        self.rows.append(tuple(map(str, cells)))
+
+
+def print_table(table: TextTable) -> None:
     """A table on stdout that never cuts a perf config or a test vector: on a terminal a long
-    cell folds onto more lines; to a pipe or a file every row stays one whole line."""
-    console = Console(highlight=False, markup=False)  # cells are data, never markup
-    if console.is_terminal:
-        for column in table.columns:
-            column.overflow = "fold"
+    cell folds onto more lines; to a pipe or a file each row is one whole line of aligned text."""
+    if sys.stdout.isatty() and len(table.rows) <= RICH_TABLE_MAX_ROWS:
+        _print_rich(table)
     else:
-        console = Console(highlight=False, markup=False, width=_UNBOUNDED_WIDTH)
-    console.print(table)
+        sys.stdout.write(plain_table(table))
+        sys.stdout.flush()
+
+
+def _print_rich(table: TextTable) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    rich = Table(title=table.title or None, title_justify="left")
+    for name in table.columns:
+        rich.add_column(name, overflow="fold")
+    for row in table.rows:
+        rich.add_row(*row)
+    Console(highlight=False, markup=False).print(rich)  # cells are data, never markup
+
+
+def plain_table(table: TextTable) -> str:
+    """Columns padded to their widest cell, two spaces apart; the title first, if any."""
+    columns = [[name, *(row[i] for row in table.rows)] for i, name in enumerate(table.columns)]
+    widths = [max(map(len, column)) for column in columns]
+    lines = table.title.splitlines()
+    for row in zip(*columns, strict=True):
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    return "".join(line + "\n" for line in lines)
 
 
 def print_csv(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> None:
@@ -106,6 +158,8 @@ def split_list(value: str | None, flag: str) -> tuple[str, ...] | None:
 def expand_options(
     data_type: str | None, direction: str | None, layout: str | None, no_expand: bool
 ) -> ExpandOptions:
+    from mlirtuna.problems import ExpandOptions
+
     return ExpandOptions(
         data_types=split_list(data_type, "--data-type"),
         directions=split_list(direction, "--direction"),

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
 
-from mlirtuna import jobs
 from mlirtuna.cli import common
 from mlirtuna.cli.problemscmd import data_type_opt, direction_opt, layout_opt, no_expand_opt
 from mlirtuna.errors import UserError
+
+if TYPE_CHECKING:
+    from mlirtuna import jobs
 
 app = typer.Typer(no_args_is_help=True, help="Load, list, show, requeue and cancel jobs.")
 
@@ -30,6 +32,8 @@ def load(
     as_json: bool = typer.Option(False, "--json", help="Print {added, existing}."),
 ) -> None:
     """Make one `new` job per selected problem (idempotent)."""
+    from mlirtuna import jobs
+
     options = common.expand_options(data_type, direction, layout, no_expand)
     report = jobs.load(
         common.database(ctx), session, op=op, tag=tag, file=file, all_problems=all_, options=options
@@ -55,6 +59,8 @@ def list_(
     as_csv: bool = common.csv_opt(),
 ) -> None:
     """List a session's jobs, with each error's first line (the first 50 unless --all)."""
+    from mlirtuna import jobs
+
     fmt = common.output_format(as_json, as_csv)
     got = jobs.page(common.database(ctx), session, state, None if all_ else limit)
     if fmt == "json":
@@ -62,7 +68,7 @@ def list_(
     elif fmt == "csv":
         common.print_csv(JOB_COLUMNS, map(_job_row, got.jobs))
     else:
-        table = Table(*JOB_COLUMNS)
+        table = common.TextTable(*JOB_COLUMNS)
         for r in got.jobs:
             table.add_row(*_job_row(r))
         common.print_table(table)
@@ -83,6 +89,8 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show one job: output or error text, timings, machine, GPU, attempts."""
+    from mlirtuna import jobs
+
     info = jobs.show(common.database(ctx), job_id)
     if as_json:
         common.print_json(info.as_dict())
@@ -127,6 +135,8 @@ def requeue(
     as_json: bool = typer.Option(False, "--json", help="Print {requeued}."),
 ) -> None:
     """Put jobs back to new, with their retries reset."""
+    from mlirtuna import jobs
+
     n = jobs.requeue(common.database(ctx), session, state, job)
     if as_json:
         common.print_json({"requeued": n})
@@ -148,6 +158,8 @@ def cancel(
     """
     if (job is None) == (not all_):
         raise UserError("jobs cancel needs --job ID, or --all for every job of the session")
+    from mlirtuna import jobs
+
     n = jobs.cancel(common.database(ctx), session, job)
     if as_json:
         common.print_json({"cancelled": n})
@@ -163,6 +175,8 @@ def status(
     as_csv: bool = common.csv_opt(),
 ) -> None:
     """Job counts by state, per session."""
+    from mlirtuna import jobs
+
     fmt = common.output_format(as_json, as_csv)
     db = common.database(ctx)
     while True:
@@ -176,7 +190,7 @@ def status(
         elif fmt == "csv":
             common.print_csv(header, rows)
         else:
-            table = Table(*header)
+            table = common.TextTable(*header)
             for row in rows:
                 table.add_row(*map(str, row))
             common.print_table(table)
@@ -200,6 +214,8 @@ def wait(
 
     Exit 0: every job completed (or was cancelled); 1: some job ended in error; 3: timed out.
     """
+    from mlirtuna import jobs
+
     outcome = jobs.wait(common.database(ctx), session, timeout, poll)
     if as_json:
         common.print_json(outcome.as_dict())

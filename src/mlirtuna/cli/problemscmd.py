@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typer
 
-from mlirtuna import configs
 from mlirtuna.cli import common
 
 OP_HELP = "conv, gemm or attention."
@@ -47,6 +46,8 @@ def import_(
     as_json: bool = typer.Option(False, "--json", help="Print {lines, problems, new, existing}."),
 ) -> None:
     """Import rocMLIR config lists: one canonical problem per expanded line (idempotent)."""
+    from mlirtuna import configs
+
     options = common.expand_options(data_type, direction, layout, no_expand)
     report = configs.import_files(common.database(ctx, create=True), op, files, options, tag)
     for warning in report.warnings:

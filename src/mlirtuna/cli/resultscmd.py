@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import typer
-from rich.table import Table
+from typing import TYPE_CHECKING
 
-from mlirtuna import compare as comparing
-from mlirtuna import export as exporting
-from mlirtuna import history, results
+import typer
+
 from mlirtuna.cli import common
 from mlirtuna.errors import UserError
+
+if TYPE_CHECKING:
+    from mlirtuna import compare as comparing
+    from mlirtuna import results
 
 SHOWN_REGRESSIONS = 20
 
@@ -53,6 +55,8 @@ def export(
     """Write the tuning DB perfRunner reads: per problem, the newest matching session's winner."""
     if as_json and output == "-":
         raise UserError("--json and -o - both write to stdout: choose one")
+    from mlirtuna import export as exporting
+
     query = exporting.ExportQuery(
         arch=arch,
         num_cu=num_cu,
@@ -90,14 +94,29 @@ def import_tsv(
     tuning_space: str = typer.Option(
         None, "--tuning-space", help="Space of rows whose file does not say [exhaustive]."
     ),
+    again: bool = typer.Option(
+        False, "--again", help="Import a file again even if its exact content was imported."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
-    """Load existing .tsv tuning DBs: one imported session per file and context (all or nothing)."""
+    """Load existing .tsv tuning DBs: one imported session per file and context (all or nothing).
+
+    A file imported before (same SHA-256) is skipped, and said so, unless --again.
+    """
+    from mlirtuna import history
+
     fill = history.Fill(num_cu=num_cu, num_chiplets=num_chiplets, tuning_space=tuning_space)
     db = common.database(ctx, create=True)
-    report = history.import_tsv(db, op, files, reason=reason, fill=fill)
+    report = history.import_tsv(db, op, files, reason=reason, fill=fill, again=again)
     if as_json:
         common.print_json(report.as_dict())
+        return
+    for x in report.already:
+        common.err(
+            f"{x.file}: already imported as session {', '.join(map(str, x.sessions))} "
+            f"(same content, sha256 {x.sha256[:12]}…); nothing added (--again to import it again)"
+        )
+    if not report.sessions:
         return
     for x in report.sessions:
         print(
@@ -144,6 +163,8 @@ def compare(
     A, B: session ids or .tsv files (./12 for a file named 12); arch is not part of the key.
     Two sides with no problem in common are an error.
     """
+    from mlirtuna import compare as comparing
+
     fmt = common.output_format(as_json, as_csv)
     limit = comparing.parse_threshold(threshold)
 
@@ -166,7 +187,7 @@ def compare(
 
 
 def _print_comparison(c: comparing.Comparison) -> None:
-    summary = Table("", "value", title=f"A = {c.a}\nB = {c.b}", title_justify="left")
+    summary = common.TextTable("", "value", title=f"A = {c.a}\nB = {c.b}")
     pct = "" if c.same_winner_pct is None else f" ({c.same_winner_pct:.1f}%)"
     drop = f"{100 * (1 - c.threshold):g}%"
     for label, value in (
@@ -225,7 +246,7 @@ def _print_comparison_csv(c: comparing.Comparison) -> None:
 def _print_regressions(rows: list[comparing.Regression], title: str) -> None:
     if not rows:
         return
-    table = Table(
+    table = common.TextTable(
         "B/A",
         "test vector",
         "perf config A",
@@ -233,7 +254,6 @@ def _print_regressions(rows: list[comparing.Regression], title: str) -> None:
         "TFlops A",
         "TFlops B",
         title=title,
-        title_justify="left",
     )
     for r in rows[:SHOWN_REGRESSIONS]:
         table.add_row(
@@ -258,6 +278,8 @@ def results_(
 ) -> None:
     """The winners of a session: perf config, TFlops, kernel time (ns), candidates tried."""
     fmt = common.output_format(as_json, as_csv)
+    from mlirtuna import results
+
     rows = results.winners(common.database(ctx), session, op)
     if fmt == "json":
         common.print_json([r.as_dict() for r in rows])
@@ -271,9 +293,9 @@ def results_(
         common.err(f"{len(rows)} winners in session {session}")
 
 
-def winners_table(rows: list[results.Winner]) -> Table:
+def winners_table(rows: list[results.Winner]) -> common.TextTable:
     """The winners as a person reads them (also what `mlirtuna run` ends with)."""
-    table = Table("op", "test vector", "perf config", "TFlops", "kernel ns", "tried")
+    table = common.TextTable("op", "test vector", "perf config", "TFlops", "kernel ns", "tried")
     for r in rows:
         table.add_row(
             r.op,

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import typer
-from rich.table import Table
 
-from mlirtuna import sessions
 from mlirtuna.cli import common
+from mlirtuna.defaults import DEFAULT_TUNING_SPACE
 
 app = typer.Typer(no_args_is_help=True, help="Tuning sessions: what the results depend on.")
 
@@ -16,7 +15,7 @@ def new(
     ctx: typer.Context,
     tuner: str = typer.Option("cpu", "--tuner", help="rocmlir or cpu (sleep for tests)."),
     tuning_space: str = typer.Option(
-        sessions.DEFAULT_TUNING_SPACE, "--tuning-space", help="quick, full, greedy or exhaustive."
+        DEFAULT_TUNING_SPACE, "--tuning-space", help="quick, full, greedy or exhaustive."
     ),
     arch: str = typer.Option(None, "--arch", help="Chip name, e.g. gfx942 [detected]."),
     arch_full: str = typer.Option(
@@ -33,6 +32,8 @@ def new(
     as_json: bool = typer.Option(False, "--json", help="Print the new session as JSON."),
 ) -> None:
     """Open a session, detecting what the flags leave out (never guessing)."""
+    from mlirtuna import sessions
+
     spec = sessions.SessionSpec(
         tuner=tuner,
         tuning_space=tuning_space,
@@ -65,6 +66,8 @@ def list_(
     as_csv: bool = common.csv_opt(),
 ) -> None:
     """List sessions."""
+    from mlirtuna import sessions
+
     fmt = common.output_format(as_json, as_csv)
     rows = sessions.list_all(common.database(ctx))
     if fmt == "json":
@@ -74,7 +77,9 @@ def list_(
         header = list(sessions.Session.__dataclass_fields__)
         common.print_csv(header, ([getattr(r, k) for k in header] for r in rows))
         return
-    table = Table("id", "created", "arch", "CUs", "chiplets", "space", "tuner", "mlir_v", "reason")
+    table = common.TextTable(
+        "id", "created", "arch", "CUs", "chiplets", "space", "tuner", "mlir_v", "reason"
+    )
     for r in rows:
         table.add_row(
             str(r.id),
@@ -97,6 +102,8 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show one session."""
+    from mlirtuna import sessions
+
     row = sessions.get(common.database(ctx), session_id)
     if as_json:
         common.print_json(row.as_dict())

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import TYPE_CHECKING
 
 import typer
 
-from mlirtuna import flow, manager, progress, sessions
 from mlirtuna.cli import common
 from mlirtuna.cli.problemscmd import data_type_opt, direction_opt, layout_opt, no_expand_opt
-from mlirtuna.worker import (
+from mlirtuna.defaults import (
     DEFAULT_BACKOFF_S,
     DEFAULT_LEASE_S,
     DEFAULT_MAX_RETRIES,
-    Worker,
-    WorkerSettings,
+    DEFAULT_TUNING_SPACE,
 )
+
+if TYPE_CHECKING:
+    from mlirtuna import flow, manager
+    from mlirtuna.worker import WorkerSettings
 
 GIB = 1 << 30
 
@@ -55,6 +58,9 @@ def worker(
     ),
 ) -> None:
     """Run workers for a session: one process per GPU, each claiming jobs until stopped."""
+    from mlirtuna import manager
+    from mlirtuna.worker import WorkerSettings
+
     if not common.state(ctx).debug:
         logging.getLogger("mlirtuna").setLevel(logging.INFO)  # one line per job: a worker's log
     db = common.database(ctx)
@@ -83,6 +89,8 @@ def worker(
 
 
 def _run_here(db, settings: WorkerSettings, slot: manager.Slot) -> None:
+    from mlirtuna.worker import Worker
+
     settings.gpu_id = slot.gpu_id
     if slot.gpu_id >= 0 and "ROCR_VISIBLE_DEVICES" not in os.environ:
         os.environ["ROCR_VISIBLE_DEVICES"] = str(slot.gpu_id)
@@ -105,7 +113,7 @@ def run(
         help="auto (rocmlir when a build dir is given, else cpu), rocmlir or cpu.",
     ),
     tuning_space: str = typer.Option(
-        sessions.DEFAULT_TUNING_SPACE, "--tuning-space", help="quick, full, greedy or exhaustive."
+        DEFAULT_TUNING_SPACE, "--tuning-space", help="quick, full, greedy or exhaustive."
     ),
     gpus: str = typer.Option("auto", "--gpus", help="auto or 0,1,…"),
     workers: int = typer.Option(1, "--workers", help="Worker processes per GPU (or CPU workers)."),
@@ -130,6 +138,9 @@ def run(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary at the end."),
 ) -> None:
     """Import, open a session, load jobs, tune them here, export the tuning DB, show winners."""
+    from mlirtuna import flow, progress
+    from mlirtuna.worker import WorkerSettings
+
     db = common.database(ctx, create=True)
     flags = {
         k: v

@@ -1,0 +1,29 @@
+"""import-tsv remembers each file's hash; jobs list reads a session's jobs in id order
+
+Revision ID: 0003
+Revises: 0001
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0003"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("session") as batch:
+        batch.add_column(sa.Column("source_sha256", sa.String(length=64), nullable=True))
+        batch.create_index(batch.f("ix_session_source_sha256"), ["source_sha256"], unique=False)
+    with op.batch_alter_table("job") as batch:
+        batch.create_index("ix_job_session_list", ["session_id", "id"], unique=False)
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("job") as batch:
+        batch.drop_index("ix_job_session_list")
+    with op.batch_alter_table("session") as batch:
+        batch.drop_index(batch.f("ix_session_source_sha256"))
+        batch.drop_column("source_sha256")
