@@ -143,6 +143,7 @@ class Worker:
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> WorkerStats:
         idle = POLL_MIN_S
+        said_idle = False  # an idle stretch is announced once, not at every poll
         while not self.stop_requested.is_set() and not self._enough():
             lease = self._retrying(self._claim)
             if lease is None:
@@ -150,10 +151,17 @@ class Worker:
                     lambda: jobs.is_drained(self.db, self.settings.session_id)
                 ):
                     break
+                if not said_idle:
+                    log.info(
+                        "idle: no job of session %s to claim; waiting for new ones "
+                        "(--until-empty exits instead)",
+                        self.settings.session_id,
+                    )
+                    said_idle = True
                 self.stop_requested.wait(random.uniform(idle / 2, idle))
                 idle = min(idle * 2, POLL_MAX_S)
                 continue
-            idle = POLL_MIN_S
+            idle, said_idle = POLL_MIN_S, False
             self._work(lease)
         return self.stats
 
