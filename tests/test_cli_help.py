@@ -91,3 +91,12 @@ def test_version_and_shell_completion():
     result = CliRunner().invoke(app, ["--show-completion", "bash"])
     assert result.exit_code == 0 and "complete -o default" in result.stdout
     assert "--install-completion" in _rendered_help("")
+
+
+def test_docs_install_from_the_repository_not_an_index():
+    """mlirtuna is on no package index: no doc may tell to `pip install mlirtuna`."""
+    root = Path(__file__).parent.parent
+    for path in [root / "README.md", *root.glob("docs/*.md"), *root.glob("examples/*")]:
+        if path.is_file():
+            assert "pip install mlirtuna" not in path.read_text(), path
+    assert "pip install ./mlirtuna" in (root / "docs" / "ci.md").read_text()
