@@ -73,5 +73,10 @@ def test_bulk_benchmark_runs() -> None:
         env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for step in ("import", "import-tsv", "export", "compare"):
+    for step in ("import", "import-tsv", "export", "compare", "jobs list"):
         assert f"| {step} |" in proc.stdout
+
+
+def test_startup_benchmark_runs(tmp_path: Path) -> None:
+    text = run_script("bench_startup", tmp_path)
+    assert "| mlirtuna --help |" in text and "| mlirtuna status |" in text

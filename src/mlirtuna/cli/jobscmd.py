@@ -66,17 +66,17 @@ def list_(
     if fmt == "json":
         common.print_json([r.as_dict() for r in got.jobs])
     elif fmt == "csv":
-        common.print_csv(JOB_COLUMNS, map(_job_row, got.jobs))
+        common.print_csv(JOB_COLUMNS, map(job_row, got.jobs))
     else:
         table = common.TextTable(*JOB_COLUMNS)
         for r in got.jobs:
-            table.add_row(*_job_row(r))
+            table.add_row(*job_row(r))
         common.print_table(table)
     if got.total > len(got.jobs):
         common.err(f"the first {len(got.jobs)} of {got.total} jobs (--limit N or --all for more)")
 
 
-def _job_row(r: jobs.JobInfo) -> tuple[str, ...]:
+def job_row(r: jobs.JobInfo) -> tuple[str, ...]:
     where = f"{r.machine_name}:{'cpu' if r.gpu_id < 0 else r.gpu_id}" if r.machine_name else ""
     message = r.first_line if r.state != "completed" else ""
     return (str(r.id), r.state, str(r.retries), where, r.op, r.test_vector, message)
