@@ -202,3 +202,18 @@ def test_start_up_imports_only_what_the_command_uses(tmp_path):
     assert _heavy_modules_loaded(tmp_path, "session", "new", "--help") == set()
     assert cli(f"sqlite:///{tmp_path / 'mlirtuna.db'}", "db", "upgrade").code == 0
     assert _heavy_modules_loaded(tmp_path, "status") == {"sqlalchemy"}
+
+
+def test_run_prints_its_winners_as_csv(tmp_path):
+    url = f"sqlite:///{tmp_path / 'run.db'}"
+    configs_file = tmp_path / "g"
+    configs_file.write_text("-t f32 -transA false -transB false -g 1 -m 16 -n 16 -k 16\n")
+    args = ["run", "--op", "gemm", str(configs_file), "-o", str(tmp_path / "out.tsv")]
+    assert cli(url, *args, "--csv", "--json").code == 2
+    run = cli(url, *args, "--csv", "-q")
+    assert run.code == 0, run.stderr
+    rows = list(csv.reader(io.StringIO(run.stdout)))
+    assert len(rows) == 2, (run.stdout, run.stderr)
+    header, row = rows
+    assert header[:3] == ["op", "test_vector", "perf_config"]
+    assert row[0] == "gemm" and row[2].startswith("cpu:")

@@ -284,13 +284,17 @@ def results_(
     if fmt == "json":
         common.print_json([r.as_dict() for r in rows])
     elif fmt == "csv":
-        common.print_csv(
-            ("op", *results.FIELDS),
-            ((r.op, *(getattr(r, f) for f in results.FIELDS)) for r in rows),
-        )
+        print_winners_csv(rows)
     else:
         common.print_table(winners_table(rows))
         common.err(f"{len(rows)} winners in session {session}")
+
+
+def print_winners_csv(rows: list[results.Winner]) -> None:
+    from mlirtuna import results
+
+    fields = ("op", *results.FIELDS)
+    common.print_csv(fields, ([getattr(r, f) for f in fields] for r in rows))
 
 
 def winners_table(rows: list[results.Winner]) -> common.TextTable:

@@ -136,10 +136,13 @@ def run(
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary at the end."),
+    as_csv: bool = typer.Option(False, "--csv", help="Print the winners as CSV at the end."),
 ) -> None:
     """Import, open a session, load jobs, tune them here, export the tuning DB, show winners."""
     from mlirtuna import flow, progress
     from mlirtuna.worker import WorkerSettings
+
+    common.output_format(as_json, as_csv)  # both at once: refused before any work
 
     db = common.database(ctx, create=True)
     flags = {
@@ -176,7 +179,7 @@ def run(
     if as_json:
         common.print_json(summary.as_dict())
     else:
-        _report(db, summary, plan)
+        _report(db, summary, plan, as_csv)
     if interrupted:
         common.err(
             f"interrupted: resume with `mlirtuna run --op {op} --session {sid} {' '.join(files)}`"
@@ -186,10 +189,13 @@ def run(
         raise typer.Exit(1)
 
 
-def _report(db, summary: flow.RunSummary, plan: flow.RunPlan) -> None:
-    from mlirtuna.cli.resultscmd import winners_table
+def _report(db, summary: flow.RunSummary, plan: flow.RunPlan, as_csv: bool = False) -> None:
+    from mlirtuna.cli.resultscmd import print_winners_csv, winners_table
 
-    common.print_table(winners_table(summary.winners))
+    if as_csv:
+        print_winners_csv(summary.winners)
+    else:
+        common.print_table(winners_table(summary.winners))
     c = summary.counts
     common.err(
         f"session {summary.session_id}: {c['completed']} completed, {c['error']} errors"
