@@ -217,3 +217,18 @@ def test_run_prints_its_winners_as_csv(tmp_path):
     header, row = rows
     assert header[:3] == ["op", "test_vector", "perf_config"]
     assert row[0] == "gemm" and row[2].startswith("cpu:")
+
+
+def test_a_page_of_jobs_walks_the_index_instead_of_sorting_them_all(tmp_path):
+    """What keeps `jobs list` fast on 100,000 jobs (bench_bulk.py times it): on SQLite the
+    plan reads the session's jobs in id order from ix_job_session_list and stops at the limit."""
+    from mlirtuna.db import Database
+
+    db = Database(f"sqlite:///{tmp_path / 'plan.db'}")
+    sid = two_job_session(db, tmp_path)
+    stmt, _ = jobs.page_query(sid, None, 50)
+    compiled = stmt.compile(db.engine, compile_kwargs={"literal_binds": True})
+    with db.engine.connect() as conn:
+        plan = " ".join(r[-1] for r in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled}"))
+    db.dispose()
+    assert "ix_job_session_list" in plan and "TEMP B-TREE" not in plan, plan

@@ -202,6 +202,18 @@ def page(
     if limit is not None and limit < 0:
         raise UserError(f"--limit {limit}: expected 0 or more")
     sessions.get(db, session_id)
+    stmt, where = page_query(session_id, state, limit)
+    with db.session() as s:
+        rows = [JobInfo(*row) for row in s.execute(stmt)]
+        total = len(rows)
+        if limit is not None and total == limit:
+            total = s.scalar(sa.select(sa.func.count()).select_from(Job).where(*where)) or 0
+    return JobPage(rows, total)
+
+
+def page_query(session_id: int, state: str | None, limit: int | None) -> tuple[sa.Select, list]:
+    """The page's statement (it walks ix_job_session_list in id order and stops at `limit`)
+    and its WHERE clauses (for the count)."""
     where = [Job.session_id == session_id]
     if state is not None:
         where.append(Job.state == state)
@@ -212,12 +224,7 @@ def page(
         .order_by(Job.id)
         .limit(limit)
     )
-    with db.session() as s:
-        rows = [JobInfo(*row) for row in s.execute(stmt)]
-        total = len(rows)
-        if limit is not None and total == limit:
-            total = s.scalar(sa.select(sa.func.count()).select_from(Job).where(*where)) or 0
-    return JobPage(rows, total)
+    return stmt, where
 
 
 def show(db: Database, job_id: int) -> JobInfo:
