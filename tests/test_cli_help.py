@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 import typer
+from clitools import run_cli
 from typer.testing import CliRunner
 
 from mlirtuna import __version__
@@ -88,8 +89,10 @@ def test_session_new_help_names_where_each_field_comes_from():
 def test_version_and_shell_completion():
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0 and result.stdout.strip() == f"mlirtuna {__version__}"
-    result = CliRunner().invoke(app, ["--show-completion", "bash"])
-    assert result.exit_code == 0 and "complete -o default" in result.stdout
+    # A subprocess, as a shell runs it: completion reads the program's name and environment.
+    shown = run_cli("sqlite:///unused.db", "--show-completion", "bash")
+    assert shown.code == 0, shown.stderr
+    assert "complete -o default -F _mlirtuna_completion mlirtuna" in shown.stdout
     assert "--install-completion" in _rendered_help("")
 
 
