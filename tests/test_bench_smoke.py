@@ -80,3 +80,10 @@ def test_bulk_benchmark_runs() -> None:
 def test_startup_benchmark_runs(tmp_path: Path) -> None:
     text = run_script("bench_startup", tmp_path)
     assert "| mlirtuna --help |" in text and "| mlirtuna status |" in text
+
+
+def test_bench_dashboard_smoke(tmp_path):
+    text = run_script("bench_dashboard", tmp_path, "--backends", ",".join(backends()))
+    for backend in backends():
+        assert f"### {LABELS[backend]}: " in text
+    assert "`/api/sessions?offset=500&limit=50`" in text and "**page total**" in text
