@@ -248,7 +248,15 @@ def pairs(a: Side, b: Side) -> list[Regression]:
     """Every common problem with TFlops on both sides (ratio B/A), lowest ratio first: the
     points of an A-vs-B plot; `compare` counts and thresholds the same ratios."""
     out = [
-        Regression(key, ea.perf_config, eb.perf_config, ea.tflops, eb.tflops, eb.tflops / ea.tflops)
+        Regression(
+            key,
+            ea.perf_config,
+            eb.perf_config,
+            ea.tflops,
+            eb.tflops,
+            eb.tflops / ea.tflops,
+            ea.perf_config != eb.perf_config,
+        )
         for key in a.entries.keys() & b.entries.keys()
         if (ea := a.entries[key]).tflops is not None and (eb := b.entries[key]).tflops is not None
     ]
