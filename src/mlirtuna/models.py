@@ -29,6 +29,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from mlirtuna.keys import perf_config_family
+
 # Constraint names are fixed so that migrations name them the same on every backend.
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -44,7 +46,9 @@ BigId = BigInteger().with_variant(Integer(), "sqlite")
 # Job states (design.md, "The job life cycle").
 NEW, RUNNING, COMPLETED, ERROR, CANCELLED = "new", "running", "completed", "error", "cancelled"
 JOB_STATES = (NEW, RUNNING, COMPLETED, ERROR, CANCELLED)
-TUNING_SPACES = ("quick", "full", "greedy", "exhaustive")
+# Every space some tuningRunner offers (lfbo: rocmlirTriton; smart: rocMLIR's analysis work);
+# which ones a build has is read from its --help (tuners.rocmlir.Era).
+TUNING_SPACES = ("quick", "full", "greedy", "exhaustive", "lfbo", "smart")
 
 
 class Base(DeclarativeBase):
@@ -181,11 +185,23 @@ class TuningSession(Base):
     ticket: Mapped[str] = _str(64)
     docker: Mapped[str] = _str(200)
     tuning_space: Mapped[str] = mapped_column(String(16))
-    tuner: Mapped[str] = mapped_column(String(16))  # rocmlir | cpu | sleep | imported
+    # rocmlir | cpu | sleep[:SECONDS] | imported | a plugin's module.path:factory
+    tuner: Mapped[str] = mapped_column(String(200))
     host: Mapped[str] = _str(200)  # where it was opened (for cpu sessions: the CPU model)
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
     # import-tsv: SHA-256 of the file's bytes, so that importing it again is noticed.
     source_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    # The key form the session's perfRunner reads (keys.KEY_FORMS): export's default.
+    key_form: Mapped[str] = mapped_column(String(16), default="plain", server_default="plain")
+    # tuningRunner E4 settings that change results (None: the tool's default, flag not passed).
+    rep_ms: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    warmup_ms: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    gpu_run_timeout_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    lfbo_effort: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    # Set by `session retire`: kept for history, never picked by export --arch or run.
+    retired_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    # What `mlirtuna run` was asked (op, files, expansion, tuner, space), as JSON: for resume.
+    run_spec: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class Job(Base):
@@ -240,6 +256,15 @@ class Attempt(Base):
     message: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
+def _family_default(context) -> str:
+    return perf_config_family(context.get_current_parameters().get("perf_config") or "")
+
+
+def _perf_family() -> Mapped[str]:
+    """keys.perf_config_family of the row's perf_config, filled on insert (one place for it)."""
+    return mapped_column(String(16), default=_family_default, server_default="")
+
+
 class Result(Base):
     """The winner of one problem in one session."""
 
@@ -257,6 +282,10 @@ class Result(Base):
     # For results imported from a .tsv: the row's own commit, timestamp and duration.
     tuned_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
     duration_s: Mapped[float | None] = mapped_column(Double, nullable=True)
+    perf_family: Mapped[str] = _perf_family()
+    # What the key had after the plain test vector (keys.Key.suffix): "" (plain),
+    # "-supportsSplitK true|false", fusion words. Imported rows keep their file's form.
+    key_suffix: Mapped[str] = _str(255)
 
 
 class Candidate(Base):
@@ -273,3 +302,4 @@ class Candidate(Base):
     kernel_time: Mapped[float | None] = mapped_column(Double, nullable=True)  # ns
     tflops: Mapped[float | None] = mapped_column(Double, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)  # why it was invalid
+    perf_family: Mapped[str] = _perf_family()

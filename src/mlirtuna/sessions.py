@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import sqlalchemy as sa
 
-from mlirtuna import machine
+from mlirtuna import keys, machine
 from mlirtuna.db import Database, utcnow
 from mlirtuna.defaults import DEFAULT_TUNING_SPACE
 from mlirtuna.errors import NotFound, UserError
-from mlirtuna.models import TUNING_SPACES, TuningSession
+from mlirtuna.models import RUNNING, TUNING_SPACES, Attempt, Candidate, Job, Result, TuningSession
 
+log = logging.getLogger(__name__)
 TUNERS = ("rocmlir", "cpu", "sleep")
 ENV_BUILD_DIR = "MLIRTUNA_ROCMLIR_BUILD"
+CPU_SPACES = ("quick", "full", "greedy", "exhaustive")
 
 
 @dataclass(frozen=True)
@@ -36,12 +40,25 @@ class Session:
     tuner: str
     host: str
     created_at: str
+    key_form: str = keys.PLAIN
+    rep_ms: int | None = None
+    warmup_ms: int | None = None
+    gpu_run_timeout_s: int | None = None
+    lfbo_effort: str | None = None
+    retired_at: str | None = None
+    run_spec: dict[str, Any] | None = None  # what `mlirtuna run` was asked (flow.py)
 
     @classmethod
     def from_row(cls, row: TuningSession) -> Session:
         values = {f.name: getattr(row, f.name) for f in fields(cls)}
-        values["created_at"] = row.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        values["created_at"] = _iso(row.created_at)
+        values["retired_at"] = _iso(row.retired_at) if row.retired_at else None
+        values["run_spec"] = json.loads(row.run_spec) if row.run_spec else None
         return cls(**values)
+
+    @property
+    def tuner_name(self) -> str:
+        return tuner_name(self.tuner)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,12 +80,42 @@ class SessionSpec:
     ticket: str = ""
     docker: str | None = None
     mlir_build_dir: str | None = None
+    # tuningRunner E4 settings (they change results, so they belong to the session).
+    rep_ms: int | None = None
+    warmup_ms: int | None = None
+    gpu_run_timeout_s: int | None = None
+    lfbo_effort: str | None = None
+    key_form: str | None = None  # None: the build's form (plain without a build)
+
+
+def _iso(when) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def tuner_name(spec: str) -> str:
+    """What a tuner spec names: `sleep:0.2` is the sleep tuner (the seconds are a worker
+    setting); a plugin `module.path:factory` is named by the whole spec."""
+    name, _, _ = spec.partition(":")
+    return spec if "." in name else name
+
+
+def check_tuner(spec: str) -> None:
+    """A session is opened for rocmlir, cpu, sleep[:SECONDS] or a plugin that loads."""
+    if spec in ("rocmlir", "cpu"):
+        return
+    if tuner_name(spec) == "sleep" or "." in spec.partition(":")[0]:
+        from mlirtuna import tuners
+
+        tuners.make(spec)  # a bad number or a plugin that does not load stops here
+        return
+    raise UserError(
+        f"unknown tuner {spec!r} (known: {', '.join(TUNERS)}, sleep:SECONDS, module.path:factory)"
+    )
 
 
 def detect(spec: SessionSpec) -> SessionSpec:
     """Fill what the flags left open from this machine; never guess what can't be read."""
-    if spec.tuner not in TUNERS:
-        raise UserError(f"unknown tuner {spec.tuner!r} (known: {', '.join(TUNERS)})")
+    check_tuner(spec.tuner)
     if spec.tuning_space not in TUNING_SPACES:
         raise UserError(
             f"unknown tuning space {spec.tuning_space!r} (known: {', '.join(TUNING_SPACES)})"
@@ -82,9 +129,58 @@ def detect(spec: SessionSpec) -> SessionSpec:
         else ((machine.git_hash(build_dir) if build_dir else None) or "")
     )
     out.docker = spec.docker if spec.docker is not None else (machine.docker_image() or "")
-    if spec.tuner in ("cpu", "sleep"):
+    _check_settings(out, build_dir)
+    if spec.tuner != "rocmlir":  # cpu, sleep and plugins describe this machine's CPU
         return _fill_cpu(out)
     return _fill_gpu(out)
+
+
+def _check_settings(spec: SessionSpec, build_dir: str | None) -> None:
+    """Settings and space against what the build's tuningRunner offers (read from its --help),
+    and the key form its perfRunner expects; one clear error for anything it lacks."""
+    if spec.key_form is not None and spec.key_form not in keys.KEY_FORMS:
+        raise UserError(f"unknown key form {spec.key_form!r} (known: {', '.join(keys.KEY_FORMS)})")
+    if spec.lfbo_effort is not None and spec.lfbo_effort not in ("quick", "full"):
+        raise UserError(f"--lfbo-effort {spec.lfbo_effort!r}: expected quick or full")
+    settings = [flag for flag, name in _SETTING_FLAGS if getattr(spec, name) is not None]
+    for flag, name in _SETTING_FLAGS[:3]:
+        value = getattr(spec, name)
+        if value is not None and value <= 0:
+            raise UserError(f"{flag} {value}: expected a positive number")
+    if spec.tuner == "cpu" and spec.tuning_space not in CPU_SPACES:
+        raise UserError(
+            f"the cpu tuner has no tuning space {spec.tuning_space!r} "
+            f"(it has: {', '.join(CPU_SPACES)})"
+        )
+    if spec.tuner != "rocmlir":
+        if settings:
+            raise UserError(f"{', '.join(settings)}: settings of the rocmlir tuner (E4) only")
+        spec.key_form = spec.key_form or keys.PLAIN
+        return
+    if not build_dir:
+        spec.key_form = spec.key_form or keys.PLAIN
+        return
+    from mlirtuna.errors import TunerError
+    from mlirtuna.tuners.rocmlir import RocmlirTuner, build_key_form
+
+    try:
+        tuner = RocmlirTuner(build_dir)
+        era = tuner.era
+    except (UserError, TunerError) as exc:
+        # No tuningRunner.py there, or it cannot run here (E3/E4 need a GPU even for --help):
+        # the worker checks the same against the build it runs.
+        log.warning("not checked against the build's tuningRunner.py: %s", exc)
+        spec.key_form = spec.key_form or keys.PLAIN
+        return
+    if era.tuning_spaces and spec.tuning_space not in era.tuning_spaces:
+        raise UserError(
+            f"tuning space {spec.tuning_space!r} is not offered by {tuner.script} ({era.name}; "
+            f"it has: {', '.join(era.tuning_spaces)})"
+        )
+    lacking = [flag for flag in settings if flag not in era.flags]
+    if lacking:
+        raise UserError(f"{tuner.script} ({era.name}) has no {', '.join(lacking)}")
+    spec.key_form = spec.key_form or build_key_form(tuner.build_dir, era)
 
 
 def _fill_cpu(spec: SessionSpec) -> SessionSpec:
@@ -128,7 +224,16 @@ def _fill_gpu(spec: SessionSpec) -> SessionSpec:
     return spec
 
 
-def create(db: Database, spec: SessionSpec) -> Session:
+_SETTING_FLAGS = (
+    ("--rep", "rep_ms"),
+    ("--warmup", "warmup_ms"),
+    ("--gpu-run-timeout", "gpu_run_timeout_s"),
+    ("--lfbo-effort", "lfbo_effort"),
+)
+
+
+def create(db: Database, spec: SessionSpec, run_spec: dict[str, Any] | None = None) -> Session:
+    """Open a session; `run_spec` is what `mlirtuna run` was asked (kept for its resume)."""
     spec = detect(spec)
     row = TuningSession(
         arch=spec.arch,
@@ -144,6 +249,12 @@ def create(db: Database, spec: SessionSpec) -> Session:
         tuner=spec.tuner,
         host=_host(spec.tuner),
         created_at=utcnow(),
+        key_form=spec.key_form or keys.PLAIN,
+        rep_ms=spec.rep_ms,
+        warmup_ms=spec.warmup_ms,
+        gpu_run_timeout_s=spec.gpu_run_timeout_s,
+        lfbo_effort=spec.lfbo_effort,
+        run_spec=json.dumps(run_spec, sort_keys=True) if run_spec is not None else None,
     )
     with db.session() as s:
         s.add(row)
@@ -153,7 +264,7 @@ def create(db: Database, spec: SessionSpec) -> Session:
 
 def _host(tuner: str) -> str:
     name = machine.machine_name()
-    return f"{name} ({machine.cpu_description()})" if tuner in ("cpu", "sleep") else name
+    return name if tuner == "rocmlir" else f"{name} ({machine.cpu_description()})"
 
 
 def get(db: Database, session_id: int) -> Session:
@@ -168,3 +279,61 @@ def list_all(db: Database) -> list[Session]:
     with db.session() as s:
         rows = s.scalars(sa.select(TuningSession).order_by(TuningSession.id))
         return [Session.from_row(r) for r in rows]
+
+
+def retire(db: Database, session_id: int) -> Session:
+    """Keep a session for history but never pick it again (export --arch, run's export)."""
+    with db.session() as s:
+        row = _row(s, session_id)
+        if row.retired_at is None:
+            row.retired_at = utcnow()
+        s.flush()
+        return Session.from_row(row)
+
+
+@dataclass(frozen=True)
+class Deleted:
+    session: int
+    jobs: int
+    attempts: int
+    results: int
+    candidates: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def delete(db: Database, session_id: int, *, force: bool = False) -> Deleted:
+    """A session with its jobs, attempts, results and candidates, in one transaction.
+
+    Refused while one of its jobs is running (a worker would record into nothing) unless
+    `force`; a worker that still holds such a job then finds its lease gone and writes nothing.
+    """
+    with db.session(immediate=True) as s:
+        _row(s, session_id)
+        running = s.scalar(
+            sa.select(sa.func.count()).where(Job.session_id == session_id, Job.state == RUNNING)
+        )
+        if running and not force:
+            raise UserError(
+                f"session {session_id} has {running} running job(s): stop its workers first, "
+                "or give --force"
+            )
+        in_session = Job.session_id == session_id
+        job_ids = sa.select(Job.id).where(in_session).scalar_subquery()
+        # Children first: candidates and results point at jobs, jobs at the session.
+        attempts = s.execute(sa.delete(Attempt).where(Attempt.job_id.in_(job_ids))).rowcount
+        candidates = s.execute(
+            sa.delete(Candidate).where(Candidate.session_id == session_id)
+        ).rowcount
+        results = s.execute(sa.delete(Result).where(Result.session_id == session_id)).rowcount
+        jobs = s.execute(sa.delete(Job).where(in_session)).rowcount
+        s.execute(sa.delete(TuningSession).where(TuningSession.id == session_id))
+        return Deleted(session_id, jobs, attempts, results, candidates)
+
+
+def _row(s, session_id: int) -> TuningSession:
+    row = s.get(TuningSession, session_id)
+    if row is None:
+        raise NotFound(f"no session {session_id}: `mlirtuna session list` shows them")
+    return row

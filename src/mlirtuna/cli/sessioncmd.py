@@ -1,11 +1,14 @@
-"""`mlirtuna session …`: open, list and show tuning sessions."""
+"""`mlirtuna session …`: open, list, show, retire and delete tuning sessions."""
 
 from __future__ import annotations
+
+import sys
 
 import typer
 
 from mlirtuna.cli import common
 from mlirtuna.defaults import DEFAULT_TUNING_SPACE
+from mlirtuna.errors import UserError
 
 app = typer.Typer(no_args_is_help=True, help="Tuning sessions: what the results depend on.")
 
@@ -13,9 +16,16 @@ app = typer.Typer(no_args_is_help=True, help="Tuning sessions: what the results 
 @app.command()
 def new(
     ctx: typer.Context,
-    tuner: str = typer.Option("cpu", "--tuner", help="rocmlir or cpu (sleep for tests)."),
+    tuner: str = typer.Option(
+        "cpu",
+        "--tuner",
+        help="rocmlir or cpu; sleep:SECONDS or module.path:factory for tests. Its workers "
+        "run this tuner.",
+    ),
     tuning_space: str = typer.Option(
-        DEFAULT_TUNING_SPACE, "--tuning-space", help="quick, full, greedy or exhaustive."
+        DEFAULT_TUNING_SPACE,
+        "--tuning-space",
+        help="quick, full, greedy, exhaustive; lfbo or smart if the build's tuningRunner has them.",
     ),
     arch: str = typer.Option(None, "--arch", help="Chip name, e.g. gfx942 [detected]."),
     arch_full: str = typer.Option(
@@ -29,6 +39,15 @@ def new(
     ticket: str = typer.Option("", "--ticket", help="Ticket or issue id."),
     docker: str = typer.Option(None, "--docker", help="Docker image [from the environment]."),
     mlir_build_dir: str = common.mlir_build_dir_opt(),
+    rep: int = typer.Option(None, "--rep", help="E4: benchmark time budget per candidate, ms."),
+    warmup: int = typer.Option(None, "--warmup", help="E4: warm-up time budget, ms."),
+    gpu_run_timeout: int = typer.Option(
+        None, "--gpu-run-timeout", help="E4: seconds a GPU run may take."
+    ),
+    lfbo_effort: str = typer.Option(None, "--lfbo-effort", help="E4: quick or full (lfbo space)."),
+    key_form: str = typer.Option(
+        None, "--key-format", help="plain or split-k: export's default [the build's perfRunner]."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the new session as JSON."),
 ) -> None:
     """Open a session, detecting what the flags leave out (never guessing)."""
@@ -47,6 +66,11 @@ def new(
         ticket=ticket,
         docker=docker,
         mlir_build_dir=mlir_build_dir,
+        rep_ms=rep,
+        warmup_ms=warmup,
+        gpu_run_timeout_s=gpu_run_timeout,
+        lfbo_effort=lfbo_effort,
+        key_form=key_form,
     )
     created = sessions.create(common.database(ctx, create=True), spec)
     if as_json:
@@ -90,7 +114,7 @@ def list_(
             r.tuning_space,
             r.tuner,
             r.mlir_v[:12],
-            r.reason,
+            f"{r.reason} (retired)" if r.retired_at else r.reason,
         )
     common.print_table(table)
 
@@ -110,3 +134,47 @@ def show(
         return
     for key, value in row.as_dict().items():
         print(f"{key:14} {value}")
+
+
+@app.command()
+def retire(
+    ctx: typer.Context,
+    session_id: int = typer.Argument(..., metavar="ID"),
+    as_json: bool = typer.Option(False, "--json", help="Print the session as JSON."),
+) -> None:
+    """Keep a session for history, but never pick it again (export --arch, run)."""
+    from mlirtuna import sessions
+
+    row = sessions.retire(common.database(ctx), session_id)
+    if as_json:
+        common.print_json(row.as_dict())
+    else:
+        common.err(f"session {row.id}: retired at {row.retired_at}")
+
+
+@app.command()
+def delete(
+    ctx: typer.Context,
+    session_id: int = typer.Argument(..., metavar="ID"),
+    force: bool = typer.Option(False, "--force", help="Even while a job of it is running."),
+    yes: bool = typer.Option(False, "--yes", help="Do not ask (needed when stdin is no terminal)."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was deleted as JSON."),
+) -> None:
+    """Delete a session with its jobs, attempts, results and candidates (one transaction)."""
+    from mlirtuna import sessions
+
+    db = common.database(ctx)
+    sessions.get(db, session_id)  # a wrong id says so before asking anything
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UserError(f"deleting session {session_id} needs --yes (stdin is no terminal)")
+        if not typer.confirm(f"delete session {session_id} and all its jobs and results?"):
+            raise typer.Exit(1)
+    gone = sessions.delete(db, session_id, force=force)
+    if as_json:
+        common.print_json(gone.as_dict())
+    else:
+        common.err(
+            f"session {gone.session}: deleted with {gone.jobs} jobs, {gone.attempts} attempts, "
+            f"{gone.results} results, {gone.candidates} candidates"
+        )
