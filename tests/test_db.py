@@ -123,16 +123,24 @@ def test_deadlocks_and_lock_timeouts_are_transient():
 
 def test_0003_upgrades_a_database_with_sessions_in_place(empty_db_url):
     db = Database(empty_db_url, check_schema=False)
-    migrations.upgrade(db.engine, "0001")
+    migrations.upgrade(db.engine, "0002")
     with db.engine.begin() as conn:
         conn.exec_driver_sql(
             "INSERT INTO session (arch, arch_full, num_cu, num_chiplets, rocm_v, mlir_v, reason,"
             " ticket, docker, tuning_space, tuner, host, created_at) VALUES ('gfx942', 'gfx942',"
             " 304, 8, '', '', 'old', '', '', 'full', 'cpu', '', '2025-01-01 00:00:00')"
         )
-    assert db.upgrade()[1] == migrations.head_revision()
+        conn.exec_driver_sql(
+            "INSERT INTO problem (op, test_vector, created_at) VALUES ('gemm', '-m 1',"
+            " '2025-01-01 00:00:00')"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO result (session_id, problem_id, perf_config) VALUES (1, 1, 'pc')"
+        )
+    assert db.upgrade() == ("0002", migrations.head_revision())
     with db.engine.connect() as conn:
         rows = conn.exec_driver_sql("SELECT reason, source_sha256 FROM session").all()
+        assert conn.exec_driver_sql("SELECT count(*) FROM result").scalar() == 1
     assert [tuple(r) for r in rows] == [("old", None)]
     indexes = {ix["name"] for ix in sa.inspect(db.engine).get_indexes("job")}
     assert "ix_job_session_list" in indexes

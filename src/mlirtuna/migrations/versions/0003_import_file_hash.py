@@ -14,11 +14,11 @@ depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("session") as batch:
-        batch.add_column(sa.Column("source_sha256", sa.String(length=64), nullable=True))
-        batch.create_index(batch.f("ix_session_source_sha256"), ["source_sha256"], unique=False)
-    with op.batch_alter_table("job") as batch:
-        batch.create_index("ix_job_session_list", ["session_id", "id"], unique=False)
+    # Plain ADD COLUMN and CREATE INDEX, which SQLite does in place: no batch copy of `session`,
+    # whose rows other tables reference.
+    op.add_column("session", sa.Column("source_sha256", sa.String(length=64), nullable=True))
+    op.create_index(op.f("ix_session_source_sha256"), "session", ["source_sha256"], unique=False)
+    op.create_index("ix_job_session_list", "job", ["session_id", "id"], unique=False)
 
 
 def downgrade() -> None:
