@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import click
 import typer
-from clitools import run_cli
+from clitools import subprocess_env
 from typer.testing import CliRunner
 
 from mlirtuna import __version__
@@ -89,9 +91,16 @@ def test_session_new_help_names_where_each_field_comes_from():
 def test_version_and_shell_completion():
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0 and result.stdout.strip() == f"mlirtuna {__version__}"
-    # A subprocess, as a shell runs it: completion reads the program's name and environment.
-    shown = run_cli("sqlite:///unused.db", "--show-completion", "bash")
-    assert shown.code == 0, shown.stderr
+    # Run from bash, as a user would: Typer finds the shell among the process's parents.
+    shown = subprocess.run(
+        ["bash", "-c", '"$0" -m mlirtuna --show-completion; exit $?', sys.executable],
+        env=subprocess_env("sqlite:///unused.db"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
     assert "complete -o default -F _mlirtuna_completion mlirtuna" in shown.stdout
     assert "--install-completion" in _rendered_help("")
 
