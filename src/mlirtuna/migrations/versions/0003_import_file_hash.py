@@ -1,14 +1,14 @@
 """import-tsv remembers each file's hash; jobs list reads a session's jobs in id order
 
 Revision ID: 0003
-Revises: 0002
+Revises: 0005
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0003"
-down_revision = "0002"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
