@@ -6,6 +6,7 @@ The worker-side operations (claim, heartbeat, fenced record) are in queue.py.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
@@ -198,22 +199,50 @@ _JOB_COLUMNS = (
 def list_jobs(
     db: Database, session_id: int, state: str | None = None, limit: int | None = None
 ) -> list[JobInfo]:
+    return page(db, session_id, state, limit).jobs
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """The first `limit` jobs of a session (by id) and how many there are in all."""
+
+    jobs: list[JobInfo]
+    total: int
+
+
+def page(
+    db: Database, session_id: int, state: str | None = None, limit: int | None = None
+) -> JobPage:
+    """A session's jobs by id, at most `limit` (None: all); `total` counts them all."""
     if state is not None and state not in JOB_STATES:
         raise UserError(f"unknown state {state!r} (known: {', '.join(JOB_STATES)})")
+    if limit is not None and limit < 0:
+        raise UserError(f"--limit {limit}: expected 0 or more")
     sessions.get(db, session_id)
+    stmt, where = page_query(session_id, state, limit)
+    with db.session() as s:
+        rows = [JobInfo(*row) for row in s.execute(stmt)]
+        total = len(rows)
+        if limit is not None and total == limit:
+            total = s.scalar(sa.select(sa.func.count()).select_from(Job).where(*where)) or 0
+    return JobPage(rows, total)
+
+
+def page_query(session_id: int, state: str | None, limit: int | None) -> tuple[sa.Select, list]:
+    """The page's statement (it walks ix_job_session_list in id order and stops at `limit`)
+    and its WHERE clauses (for the count)."""
+    where = [Job.session_id == session_id]
+    if state is not None:
+        where.append(Job.state == state)
     stmt = (
         sa.select(*_JOB_COLUMNS)
         .join(Problem, Problem.id == Job.problem_id)
         .outerjoin(FusionConfig, FusionConfig.id == Problem.id)
-        .where(Job.session_id == session_id)
+        .where(*where)
         .order_by(Job.id)
+        .limit(limit)
     )
-    if state is not None:
-        stmt = stmt.where(Job.state == state)
-    if limit is not None:
-        stmt = stmt.limit(limit)
-    with db.session() as s:
-        return [JobInfo(*row) for row in s.execute(stmt)]
+    return stmt, where
 
 
 def show(db: Database, job_id: int) -> JobInfo:
@@ -292,6 +321,49 @@ def cancel(db: Database, session_id: int, job_id: int | None = None) -> int:
         return done.rowcount
 
 
+@dataclass(frozen=True)
+class WaitOutcome:
+    """How `wait` ended: timed out (exit 3), some job in error (exit 1), else done (exit 0)."""
+
+    session_id: int
+    timed_out: bool
+    counts: dict[str, int]
+    errors: list[JobInfo]
+
+    @property
+    def exit_code(self) -> int:
+        return 3 if self.timed_out else 1 if self.errors else 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "timed_out": self.timed_out,
+            "exit_code": self.exit_code,
+            "counts": self.counts,
+            "errors": [{"id": j.id, "message": j.first_line} for j in self.errors],
+        }
+
+
+def wait(
+    db: Database, session_id: int, timeout_s: float | None = None, poll_s: float = 2.0
+) -> WaitOutcome:
+    """Block until no job of the session is new or running, or until the timeout."""
+    sessions.get(db, session_id)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    timed_out = False
+    while not is_drained(db, session_id):
+        if deadline is not None and time.monotonic() >= deadline:
+            timed_out = True
+            break
+        time.sleep(poll_s if deadline is None else min(poll_s, max(deadline - time.monotonic(), 0)))
+    return WaitOutcome(
+        session_id,
+        timed_out,
+        counts(db, session_id)[session_id],
+        [] if timed_out else list_jobs(db, session_id, ERROR),
+    )
+
+
 def _end_open_attempts(s: Session, where: list, outcome: str) -> None:
     """Close the attempt log of running jobs taken from their worker (whose fence now fails)."""
     held = sa.select(Job.lease_token).where(*where, Job.state == RUNNING)
@@ -304,12 +376,16 @@ def _end_open_attempts(s: Session, where: list, outcome: str) -> None:
 
 __all__ = [
     "JobInfo",
+    "JobPage",
     "LoadReport",
+    "WaitOutcome",
     "cancel",
     "counts",
     "is_drained",
     "list_jobs",
     "load",
+    "page",
     "requeue",
     "show",
+    "wait",
 ]

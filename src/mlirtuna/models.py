@@ -260,6 +260,8 @@ class TuningSession(Base):
     tuner: Mapped[str] = mapped_column(String(200))
     host: Mapped[str] = _str(200)  # where it was opened (for cpu sessions: the CPU model)
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
+    # import-tsv: SHA-256 of the file's bytes, so that importing it again is noticed.
+    source_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
     # The key form the session's perfRunner reads (keys.KEY_FORMS): export's default.
     key_form: Mapped[str] = mapped_column(String(16), default="plain", server_default="plain")
     # tuningRunner E4 settings that change results (None: the tool's default, flag not passed).
@@ -283,6 +285,8 @@ class Job(Base):
         Index("ix_job_claim", "session_id", "state", "priority", "id"),
         # Serves the sweep of expired leases.
         Index("ix_job_lease", "state", "lease_expires_at"),
+        # Serves `jobs list`: a session's jobs in id order, a page at a time.
+        Index("ix_job_session_list", "session_id", "id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

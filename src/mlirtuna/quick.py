@@ -25,11 +25,11 @@ import sqlalchemy as sa
 
 from mlirtuna import sessions
 from mlirtuna.db import Database, utcnow
+from mlirtuna.defaults import DEFAULT_QUICK_THRESHOLD as DEFAULT_THRESHOLD
 from mlirtuna.errors import MlirtunaError, UserError
 from mlirtuna.models import Candidate, Problem, QuickList, Result
 from mlirtuna.problems import parse
 
-DEFAULT_THRESHOLD = 0.93  # quickTuningGen.py's --th and tuning_eval's coverage threshold
 #: Above this many (problem, covering config) pairs the ILP is not tried: greedy, said so.
 GREEDY_ABOVE = 2_000_000
 ILP_TIME_LIMIT_S = 120

@@ -12,13 +12,13 @@ import sqlalchemy as sa
 
 from mlirtuna import keys, machine
 from mlirtuna.db import Database, utcnow
+from mlirtuna.defaults import DEFAULT_TUNING_SPACE
 from mlirtuna.errors import NotFound, UserError
 from mlirtuna.models import RUNNING, TUNING_SPACES, Attempt, Candidate, Job, Result, TuningSession
 
 log = logging.getLogger(__name__)
 TUNERS = ("rocmlir", "cpu", "sleep")
 ENV_BUILD_DIR = "MLIRTUNA_ROCMLIR_BUILD"
-DEFAULT_TUNING_SPACE = "full"  # tuningRunner E3's default
 CPU_SPACES = ("quick", "full", "greedy", "exhaustive")
 
 

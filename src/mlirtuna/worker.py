@@ -18,15 +18,13 @@ from dataclasses import dataclass, field
 
 from mlirtuna import configs, jobs, machine, queue, sessions, tuners
 from mlirtuna.db import Database, is_transient
+from mlirtuna.defaults import DEFAULT_BACKOFF_S, DEFAULT_LEASE_S, DEFAULT_MAX_RETRIES
 from mlirtuna.errors import DatabaseError, TunerError, Unsupported, UserError
 from mlirtuna.queue import Claimant, Lease
 from mlirtuna.tuners.base import TuneContext, TuneOutcome, Tuner
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LEASE_S = 120.0
-DEFAULT_MAX_RETRIES = 3
-DEFAULT_BACKOFF_S = 10.0
 # Idle polling: short, jittered and growing to a cap; never seconds-long random sleeps.
 POLL_MIN_S, POLL_MAX_S = 0.1, 2.0
 DB_RETRY_S = 1.0  # pause between tries while the database is unreachable
@@ -147,6 +145,7 @@ class Worker:
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> WorkerStats:
         idle = POLL_MIN_S
+        said_idle = False  # an idle stretch is announced once, not at every poll
         while not self.stop_requested.is_set() and not self._enough():
             lease = self._retrying(self._claim)
             if lease is None:
@@ -154,10 +153,17 @@ class Worker:
                     lambda: jobs.is_drained(self.db, self.settings.session_id)
                 ):
                     break
+                if not said_idle:
+                    log.info(
+                        "idle: no job of session %s to claim; waiting for new ones "
+                        "(--until-empty exits instead)",
+                        self.settings.session_id,
+                    )
+                    said_idle = True
                 self.stop_requested.wait(random.uniform(idle / 2, idle))
                 idle = min(idle * 2, POLL_MAX_S)
                 continue
-            idle = POLL_MIN_S
+            idle, said_idle = POLL_MIN_S, False
             self._work(lease)
         return self.stats
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from mlirtuna import quick
 from mlirtuna.cli import common
+from mlirtuna.defaults import DEFAULT_QUICK_THRESHOLD
 from mlirtuna.errors import UserError
-from mlirtuna.export import write_text
+
+if TYPE_CHECKING:  # quick.py pulls in the database layer and the solver: load it when run
+    from mlirtuna import quick
 
 FORMATS = ("list", "json", "inc")
 
@@ -21,7 +24,7 @@ def quick_list(
     ),
     op: str = typer.Option(None, "--op", help="Only this op."),
     threshold: float = typer.Option(
-        quick.DEFAULT_THRESHOLD, "--threshold", help="A config covers a problem at this x best."
+        DEFAULT_QUICK_THRESHOLD, "--threshold", help="A config covers a problem at this x best."
     ),
     max_size: int = typer.Option(
         None, "--max-size", help="At most K configs per list (then: the most problems covered)."
@@ -51,6 +54,9 @@ def quick_list(
     ),
 ) -> None:
     """Per (arch, op, data type), the fewest perf configs reaching threshold x best everywhere."""
+    from mlirtuna import quick
+    from mlirtuna.export import write_text
+
     db = common.database(ctx)
     if stored:
         _print_stored(db, "json" if as_json else fmt)
@@ -85,6 +91,8 @@ def _format_of(output: str) -> str:
 
 
 def _render(lists, fmt: str, ids: list[int], opts: quick.Options, merge_into: str | None) -> str:
+    from mlirtuna import quick
+
     if fmt == "list":
         return quick.render_list(lists)
     if fmt == "json":
@@ -115,6 +123,8 @@ def _summary(gl: quick.GroupList, name: str | None) -> str:
 
 
 def _print_stored(db, fmt: str | None) -> None:
+    from mlirtuna import quick
+
     rows = quick.stored(db)
     if fmt == "json":
         common.print_json(rows)

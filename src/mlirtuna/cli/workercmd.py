@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import TYPE_CHECKING
 
 import typer
 
-from mlirtuna import flow, manager, progress, sessions
 from mlirtuna.cli import common
 from mlirtuna.cli.problemscmd import data_type_opt, direction_opt, layout_opt, no_expand_opt
-from mlirtuna.worker import (
+from mlirtuna.defaults import (
     DEFAULT_BACKOFF_S,
     DEFAULT_LEASE_S,
     DEFAULT_MAX_RETRIES,
-    Worker,
-    WorkerSettings,
-    session_tuner,
+    DEFAULT_TUNING_SPACE,
 )
+
+if TYPE_CHECKING:
+    from mlirtuna import flow, manager
+    from mlirtuna.worker import WorkerSettings
 
 GIB = 1 << 30
 
@@ -61,6 +63,9 @@ def worker(
     ),
 ) -> None:
     """Run workers for a session: one process per GPU, each claiming jobs until stopped."""
+    from mlirtuna import manager, sessions
+    from mlirtuna.worker import WorkerSettings, session_tuner
+
     if not common.state(ctx).debug:
         logging.getLogger("mlirtuna").setLevel(logging.INFO)  # one line per job: a worker's log
     db = common.database(ctx)
@@ -90,6 +95,8 @@ def worker(
 
 
 def _run_here(db, settings: WorkerSettings, slot: manager.Slot) -> None:
+    from mlirtuna.worker import Worker
+
     settings.gpu_id = slot.gpu_id
     if slot.gpu_id >= 0 and "ROCR_VISIBLE_DEVICES" not in os.environ:
         os.environ["ROCR_VISIBLE_DEVICES"] = str(slot.gpu_id)
@@ -121,7 +128,7 @@ def run(
         help="auto (rocmlir when a build dir is given, else cpu), rocmlir or cpu.",
     ),
     tuning_space: str = typer.Option(
-        sessions.DEFAULT_TUNING_SPACE,
+        DEFAULT_TUNING_SPACE,
         "--tuning-space",
         help="quick, full, greedy, exhaustive or list:NAME (a stored quick list).",
     ),
@@ -160,9 +167,15 @@ def run(
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary at the end."),
+    as_csv: bool = typer.Option(False, "--csv", help="Print the winners as CSV at the end."),
 ) -> None:
     """Import, open a session, load jobs, tune them here, export the tuning DB, show winners."""
-    db = common.database(ctx)
+    from mlirtuna import flow, progress
+    from mlirtuna.worker import WorkerSettings
+
+    common.output_format(as_json, as_csv)  # both at once: refused before any work
+
+    db = common.database(ctx, create=True)
     flags = {
         k: v
         for k, v in (("arch", arch), ("num_cu", num_cu), ("num_chiplets", num_chiplets))
@@ -202,7 +215,7 @@ def run(
     if as_json:
         common.print_json(summary.as_dict())
     else:
-        _report(db, summary, plan)
+        _report(db, summary, plan, as_csv)
     if interrupted:
         # A session run opened remembers what it was asked; one opened otherwise needs the lists.
         lists = "" if prepared.session.run_spec else f" --op {op} {' '.join(files or [])}"
@@ -219,10 +232,13 @@ def _left_out(loaded) -> str:
     return f", {skipped} already tuned ({loaded.reused} reused)"
 
 
-def _report(db, summary: flow.RunSummary, plan: flow.RunPlan) -> None:
-    from mlirtuna.cli.resultscmd import winners_table
+def _report(db, summary: flow.RunSummary, plan: flow.RunPlan, as_csv: bool = False) -> None:
+    from mlirtuna.cli.resultscmd import print_winners_csv, winners_table
 
-    common.out.print(winners_table(summary.winners))
+    if as_csv:
+        print_winners_csv(summary.winners)
+    else:
+        common.print_table(winners_table(summary.winners))
     c = summary.counts
     common.err(
         f"session {summary.session_id}: {c['completed']} completed, {c['error']} errors"

@@ -1,7 +1,7 @@
 """reuse and quick lists: result.reused_from, session.tuning_space widened, quick_list
 
 Revision ID: 0007
-Revises: 0005
+Revises: 0003
 Create Date: 2026-12-03 06:40:00
 """
 
@@ -10,7 +10,7 @@ from alembic import op
 from sqlalchemy.dialects import mysql
 
 revision = "0007"
-down_revision = "0005"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
