@@ -183,6 +183,8 @@ class TuningSession(Base):
     tuning_space: Mapped[str] = mapped_column(String(16))
     tuner: Mapped[str] = mapped_column(String(16))  # rocmlir | cpu | sleep | imported
     host: Mapped[str] = _str(200)  # where it was opened (for cpu sessions: the CPU model)
+    # How many of the search's fastest candidates are measured again to pick the winner.
+    topk: Mapped[int] = _int(3)
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
 
 
@@ -252,6 +254,10 @@ class Result(Base):
     # For results imported from a .tsv: the row's own commit, timestamp and duration.
     tuned_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
     duration_s: Mapped[float | None] = mapped_column(Double, nullable=True)
+    # Runner-up time / winner time - 1, and the two medians' noise relative to the winner
+    # (mlirtuna.stats): the winner is a coin toss when winner_margin <= winner_noise.
+    winner_margin: Mapped[float | None] = mapped_column(Double, nullable=True)
+    winner_noise: Mapped[float | None] = mapped_column(Double, nullable=True)
 
 
 class Candidate(Base):
@@ -268,3 +274,8 @@ class Candidate(Base):
     kernel_time: Mapped[float | None] = mapped_column(Double, nullable=True)  # ns
     tflops: Mapped[float | None] = mapped_column(Double, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)  # why it was invalid
+    # The samples behind kernel_time (their median), where the tuner has them (mlirtuna.stats):
+    time_min: Mapped[float | None] = mapped_column(Double, nullable=True)  # ns
+    time_iqr: Mapped[float | None] = mapped_column(Double, nullable=True)  # ns
+    samples: Mapped[int | None] = mapped_column(Integer, nullable=True)  # kept after outliers
+    remeasured: Mapped[bool] = _bool()  # numbers from the top-k re-measurement

@@ -16,6 +16,7 @@ from mlirtuna.models import TUNING_SPACES, TuningSession
 TUNERS = ("rocmlir", "cpu", "sleep")
 ENV_BUILD_DIR = "MLIRTUNA_ROCMLIR_BUILD"
 DEFAULT_TUNING_SPACE = "full"  # tuningRunner E3's default
+DEFAULT_TOPK = 3  # candidates re-measured after the search (1: keep the search's winner)
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class Session:
     tuner: str
     host: str
     created_at: str
+    topk: int = DEFAULT_TOPK
 
     @classmethod
     def from_row(cls, row: TuningSession) -> Session:
@@ -63,6 +65,7 @@ class SessionSpec:
     ticket: str = ""
     docker: str | None = None
     mlir_build_dir: str | None = None
+    topk: int = DEFAULT_TOPK
 
 
 def detect(spec: SessionSpec) -> SessionSpec:
@@ -73,6 +76,8 @@ def detect(spec: SessionSpec) -> SessionSpec:
         raise UserError(
             f"unknown tuning space {spec.tuning_space!r} (known: {', '.join(TUNING_SPACES)})"
         )
+    if spec.topk < 1:
+        raise UserError(f"--topk {spec.topk}: expected 1 or more")
     build_dir = spec.mlir_build_dir or os.environ.get(ENV_BUILD_DIR)
     out = SessionSpec(**{f.name: getattr(spec, f.name) for f in fields(spec)})
     out.rocm_v = spec.rocm_v if spec.rocm_v is not None else (machine.rocm_version() or "")
@@ -144,6 +149,7 @@ def create(db: Database, spec: SessionSpec) -> Session:
         tuner=spec.tuner,
         host=_host(spec.tuner),
         created_at=utcnow(),
+        topk=spec.topk,
     )
     with db.session() as s:
         s.add(row)

@@ -261,6 +261,7 @@ class Worker:
             timeout_s=self.settings.job_timeout_s,
             mlir_build_dir=self.settings.mlir_build_dir,
             cpu_mem_limit=self.settings.cpu_mem_limit,
+            topk=sess.topk,
         )
 
     def _retrying(self, fn):

@@ -189,7 +189,8 @@ def results_(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     as_csv: bool = typer.Option(False, "--csv", help="Print CSV."),
 ) -> None:
-    """The winners of a session: perf config, TFlops, kernel time (ns), candidates tried."""
+    """The winners of a session: perf config, TFlops, kernel time (ns), candidates tried, and
+    the margin over the runner-up ("(noise)" when the two are within measurement noise)."""
     if as_json and as_csv:
         raise UserError("choose one of --json and --csv")
     rows = results.winners(common.database(ctx), session, op)
@@ -206,7 +207,7 @@ def results_(
 
 def winners_table(rows: list[results.Winner]) -> Table:
     """The winners as a person reads them (also what `mlirtuna run` ends with)."""
-    table = Table("op", "test vector", "perf config", "TFlops", "kernel ns", "tried")
+    table = Table("op", "test vector", "perf config", "TFlops", "kernel ns", "tried", "margin")
     for r in rows:
         table.add_row(
             r.op,
@@ -215,8 +216,18 @@ def winners_table(rows: list[results.Winner]) -> Table:
             _fmt(r.tflops, ".4g"),
             _fmt(r.kernel_time, ".0f"),
             str(r.candidates),
+            _margin(r),
         )
     return table
+
+
+def _margin(r: results.Winner) -> str:
+    """How far the winner is ahead of the runner-up: `+4.1%`, or `+0.3% (noise)` when the two
+    are within their measurement noise."""
+    if r.winner_margin is None:
+        return "-"
+    text = f"{r.winner_margin:+.1%}"
+    return f"{text} (noise)" if r.within_noise else text
 
 
 def _fmt(value: float | None, spec: str) -> str:

@@ -30,6 +30,11 @@ def new(
     ticket: str = typer.Option("", "--ticket", help="Ticket or issue id."),
     docker: str = typer.Option(None, "--docker", help="Docker image [from the environment]."),
     mlir_build_dir: str = common.mlir_build_dir_opt(),
+    topk: int = typer.Option(
+        sessions.DEFAULT_TOPK,
+        "--topk",
+        help="Fastest candidates measured again, interleaved, to pick the winner (1: off).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the new session as JSON."),
 ) -> None:
     """Open a session, detecting what the flags leave out (never guessing)."""
@@ -46,6 +51,7 @@ def new(
         ticket=ticket,
         docker=docker,
         mlir_build_dir=mlir_build_dir,
+        topk=topk,
     )
     created = sessions.create(common.database(ctx), spec)
     if as_json:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from mlirtuna.problems import Problem
+from mlirtuna.stats import Margin, Spread
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,9 @@ class Candidate:
     kernel_time_ns: float | None = None
     tflops: float | None = None
     error: str | None = None
+    # The samples' statistics in ns where the tuner has them (kernel_time_ns is their median).
+    spread: Spread | None = None
+    remeasured: bool = False  # measured again in the top-k pass; these numbers are from it
 
     @property
     def valid(self) -> bool:
@@ -41,6 +45,7 @@ class TuneContext:
     timeout_s: float | None = None  # the job timeout; the tuner must stop by then
     mlir_build_dir: str | None = None
     cpu_mem_limit: int = 4 << 30  # bytes; cpu tuner refuses larger problems up front
+    topk: int = 3  # candidates re-measured after the search to pick the winner (session.topk)
 
 
 @dataclass
@@ -55,6 +60,8 @@ class TuneOutcome:
     notes: list[str] = field(
         default_factory=list
     )  # things worth logging (e.g. winner disagreement)
+    # Winner vs runner-up (relative times, and their noise); None with a single valid candidate.
+    margin: Margin | None = None
 
 
 class Tuner(Protocol):
