@@ -100,14 +100,15 @@ def within_noise(a: float, noise_a: float, b: float, noise_b: float) -> bool:
 @dataclass(frozen=True, slots=True)
 class Margin:
     """How far the winner is ahead of the runner-up, both relative to the winner's time:
-    `margin` = runner-up / winner - 1, `noise` = the two notches summed / winner."""
+    `margin` = runner-up / winner - 1, `noise` = the two notches summed / winner (None when
+    the tuner measured no spread)."""
 
     margin: float
-    noise: float
+    noise: float | None
 
     @property
-    def within_noise(self) -> bool:
-        return self.margin <= self.noise
+    def within_noise(self) -> bool | None:
+        return None if self.noise is None else self.margin <= self.noise
 
 
 def margin(winner: Spread, runner_up: Spread) -> Margin:

@@ -121,7 +121,11 @@ def compare(
     ),
     op: str = typer.Option(None, "--op", help="Only this op; re-canonicalizes .tsv test vectors."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
-    fail: bool = typer.Option(False, "--fail-on-regression", help="Exit 1 if any regression."),
+    fail: bool = typer.Option(
+        False,
+        "--fail-on-regression",
+        help="Exit 1 if any regression (a drop beyond the threshold and the measurements' noise).",
+    ),
 ) -> None:
     """Compare two tunings problem by problem, matched by canonical test vector.
 
@@ -152,6 +156,7 @@ def _print_comparison(c: comparing.Comparison) -> None:
         ("TFlops B/A min / max", f"{_fmt(c.min_ratio, '.3f')} / {_fmt(c.max_ratio, '.3f')}"),
         ("with TFlops on both", str(c.with_tflops)),
         (f"regressions (< {100 * (1 - c.threshold):g}%)", str(len(c.regressions))),
+        ("drops within noise", str(len(c.within_noise))),
         ("only in A / only in B", f"{c.only_a} / {c.only_b}"),
     ):
         summary.add_row(label, value)
@@ -165,7 +170,8 @@ def _print_comparison(c: comparing.Comparison) -> None:
         "perf config B",
         "TFlops A",
         "TFlops B",
-        title="regressions, worst first",
+        "A's config in B",
+        title="regressions (beyond threshold and noise), worst first",
         title_justify="left",
     )
     for r in c.regressions[:SHOWN_REGRESSIONS]:
@@ -176,6 +182,7 @@ def _print_comparison(c: comparing.Comparison) -> None:
             r.perf_config_b,
             f"{r.tflops_a:.3g}",
             f"{r.tflops_b:.3g}",
+            _fmt(r.tflops_a_in_b, ".3g"),
         )
     common.out.print(table)
     if len(c.regressions) > SHOWN_REGRESSIONS:
