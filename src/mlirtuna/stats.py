@@ -4,7 +4,9 @@ definition of "within noise" that tuners (winner margins) and compare (regressio
 A measurement is a list of per-run times. Its summary (`Spread`) is the median, the minimum, the
 interquartile range and the number of samples kept, after discarding outliers by this rule:
 
-    a sample above Q3 + 1.5 * IQR (Tukey's upper fence) is discarded.
+    a sample above Q3 + max(1.5 * IQR, 1 % of the median) (Tukey's upper fence, never closer
+    than 1 % above Q3, so that a timer's coarse ticks with an IQR of 0 keep their slow tick)
+    is discarded.
 
 Only slow samples are discarded: interference (a preempted thread, another process on the core,
 a page fault) only ever makes a run slower, never faster, so a fast sample is real.
@@ -21,8 +23,10 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-#: Tukey's fence factor: samples above Q3 + FENCE * IQR are outliers.
+#: Tukey's fence factor: samples above Q3 + FENCE * IQR are outliers ...
 FENCE = 1.5
+#: ... but the fence is at least this fraction of the median above Q3.
+FENCE_FLOOR = 0.01
 #: McGill et al.'s notch constant: median +- NOTCH * IQR / sqrt(n) is a ~95 % interval.
 NOTCH = 1.57
 
@@ -66,7 +70,7 @@ def summarize(samples: Sequence[float]) -> Spread:
         raise ValueError("no samples to summarize")
     ordered = sorted(samples)
     q1, q3 = quartiles(ordered)
-    fence = q3 + FENCE * (q3 - q1)
+    fence = q3 + max(FENCE * (q3 - q1), FENCE_FLOOR * statistics.median(ordered))
     kept = [t for t in ordered if t <= fence]
     k1, k3 = quartiles(kept)
     return Spread(
