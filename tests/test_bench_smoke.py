@@ -75,3 +75,9 @@ def test_bulk_benchmark_runs() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     for step in ("import", "import-tsv", "export", "compare"):
         assert f"| {step} |" in proc.stdout
+
+
+def test_repeatability_runs(tmp_path: Path) -> None:
+    text = run_script("bench_repeatability", tmp_path, "--conditions", "budget-quiet,fixed-busy")
+    for condition in ("budget-quiet", "fixed-busy"):
+        assert f"| {condition} |" in text
