@@ -3,9 +3,10 @@
 Problems: the example configs (examples/<op>-small, taken as written, no data-type expansion);
 where those are missing, the tier-1 lists in tests/data filtered to CPU-sized problems (1e7 to
 1e8 flops), four per op spread over that range. Each is tuned with `CpuTuner` over the `full`
-space; every candidate is verified against a reference and timed (median over a time budget). The ratios
-say how much slower the median and the worst perf config are than the winner: the spread that
-tuning removes. No database is involved. --smoke tunes the smallest problem of each op once.
+space; every candidate is verified against a reference and timed (median over a time
+budget). The ratios say how much slower the median and the worst perf config are than the
+winner: the spread that tuning removes. No database is involved. --smoke tunes the smallest
+problem of each op once.
 
     python bench/bench_tuning_spread.py [--smoke] [--out FILE]
 """
