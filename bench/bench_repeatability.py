@@ -10,6 +10,8 @@ Each condition tunes every problem twice, run A then run B, and reports:
   the problems);
 - A's winner in B / B's best: how much slower run A's winner is in run B than B's winner
   (geomean and max over the problems): what picking by run A costs when run B is the truth.
+  Times are the stored medians; "on min" is the same ratio on the samples' minimum. Where A's
+  winner is not in B's top k, its B time is one search-pass measurement.
 
 Conditions: the harness before issue 17 ("fixed": 5 timed runs on the wall clock, BLAS with as
 many threads as NumPy starts, winner straight from the search) and after it ("budget": time
@@ -107,6 +109,12 @@ class Pair:
         return (self.a_in_b.kernel_time_ns or 0.0) / (self.b.winner.kernel_time_ns or 1.0)
 
     @property
+    def ratio_min(self) -> float:
+        """The same ratio on the samples' minimum (what the shortlist ranks by)."""
+        x, y = self.a_in_b.spread, self.b.winner.spread
+        return x.min / y.min if x and y else self.ratio
+
+    @property
     def spearman(self) -> float | None:
         ta, tb = times(self.a), times(self.b)
         common_configs = sorted(ta.keys() & tb.keys())
@@ -139,7 +147,8 @@ def summary_row(name: str, pairs: list[Pair], seconds: float) -> list[object]:
     close = sum(p.same_winner or p.within_noise for p in pairs)
     rhos = [r for r in (p.spearman for p in pairs) if r is not None]
     ratios = [p.ratio for p in pairs]
-    geomean = math.exp(statistics.fmean(math.log(r) for r in ratios))
+    geomean = _geomean(ratios)
+    mins = [p.ratio_min for p in pairs]
     return [
         name,
         f"{same}/{n} ({100 * same / n:.0f}%)",
@@ -147,8 +156,13 @@ def summary_row(name: str, pairs: list[Pair], seconds: float) -> list[object]:
         f"{statistics.median(rhos):.2f} / {min(rhos):.2f}" if rhos else "-",
         f"{geomean:.3f}",
         f"{max(ratios):.2f}",
+        f"{_geomean(mins):.3f} / {max(mins):.2f}",
         f"{seconds:.0f}",
     ]
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
 def detail_rows(pairs: list[Pair]) -> list[list[object]]:
@@ -162,6 +176,7 @@ def detail_rows(pairs: list[Pair]) -> list[list[object]]:
                 "same" if p.same_winner else ("noise" if p.within_noise else "differs"),
                 "-" if rho is None else f"{rho:.2f}",
                 f"{p.ratio:.3f}",
+                f"{p.ratio_min:.3f}",
                 _margin(p.b),
             ]
         )
@@ -196,8 +211,10 @@ def main() -> None:
         summary.append(summary_row(name, pairs, seconds))
         details.append((name, pairs))
     headers = ["condition", "same winner", "same or within noise", "Spearman median / min",
-               "A's winner in B / B's best, geomean", "max", "seconds"]  # fmt: skip
-    detail_headers = ["op", "problem", "winner", "Spearman", "A in B / B best", "B's margin"]
+               "A's winner in B / B's best, geomean", "max", "same on min times, geomean / max",
+               "seconds"]  # fmt: skip
+    detail_headers = ["op", "problem", "winner", "Spearman", "A in B / B best", "on min",
+                      "B's margin"]  # fmt: skip
     parts = [
         f"### Repeatability of the CPU tuner, `{space}` space, two runs per condition",
         common.machine_line(),

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 
@@ -213,7 +214,7 @@ class CpuTuner:
     ) -> None:
         """Measure the k fastest valid candidates again, interleaved; their numbers replace
         the search's (a single candidate has nothing to be compared with: it is kept)."""
-        top = [c.perf_config for c in fastest(tried.values(), k)]
+        top = [c.perf_config for c in shortlist(tried.values(), k)]
         if len(top) < 2:
             return
         spreads = timing.measure_interleaved(
@@ -248,6 +249,18 @@ def timed(name: str, spread: Spread, flops: int, remeasured: bool = False) -> Ca
     return Candidate(
         name, kernel_time_ns=ns, tflops=flops / ns / 1e3, spread=spread, remeasured=remeasured
     )
+
+
+def shortlist(candidates: Iterable[Candidate], k: int) -> list[Candidate]:
+    """The k valid candidates to re-measure: the fastest by their *minimum* time. Interference
+    only ever adds time, so a single search-pass measurement's minimum ranks kernels more
+    repeatably than its median on a busy machine (docs/benchmarks.md)."""
+    valid = [c for c in candidates if c.valid]
+    return sorted(valid, key=_best_time)[: max(k, 0)]
+
+
+def _best_time(c: Candidate) -> float:
+    return c.spread.min if c.spread is not None else (c.kernel_time_ns or math.inf)
 
 
 def fastest(candidates: Iterable[Candidate], k: int) -> list[Candidate]:
