@@ -19,7 +19,7 @@ from test_rocmlir_tuner import FAKE
 from test_rocmlir_worker import rocmlir_session, work
 from threadpoolctl import threadpool_info
 
-from mlirtuna import compare, configs, jobs, queue, results, sessions, stats
+from mlirtuna import compare, configs, explore, jobs, queue, results, sessions, stats
 from mlirtuna.errors import UserError
 from mlirtuna.models import Candidate, Result
 from mlirtuna.problems import ExpandOptions, parse
@@ -154,6 +154,9 @@ def test_cpu_candidates_store_their_statistics_and_the_top_k(db, db_url, tmp_pat
     (winner,) = results.winners(db, sid)
     assert winner.winner_margin == pytest.approx(result.winner_margin)
     assert winner.within_noise == (result.winner_margin <= result.winner_noise)
+    (row,) = explore.winners_page(db, sid, explore.WinnerFilter()).rows  # the dashboard's
+    assert row.winner_margin == pytest.approx(result.winner_margin)
+    assert row.winner_noise == pytest.approx(result.winner_noise)
     data = cli(db_url, "results", "--session", str(sid), "--json").json()
     assert data[0]["winner_margin"] == pytest.approx(result.winner_margin)
     assert data[0]["within_noise"] == winner.within_noise

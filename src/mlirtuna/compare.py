@@ -273,6 +273,23 @@ def compare(a: Side, b: Side, threshold: float = DEFAULT_THRESHOLD) -> Compariso
     return out
 
 
+def pairs(a: Side, b: Side) -> list[Regression]:
+    """Every common problem with TFlops on both sides (ratio B/A), lowest ratio first: the
+    points of an A-vs-B plot; `compare` counts and thresholds the same ratios."""
+    out = [
+        Regression(key, ea.perf_config, eb.perf_config, ea.tflops, eb.tflops, eb.tflops / ea.tflops)
+        for key in a.entries.keys() & b.entries.keys()
+        if (ea := a.entries[key]).tflops is not None and (eb := b.entries[key]).tflops is not None
+    ]
+    out.sort(key=lambda r: (r.ratio, r.test_vector))
+    return out
+
+
+def improvements(a: Side, b: Side, threshold: float = DEFAULT_THRESHOLD) -> list[Regression]:
+    """Problems where B beats A by more than the threshold, biggest gain first."""
+    return [r for r in reversed(pairs(a, b)) if r.ratio > 1 + threshold]
+
+
 def is_within_noise(a: Entry, b: Entry) -> bool:
     """True when both TFlops carry a noise and lie within each other's (stats.within_noise);
     a time's relative noise is its TFlops' relative noise (TFlops = flops / time)."""

@@ -247,7 +247,8 @@ class Result(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     session_id: Mapped[int] = mapped_column(ForeignKey("session.id"))
     problem_id: Mapped[int] = mapped_column(ForeignKey("problem.id"), index=True)
-    job_id: Mapped[int | None] = mapped_column(ForeignKey("job.id"), nullable=True)
+    # Indexed: a job's page looks its winner up by job (dashboard, `jobs show`).
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("job.id"), nullable=True, index=True)
     perf_config: Mapped[str] = mapped_column(String(255))
     kernel_time: Mapped[float | None] = mapped_column(Double, nullable=True)  # ns
     tflops: Mapped[float | None] = mapped_column(Double, nullable=True)
