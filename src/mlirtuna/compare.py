@@ -10,6 +10,9 @@ Keying (decided here, documented in the CLI help):
   question. Each side must describe one context, though: a .tsv that gives the same vector for
   two contexts (arch, numCUs, numChiplets, tuning space) is an error at FILE:LINE; within one
   context a later row wins, as in perfRunner.
+- Keys of newer tools (`-supportsSplitK true|false`, fusion words) are matched the way perfRunner
+  looks them up (keys.match_key): a plain gemm key meets `-supportsSplitK true`, a plain attention
+  key `false`; fusion words are dropped. So an old-format DB compares with a new-format one.
 - A side is a session id when it is a whole number, else a path (write ./12 for a file named 12).
 - Ratios are TFlops B/A over the common problems where both sides have a positive TFlops;
   a regression is a ratio below 1 - threshold, listed worst first with both perf configs.
@@ -31,7 +34,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from mlirtuna import history, problems, results, sessions, stats
+from mlirtuna import history, keys, problems, results, sessions, stats
 from mlirtuna.db import Database
 from mlirtuna.errors import InputError, UserError
 from mlirtuna.models import COMPLETED, Candidate, Job, Problem, Result
@@ -164,6 +167,8 @@ def session_side(db: Database, session_id: int, op: str | None) -> Side:
             Problem.test_vector,
             Result.perf_config,
             Result.tflops,
+            Problem.op,
+            Result.key_suffix,
             Candidate.kernel_time,
             Candidate.time_iqr,
             Candidate.samples,
@@ -177,8 +182,10 @@ def session_side(db: Database, session_id: int, op: str | None) -> Side:
         stmt = stmt.where(Problem.op == op)
     with db.session() as s:
         entries = {
-            tv: Entry(pc, _tflops(tf), stats.rel_noise(ns, iqr, n))
-            for tv, pc, tf, ns, iqr, n in s.execute(stmt)
+            keys.match_key(row_op, f"{tv} {suffix}" if suffix else tv): Entry(
+                pc, _tflops(tf), stats.rel_noise(ns, iqr, n)
+            )
+            for tv, pc, tf, row_op, suffix, ns, iqr, n in s.execute(stmt)
         }
     label = f"session {session_id} ({info.arch_full}, {info.tuning_space}, {info.tuner})"
     return Side(label, entries)
@@ -194,7 +201,7 @@ def tsv_side(path: str, op: str | None, known: frozenset[str] = frozenset()) -> 
         if history.no_winner(row):
             continue
         try:
-            key = canonical(row.test_vector)
+            key = keys.match_key(op, row.test_vector, canonical)
         except InputError as exc:
             raise exc.at(path, row.lineno) from None
         context = (row.arch, row.num_cu, row.num_chiplets, row.tuning_space)

@@ -29,6 +29,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from mlirtuna.keys import perf_config_family
+
 # Constraint names are fixed so that migrations name them the same on every backend.
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -44,7 +46,9 @@ BigId = BigInteger().with_variant(Integer(), "sqlite")
 # Job states (design.md, "The job life cycle").
 NEW, RUNNING, COMPLETED, ERROR, CANCELLED = "new", "running", "completed", "error", "cancelled"
 JOB_STATES = (NEW, RUNNING, COMPLETED, ERROR, CANCELLED)
-TUNING_SPACES = ("quick", "full", "greedy", "exhaustive")
+# Every space some tuningRunner offers (lfbo: rocmlirTriton; smart: rocMLIR's analysis work);
+# which ones a build has is read from its --help (tuners.rocmlir.Era).
+TUNING_SPACES = ("quick", "full", "greedy", "exhaustive", "lfbo", "smart")
 
 
 class Base(DeclarativeBase):
@@ -186,6 +190,13 @@ class TuningSession(Base):
     # How many of the search's fastest candidates are measured again to pick the winner.
     topk: Mapped[int] = _int(3)
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
+    # The key form the session's perfRunner reads (keys.KEY_FORMS): export's default.
+    key_form: Mapped[str] = mapped_column(String(16), default="plain", server_default="plain")
+    # tuningRunner E4 settings that change results (None: the tool's default, flag not passed).
+    rep_ms: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    warmup_ms: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    gpu_run_timeout_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    lfbo_effort: Mapped[str | None] = mapped_column(String(8), nullable=True)
 
 
 class Job(Base):
@@ -238,6 +249,15 @@ class Attempt(Base):
     message: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
+def _family_default(context) -> str:
+    return perf_config_family(context.get_current_parameters().get("perf_config") or "")
+
+
+def _perf_family() -> Mapped[str]:
+    """keys.perf_config_family of the row's perf_config, filled on insert (one place for it)."""
+    return mapped_column(String(16), default=_family_default, server_default="")
+
+
 class Result(Base):
     """The winner of one problem in one session."""
 
@@ -255,6 +275,10 @@ class Result(Base):
     # For results imported from a .tsv: the row's own commit, timestamp and duration.
     tuned_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
     duration_s: Mapped[float | None] = mapped_column(Double, nullable=True)
+    perf_family: Mapped[str] = _perf_family()
+    # What the key had after the plain test vector (keys.Key.suffix): "" (plain),
+    # "-supportsSplitK true|false", fusion words. Imported rows keep their file's form.
+    key_suffix: Mapped[str] = _str(255)
     # Runner-up time / winner time - 1, and the two medians' noise relative to the winner
     # (mlirtuna.stats): the winner is a coin toss when winner_margin <= winner_noise.
     winner_margin: Mapped[float | None] = mapped_column(Double, nullable=True)
@@ -275,6 +299,7 @@ class Candidate(Base):
     kernel_time: Mapped[float | None] = mapped_column(Double, nullable=True)  # ns
     tflops: Mapped[float | None] = mapped_column(Double, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)  # why it was invalid
+    perf_family: Mapped[str] = _perf_family()
     # The samples behind kernel_time (their median), where the tuner has them (mlirtuna.stats):
     time_min: Mapped[float | None] = mapped_column(Double, nullable=True)  # ns
     time_iqr: Mapped[float | None] = mapped_column(Double, nullable=True)  # ns
