@@ -4,7 +4,8 @@
   chip name or the exact arch_full) narrowed by num_cu, num_chiplets and tuning space. Unnamed
   sessions must then share one context (arch_full, num_cu, num_chiplets, tuning space): writing
   an MI300X winner next to an MI308 one (both gfx942) into one file is the mistake rocMLIR
-  PR #2248 guards against, so we refuse and say which flag narrows it.
+  PR #2248 guards against, so we refuse and say which flag narrows it. Retired sessions
+  (`session retire`) are never picked this way, only when named.
 - Per problem, the newest session wins (created_at, then id). Only counted results
   (results.counted: completed jobs, or imported rows).
 - The `arch` column is the session's arch_full: perfRunner looks rows up by the exact
@@ -117,8 +118,9 @@ def select_sessions(s: Session, query: ExportQuery) -> list[TuningSession]:
         return _named_sessions(s, query)
     if not query.arch:
         raise UserError("give --arch (or name sessions with --session)")
-    stmt = sa.select(TuningSession).where(*_filters(query)).order_by(*_newest_first())
-    found = list(s.scalars(stmt))
+    # A retired session is history, never picked by a context (only when named).
+    stmt = sa.select(TuningSession).where(*_filters(query), TuningSession.retired_at.is_(None))
+    found = list(s.scalars(stmt.order_by(*_newest_first())))
     if not found:
         raise UserError(
             f"no session matches {_describe(query)}: `mlirtuna session list` shows them"

@@ -6,6 +6,7 @@ The worker-side operations (claim, heartbeat, fenced record) are in queue.py.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,8 +52,10 @@ def load(
     file: str | None = None,
     all_problems: bool = False,
     options: ExpandOptions | None = None,
+    exclude: Collection[int] = (),
 ) -> LoadReport:
-    """One `new` job per selected problem of the session (idempotent)."""
+    """One `new` job per selected problem of the session (idempotent), but none for the
+    problem ids in `exclude` (those the tuner cannot run)."""
     if sum(x is not None and x is not False for x in (tag, file, all_problems or None)) != 1:
         raise UserError("choose the problems with exactly one of --tag, --file or --all")
     sessions.get(db, session_id)
@@ -60,6 +63,8 @@ def load(
         selected = _select(s, op=op, tag=tag, file=file, all_problems=all_problems, options=options)
         if not selected and tag is not None:
             raise UserError(f"no problems carry the tag {tag!r}: import them with --tag {tag}")
+        for pid in exclude:
+            selected.pop(pid, None)
         have = set(s.scalars(sa.select(Job.problem_id).where(Job.session_id == session_id)))
         rows = [
             {

@@ -185,7 +185,8 @@ class TuningSession(Base):
     ticket: Mapped[str] = _str(64)
     docker: Mapped[str] = _str(200)
     tuning_space: Mapped[str] = mapped_column(String(16))
-    tuner: Mapped[str] = mapped_column(String(16))  # rocmlir | cpu | sleep | imported
+    # rocmlir | cpu | sleep[:SECONDS] | imported | a plugin's module.path:factory
+    tuner: Mapped[str] = mapped_column(String(200))
     host: Mapped[str] = _str(200)  # where it was opened (for cpu sessions: the CPU model)
     # How many of the search's fastest candidates are measured again to pick the winner.
     topk: Mapped[int] = _int(3)
@@ -197,6 +198,10 @@ class TuningSession(Base):
     warmup_ms: Mapped[int | None] = mapped_column(Integer, nullable=True)
     gpu_run_timeout_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
     lfbo_effort: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    # Set by `session retire`: kept for history, never picked by export --arch or run.
+    retired_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    # What `mlirtuna run` was asked (op, files, expansion, tuner, space), as JSON: for resume.
+    run_spec: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class Job(Base):

@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlirtuna import keys, stats, tuningdb
-from mlirtuna.errors import InputError, TunerError, TunerTimeout, UserError
+from mlirtuna.errors import InputError, TunerError, TunerTimeout, Unsupported, UserError
 from mlirtuna.problems import Problem
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome
 
@@ -246,7 +246,7 @@ class RocmlirTuner:
         if ctx.gpu_id < 0:
             raise TunerError("the rocmlir tuner needs a GPU; this worker has none (gpu_id -1)")
         if era.tuning_spaces and ctx.tuning_space not in era.tuning_spaces:
-            raise TunerError(
+            raise Unsupported(  # the same for every job of the session: no retry
                 f"this tuningRunner.py ({era.name}) has no tuning space {ctx.tuning_space!r} "
                 f"(it has: {', '.join(era.tuning_spaces)})"
             )
