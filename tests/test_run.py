@@ -22,9 +22,25 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 def test_examples_are_valid_config_lists():
     from mlirtuna.problems.configlist import read_config_list
 
-    for op in ("gemm", "conv", "attention"):
+    for op in ("gemm", "conv", "attention", "gemm_gemm", "conv_gemm"):
         listed = read_config_list(str(EXAMPLES / f"{op}-small"), op)
         assert listed.entries and not listed.warnings
+
+
+def test_fusion_example_modules_import_and_auto_detects_ops(db):
+    from mlirtuna import flow, fusion
+
+    report = fusion.import_modules(db, [str(EXAMPLES / "fusion-small")])
+    assert report.new == report.lines == 4
+    ops = {op: len(paths) for op, paths in flow.files_by_op("auto", [
+        str(EXAMPLES / name) for name in (
+            "fusion-small", "gemm-small", "conv-small", "attention-small", "gemm_gemm-small",
+            "conv_gemm-small",
+        )
+    ]).items()}  # fmt: skip
+    assert ops == dict.fromkeys(
+        ["fusion", "gemm", "conv", "attention", "gemm_gemm", "conv_gemm"], 1
+    )
 
 
 def test_run_end_to_end_twice(db_url, tmp_path):

@@ -15,11 +15,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from mlirtuna import configs, export, jobs, manager, results, sessions, tuners
+from mlirtuna import configs, export, fusion, jobs, manager, results, sessions, tuners
 from mlirtuna.db import Database
 from mlirtuna.errors import UserError
 from mlirtuna.models import Problem as ProblemRow
-from mlirtuna.problems import ExpandOptions, Problem
+from mlirtuna.problems import ExpandOptions, Problem, problem_class
 from mlirtuna.sessions import Session, SessionSpec
 from mlirtuna.tuners.base import TuneContext
 from mlirtuna.worker import WorkerSettings
@@ -108,6 +108,7 @@ class RunSummary:
     winners: list[results.Winner]
     exported_what: str = ""  # which rows the tuning DB holds
     skipped: int = 0
+    notes: list[str] = field(default_factory=list)  # export's (which of two equal keys)
 
     def as_dict(self) -> dict:
         return {
@@ -120,6 +121,7 @@ class RunSummary:
             "skipped": self.skipped,
             "interrupted": self.interrupted,
             "winners": [w.as_dict() for w in self.winners],
+            "notes": self.notes,
         }
 
 
@@ -180,22 +182,76 @@ def prepare(db: Database, plan: RunPlan) -> Prepared:
         run_spec=plan.spec(tuner),
     )
     tag = f"session-{session.id}"
-    imported = configs.import_files(db, plan.op, list(plan.files), plan.options, tag)
-    exclude = _problem_ids(db, plan.op, [v for vs in skipped.values() for v in vs])
-    loaded = jobs.load(db, session.id, tag=tag, op=plan.op, exclude=exclude)
+    imported = configs.ImportReport()
+    for op, paths in files_by_op(plan.op, plan.files).items():
+        if op == "fusion":
+            part = fusion.import_modules(db, paths, tag, plan.mlir_build_dir)
+        else:
+            part = configs.import_files(db, op, paths, plan.options, tag)
+        for name in ("lines", "problems", "new", "existing"):
+            setattr(imported, name, getattr(imported, name) + getattr(part, name))
+        imported.warnings.extend(part.warnings)
+    exclude = _problem_ids(db, one_op(plan), [v for vs in skipped.values() for v in vs])
+    loaded = jobs.load(db, session.id, tag=tag, op=one_op(plan), exclude=exclude)
     return Prepared(session, tuner, why, imported, loaded, tag, plan, skipped)
+
+
+def one_op(plan: RunPlan) -> str | None:
+    """The op of a run, None for `--op auto` (several)."""
+    return None if plan.op == "auto" else plan.op
+
+
+def detect_op(path: str) -> str:
+    """What `--op auto` takes a file for: a directory or .mlir file is fusion; a config list
+    is recognised by the flags of its first config line."""
+    if Path(path).is_dir() or path.endswith(".mlir"):
+        return "fusion"
+    try:
+        with open(path, encoding="utf-8") as lines:
+            first = next(
+                (x.split() for x in lines if x.strip() and not x.strip().startswith("#")), []
+            )
+    except (OSError, UnicodeDecodeError):
+        raise UserError(f"cannot read config list {path}") from None
+    flags = set(first)
+    if "-gemmO" in flags:
+        return "conv_gemm" if "-c" in flags else "gemm_gemm"
+    if "-seq_len_q" in flags or "-seq_len" in flags:
+        return "attention"
+    if (first and first[0].startswith("conv")) or "-c" in flags:
+        return "conv"
+    if "-m" in flags:
+        return "gemm"
+    raise UserError(f"{path}: cannot tell the op from its flags: give --op")
+
+
+def files_by_op(op: str | None, files: Sequence[str]) -> dict[str, list[str]]:
+    """{op: files}; `auto` decides per file. Missing files stop here."""
+    for path in files:
+        if not Path(path).is_file() and not (Path(path).is_dir() and op in ("fusion", "auto")):
+            raise UserError(f"cannot read config list {path}: no such file")
+    if op != "auto":
+        problem_class(op or "")  # an unknown op is a UserError
+        return {op or "": list(files)}
+    by_op: dict[str, list[str]] = {}
+    for path in files:
+        by_op.setdefault(detect_op(path), []).append(path)
+    return by_op
 
 
 def _parse(plan: RunPlan) -> list[Problem]:
     from mlirtuna.problems.configlist import read_config_list
 
-    for path in plan.files:
-        if not Path(path).is_file():
-            raise UserError(f"cannot read config list {path}: no such file")
     found: dict[str, Problem] = {}
-    for path in plan.files:
-        for entry in read_config_list(path, plan.op, plan.options).entries:
-            found.setdefault(entry.problem.canonical(), entry.problem)
+    for op, paths in files_by_op(plan.op, plan.files).items():
+        for path in paths:
+            if op == "fusion":
+                for module in fusion.module_files([path]):
+                    problem = fusion.read_problem(module)
+                    found.setdefault(problem.canonical(), problem)
+                continue
+            for entry in read_config_list(path, op, plan.options).entries:
+                found.setdefault(entry.problem.canonical(), entry.problem)
     return list(found.values())
 
 
@@ -226,14 +282,14 @@ def _cannot_run(
     return out
 
 
-def _problem_ids(db: Database, op: str, vectors: Sequence[str]) -> set[int]:
+def _problem_ids(db: Database, op: str | None, vectors: Sequence[str]) -> set[int]:
     ids: set[int] = set()
     with db.session() as s:
         for i in range(0, len(vectors), 500):
             chunk = vectors[i : i + 500]
-            stmt = sa.select(ProblemRow.id).where(
-                ProblemRow.op == op, ProblemRow.test_vector.in_(chunk)
-            )
+            stmt = sa.select(ProblemRow.id).where(ProblemRow.test_vector.in_(chunk))
+            if op is not None:
+                stmt = stmt.where(ProblemRow.op == op)
             ids.update(s.scalars(stmt))
     return ids
 
@@ -265,25 +321,30 @@ def finish(db: Database, plan: RunPlan, prepared: Prepared, interrupted: bool) -
     plan, sess = prepared.plan, prepared.session
     sid = sess.id
     counts = jobs.counts(db, sid)[sid]
-    output, rows, what = None, 0, ""
+    output, rows, what, notes = None, 0, "", []
     if counts["completed"] and not interrupted:
-        output = plan.output or f"mlir_tuning_{sess.arch}.tsv"
+        # rocMLIR's weekly job writes its fusion tuning DB to a file of its own.
+        fused = plan.op == "fusion"
+        name = "tuning_fusion" if fused else "mlir_tuning"
+        output = plan.output or f"{name}_{sess.arch}.tsv"
         query = export.ExportQuery(
             arch=sess.arch_full,
             num_cu=sess.num_cu,
             num_chiplets=sess.num_chiplets,
             tuning_space=sess.tuning_space,
+            op="fusion" if fused else None,
         )
         done = export.export(db, query, "v3", output)
-        rows = done.rows
+        rows, notes = done.rows, done.notes
         what = (
-            f"the newest winners of every op for {sess.arch_full}, {sess.num_cu} CUs, "
+            f"the newest {'fusion ' if fused else ''}winners of every "
+            f"{'module' if fused else 'op'} for {sess.arch_full}, {sess.num_cu} CUs, "
             f"{sess.num_chiplets} chiplet(s), {sess.tuning_space}, from session(s) "
             f"{', '.join(map(str, done.sessions))}, as `mlirtuna export --arch "
-            f"{sess.arch_full}` writes them"
+            f"{sess.arch_full}{' --op fusion' if fused else ''}` writes them"
         )
-    winners = results.winners(db, sid, plan.op)
+    winners = results.winners(db, sid, one_op(plan))
     skipped = sum(len(v) for v in prepared.skipped.values())
     return RunSummary(
-        sid, prepared.tuner, counts, output, rows, interrupted, winners, what, skipped
+        sid, prepared.tuner, counts, output, rows, interrupted, winners, what, skipped, notes
     )

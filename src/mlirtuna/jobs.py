@@ -13,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from mlirtuna import configs, sessions
+from mlirtuna import configs, fusion, sessions
 from mlirtuna.db import Database, db_now
 from mlirtuna.errors import NotFound, UserError
 from mlirtuna.models import (
@@ -24,6 +24,7 @@ from mlirtuna.models import (
     RUNNING,
     Attempt,
     Candidate,
+    FusionConfig,
     Job,
     Problem,
     ProblemTag,
@@ -87,6 +88,10 @@ def _select(s: Session, *, op, tag, file, all_problems, options) -> dict[int, in
     if file is not None:
         if op is None:
             raise UserError("--file needs --op (the op of the config list)")
+        if op == "fusion":  # a module or a directory of them
+            found = [fusion.read_problem(p) for p in fusion.module_files([file])]
+            ids, _ = configs.ensure_problems(s, op, found)
+            return {ids[p.canonical()]: 0 for p in found}
         parsed = read_config_list(file, op, options or ExpandOptions())
         ids, _ = configs.ensure_problems(s, op, [e.problem for e in parsed.entries])
         return {ids[e.problem.canonical()]: e.priority for e in parsed.entries}
@@ -171,7 +176,7 @@ _JOB_COLUMNS = (
     Job.session_id,
     Job.problem_id,
     Problem.op,
-    Problem.test_vector,
+    fusion.label_column().label("test_vector"),  # a fusion module shows file, function, key
     Job.state,
     Job.retries,
     Job.priority,
@@ -192,6 +197,7 @@ def list_jobs(
     stmt = (
         sa.select(*_JOB_COLUMNS)
         .join(Problem, Problem.id == Job.problem_id)
+        .outerjoin(FusionConfig, FusionConfig.id == Problem.id)
         .where(Job.session_id == session_id)
         .order_by(Job.id)
     )
@@ -209,6 +215,7 @@ def show(db: Database, job_id: int) -> JobInfo:
         row = s.execute(
             sa.select(*_JOB_COLUMNS)
             .join(Problem, Problem.id == Job.problem_id)
+            .outerjoin(FusionConfig, FusionConfig.id == Problem.id)
             .where(Job.id == job_id)
         ).first()
         if row is None:

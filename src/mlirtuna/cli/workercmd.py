@@ -105,9 +105,16 @@ def _run_here(db, settings: WorkerSettings, slot: manager.Slot) -> None:
 def run(
     ctx: typer.Context,
     files: list[str] = typer.Argument(
-        None, metavar="FILE...", help="rocMLIR config lists (none with --session: resume)."
+        None,
+        metavar="FILE...",
+        help="rocMLIR config lists; fusion: .mlir modules or dirs (none with --session: resume).",
     ),
-    op: str = typer.Option(None, "--op", help="conv, gemm or attention."),
+    op: str = typer.Option(
+        None,
+        "--op",
+        help="conv, gemm, attention, gemm_gemm, conv_gemm, fusion, or auto (per file: a "
+        "directory or .mlir is fusion, a config list is told by its flags).",
+    ),
     tuner: str = typer.Option(
         "auto",
         "--tuner",
@@ -119,7 +126,11 @@ def run(
     gpus: str = typer.Option("auto", "--gpus", help="auto or 0,1,…"),
     workers: int = typer.Option(1, "--workers", help="Worker processes per GPU (or CPU workers)."),
     output: str = typer.Option(
-        None, "-o", "--output", help="The tuning DB to write [default: mlir_tuning_<arch>.tsv]."
+        None,
+        "-o",
+        "--output",
+        help="The tuning DB to write [default: mlir_tuning_<arch>.tsv; fusion: "
+        "tuning_fusion_<arch>.tsv].",
     ),
     session: int = typer.Option(
         None, "--session", help="Resume this session: without FILEs, exactly its run."
@@ -201,6 +212,8 @@ def _report(db, summary: flow.RunSummary, plan: flow.RunPlan) -> None:
             else ""
         )
     )
+    for note in summary.notes:
+        common.err(f"note: {note}")
     if summary.output:
         common.err(
             f"tuning DB: {summary.output} ({summary.exported_rows} rows: "
