@@ -77,6 +77,14 @@ def test_bulk_benchmark_runs() -> None:
         assert f"| {step} |" in proc.stdout
 
 
+def test_quick_tuning_bench_runs(tmp_path: Path) -> None:
+    text = run_script("bench_quick_tuning", tmp_path)
+    for op in ("gemm", "conv"):
+        for space in ("exhaustive", "list:bench-0.93", "list:bench-0.97", "quick"):
+            assert f"| {op} | {space} |" in text
+    assert "18.07" in text  # rocMLIR's published A/B beside ours
+
+
 def test_bench_dashboard_smoke(tmp_path):
     text = run_script("bench_dashboard", tmp_path, "--backends", ",".join(backends()))
     for backend in backends():

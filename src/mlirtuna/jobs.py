@@ -6,7 +6,7 @@ The worker-side operations (claim, heartbeat, fenced record) are in queue.py.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,9 +54,14 @@ def load(
     all_problems: bool = False,
     options: ExpandOptions | None = None,
     exclude: Collection[int] = (),
+    keep: Callable[[Session, int, dict[int, int]], dict[int, int]] | None = None,
 ) -> LoadReport:
     """One `new` job per selected problem of the session (idempotent), but none for the
-    problem ids in `exclude` (those the tuner cannot run)."""
+    problem ids in `exclude` (those the tuner cannot run).
+
+    `keep(s, session_id, {problem_id: priority})` narrows the selection inside the same
+    transaction (reuse.py: skip what is already tuned, re-tune only what changed).
+    """
     if sum(x is not None and x is not False for x in (tag, file, all_problems or None)) != 1:
         raise UserError("choose the problems with exactly one of --tag, --file or --all")
     sessions.get(db, session_id)
@@ -66,6 +71,8 @@ def load(
             raise UserError(f"no problems carry the tag {tag!r}: import them with --tag {tag}")
         for pid in exclude:
             selected.pop(pid, None)
+        if keep is not None:
+            selected = keep(s, session_id, selected)
         have = set(s.scalars(sa.select(Job.problem_id).where(Job.session_id == session_id)))
         rows = [
             {

@@ -254,7 +254,8 @@ class TuningSession(Base):
     reason: Mapped[str] = _str(200)
     ticket: Mapped[str] = _str(64)
     docker: Mapped[str] = _str(200)
-    tuning_space: Mapped[str] = mapped_column(String(16))
+    # quick | full | greedy | exhaustive | list:NAME (a stored quick list, see QuickList)
+    tuning_space: Mapped[str] = mapped_column(String(64))
     # rocmlir | cpu | sleep[:SECONDS] | imported | a plugin's module.path:factory
     tuner: Mapped[str] = mapped_column(String(200))
     host: Mapped[str] = _str(200)  # where it was opened (for cpu sessions: the CPU model)
@@ -358,6 +359,8 @@ class Result(Base):
     # (mlirtuna.stats): the winner is a coin toss when winner_margin <= winner_noise.
     winner_margin: Mapped[float | None] = mapped_column(Double, nullable=True)
     winner_noise: Mapped[float | None] = mapped_column(Double, nullable=True)
+    # Copied by `jobs load --reuse` from this session (an equivalent context); None: tuned here.
+    reused_from: Mapped[int | None] = mapped_column(ForeignKey("session.id"), nullable=True)
 
 
 class Candidate(Base):
@@ -380,3 +383,24 @@ class Candidate(Base):
     time_iqr: Mapped[float | None] = mapped_column(Double, nullable=True)  # ns
     samples: Mapped[int | None] = mapped_column(Integer, nullable=True)  # kept after outliers
     remeasured: Mapped[bool] = _bool()  # numbers from the top-k re-measurement
+
+
+class QuickList(Base):
+    """A stored quick-tuning list: the perf configs `--tuning-space list:NAME` tries, per
+    (arch, op, data type), built by `mlirtuna quick-list` from the history (quick.py)."""
+
+    __tablename__ = "quick_list"
+    __table_args__ = (UniqueConstraint("name", "arch", "op", "data_type"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(48))
+    arch: Mapped[str] = mapped_column(String(32))
+    op: Mapped[str] = mapped_column(String(16))
+    data_type: Mapped[str] = mapped_column(String(16))
+    # One perf config per line, in the order a tuner should try them.
+    perf_configs: Mapped[str] = mapped_column(
+        Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+    )
+    method: Mapped[str] = _str(200)  # how it was built (ilp/greedy, threshold, folds)
+    sessions: Mapped[str] = _str(200)  # the sessions whose history it was built from
+    created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)

@@ -122,6 +122,7 @@ class Worker:
         self.session = sessions.get(db, settings.session_id)
         settings.tuner = session_tuner(self.session, settings.tuner)
         self.tuner = tuner or tuners.make(settings.tuner, mlir_build_dir=settings.mlir_build_dir)
+        self.quick_lists = _quick_lists(db, self.session)
         self.claimant = Claimant(settings.machine_name, settings.gpu_id, os.getpid())
         self.stats = WorkerStats()
         self.stop_requested = threading.Event()
@@ -210,7 +211,7 @@ class Worker:
         problem = lease.problem or self._retrying(lambda: self._problem(lease.problem_id))
         try:
             log.info("job %s: tuning %s", lease.job_id, problem.canonical())
-            return self.tuner.tune(problem, self._context()), None, False
+            return self.tuner.tune(problem, self._context(problem)), None, False
         except Unsupported as exc:
             return None, _error_text(exc), True
         except TunerError as exc:  # timeouts included
@@ -256,8 +257,16 @@ class Worker:
             self.stats.failed += 1
             log.warning("job %s: %s -> %s", lease.job_id, _first_line(error), state)
 
-    def _context(self) -> TuneContext:
+    def _context(self, problem=None) -> TuneContext:
         sess = self.session
+        listed = None
+        if self.quick_lists is not None and problem is not None:
+            key = (problem.op, str(getattr(problem, "data_type", "") or "-"))
+            listed = self.quick_lists.get(key)
+            if listed is None:
+                raise TunerError(
+                    f"quick list {sess.tuning_space} has no list for {sess.arch} {' '.join(key)}"
+                )
         return TuneContext(
             arch=sess.arch,
             arch_full=sess.arch_full,
@@ -268,6 +277,7 @@ class Worker:
             timeout_s=self.settings.job_timeout_s,
             mlir_build_dir=self.settings.mlir_build_dir,
             cpu_mem_limit=self.settings.cpu_mem_limit,
+            perf_configs=listed,
             rep_ms=getattr(sess, "rep_ms", None),
             warmup_ms=getattr(sess, "warmup_ms", None),
             gpu_run_timeout_s=getattr(sess, "gpu_run_timeout_s", None),
@@ -295,6 +305,14 @@ class Worker:
                 log.warning("database connection lost (%s); retrying", _first_line(exc))
             if self.stop_requested.wait(DB_RETRY_S) and self.current is None:
                 raise DatabaseError("stopped while the database was unreachable")
+
+
+def _quick_lists(db: Database, session: sessions.Session):
+    """The stored quick list of a `list:NAME` session, read once per worker (None otherwise)."""
+    from mlirtuna import quick
+
+    name = quick.list_name(session.tuning_space)
+    return quick.load_space(db, name, session.arch) if name is not None else None
 
 
 def session_tuner(session: sessions.Session, asked: str | None) -> str:

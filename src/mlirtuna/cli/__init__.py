@@ -71,9 +71,9 @@ def _global(
 
 
 def _register() -> None:
-    from mlirtuna.cli import dbcmd, jobscmd, problemscmd, sessioncmd, workercmd
+    from mlirtuna.cli import dbcmd, jobscmd, problemscmd, quickcmd, sessioncmd, workercmd
 
-    for module in (problemscmd, jobscmd, workercmd):
+    for module in (problemscmd, jobscmd, workercmd, quickcmd):
         module.register(app)
     app.add_typer(dbcmd.app, name="db")
     app.add_typer(sessioncmd.app, name="session")

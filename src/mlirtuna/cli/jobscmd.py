@@ -7,7 +7,7 @@ import time
 import typer
 from rich.table import Table
 
-from mlirtuna import jobs
+from mlirtuna import jobs, reuse
 from mlirtuna.cli import common
 from mlirtuna.cli.problemscmd import data_type_opt, direction_opt, layout_opt, no_expand_opt
 from mlirtuna.errors import MlirtunaError
@@ -27,17 +27,61 @@ def load(
     direction: str = direction_opt(),
     layout: str = layout_opt(),
     no_expand: bool = no_expand_opt(),
-    as_json: bool = typer.Option(False, "--json", help="Print {added, existing}."),
+    skip_tuned: bool = typer.Option(
+        False,
+        "--skip-tuned",
+        help="Leave out problems an equivalent session already tuned "
+        "(same arch_full, CUs, chiplets, tuning space, rocMLIR commit, tuner).",
+    ),
+    reuse_: bool = typer.Option(
+        False,
+        "--reuse",
+        help="Copy the results left out into this session (marked reused).",
+    ),
+    changed_since: int = typer.Option(
+        None,
+        "--changed-since",
+        metavar="SESSION",
+        help="Only problems SESSION tuned whose winner is stale by --rule (or a --sample).",
+    ),
+    rule: str = typer.Option("all", "--rule", help="all or family-changed (--changed-since)."),
+    sample: int = typer.Option(
+        None, "--sample", metavar="N", help="A random N of them, to measure (session diff)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of --sample."),
+    as_json: bool = typer.Option(False, "--json", help="Print {added, existing, …}."),
 ) -> None:
     """Make one `new` job per selected problem (idempotent)."""
     options = common.expand_options(data_type, direction, layout, no_expand)
-    report = jobs.load(
-        common.database(ctx), session, op=op, tag=tag, file=file, all_problems=all_, options=options
-    )
+    selection = dict(op=op, tag=tag, file=file, all_problems=all_, options=options)
+    if skip_tuned or reuse_ or changed_since is not None or sample is not None:
+        _load_less(ctx, session, selection, skip_tuned, reuse_, changed_since, rule, sample, seed,
+                   as_json)  # fmt: skip
+        return
+    report = jobs.load(common.database(ctx), session, **selection)
     if as_json:
         common.print_json(report.as_dict())
     else:
         print(f"{report.added} jobs added, {report.existing} already in session {session}")
+
+
+def _load_less(ctx, session, selection, skip_tuned, reuse_, changed_since, rule, sample, seed,
+               as_json) -> None:  # fmt: skip
+    report = reuse.load(
+        common.database(ctx), session, skip_tuned=skip_tuned, reuse=reuse_,
+        changed_since=changed_since, rule=rule, sample=sample, seed=seed, **selection,
+    )  # fmt: skip
+    if as_json:
+        common.print_json(report.as_dict())
+        return
+    why = "already tuned" if skip_tuned else "not stale"
+    if sample is not None:
+        why = "not sampled"
+    print(
+        f"{report.added} jobs added, {report.existing} already in session {session}, "
+        f"{report.skipped} left out ({why}), {report.reused} reused"
+        + "".join(f"; {n} from session {sid}" for sid, n in sorted(report.sources.items()))
+    )
 
 
 @app.command("list")

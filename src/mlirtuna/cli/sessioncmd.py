@@ -26,7 +26,8 @@ def new(
     tuning_space: str = typer.Option(
         sessions.DEFAULT_TUNING_SPACE,
         "--tuning-space",
-        help="quick, full, greedy, exhaustive; lfbo or smart if the build's tuningRunner has them.",
+        help="quick, full, greedy, exhaustive; lfbo or smart if the build's tuningRunner has "
+        "them; list:NAME for a stored quick list.",
     ),
     arch: str = typer.Option(None, "--arch", help="Chip name, e.g. gfx942 [detected]."),
     arch_full: str = typer.Option(
@@ -126,6 +127,40 @@ def show(
         return
     for key, value in row.as_dict().items():
         print(f"{key:14} {value}")
+
+
+@app.command()
+def diff(
+    ctx: typer.Context,
+    a: int = typer.Argument(..., metavar="A", help="The older session."),
+    b: int = typer.Argument(
+        ..., metavar="B", help="The newer session (or the context to tune in)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (with every problem id)."),
+) -> None:
+    """What differs between two sessions' contexts, and which problems B's context must re-tune."""
+    from mlirtuna import reuse
+
+    d = reuse.diff(common.database(ctx), a, b)
+    if as_json:
+        common.print_json(d.as_dict())
+        return
+    for key, (va, vb) in d.differences.items():
+        print(f"{key:14} {va!s:30} -> {vb}")
+    if not d.differences:
+        print("same context")
+    print(f"equivalent: {'yes (results can be reused)' if d.equivalent else 'no'}")
+    print(f"problems: {d.only_a} only in {a}, {d.only_b} only in {b}, {d.both} in both")
+    print(f"to re-tune in {b}'s context: {len(d.to_retune)} of {a}'s problems")
+    if d.both:
+        gm = f"{d.tflops_geomean:.4f}" if d.tflops_geomean is not None else "n/a"
+        print(
+            f"winners changed: {d.winners_changed}/{d.both} ({d.winners_changed / d.both:.0%}), "
+            f"TFlops {b}/{a} geomean {gm}"
+        )
+    for side, fams in d.families.items():
+        name = a if side == "a" else b
+        print(f"families in {name}: " + (", ".join(f"{f} {n}" for f, n in fams.items()) or "-"))
 
 
 @app.command()

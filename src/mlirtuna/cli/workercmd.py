@@ -121,7 +121,9 @@ def run(
         help="auto (rocmlir when a build dir is given, else cpu), rocmlir or cpu.",
     ),
     tuning_space: str = typer.Option(
-        sessions.DEFAULT_TUNING_SPACE, "--tuning-space", help="quick, full, greedy or exhaustive."
+        sessions.DEFAULT_TUNING_SPACE,
+        "--tuning-space",
+        help="quick, full, greedy, exhaustive or list:NAME (a stored quick list).",
     ),
     gpus: str = typer.Option("auto", "--gpus", help="auto or 0,1,…"),
     workers: int = typer.Option(1, "--workers", help="Worker processes per GPU (or CPU workers)."),
@@ -148,6 +150,14 @@ def run(
     max_retries: int = typer.Option(
         DEFAULT_MAX_RETRIES, "--max-retries", help="Failed attempts before a job ends in error."
     ),
+    skip_tuned: bool = typer.Option(
+        False, "--skip-tuned", help="Leave out problems an equivalent session already tuned."
+    ),
+    reuse_: bool = typer.Option(
+        False,
+        "--reuse",
+        help="Copy those results in, so the export is complete (implies --skip-tuned).",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary at the end."),
 ) -> None:
@@ -171,6 +181,8 @@ def run(
         mlir_build_dir=mlir_build_dir,
         reason=reason,
         session_flags=flags,
+        skip_tuned=skip_tuned,
+        reuse=reuse_,
         settings=WorkerSettings(session_id=0, job_timeout_s=job_timeout, max_retries=max_retries),
     )
     prepared = flow.prepare(db, plan)
@@ -179,6 +191,7 @@ def run(
         common.err(
             f"session {sid}: {prepared.tuner_why}; {prepared.imported.problems} problems, "
             f"{prepared.loaded.added} new jobs ({prepared.loaded.existing} already there)"
+            + _left_out(prepared.loaded)
         )
     for why, vectors in prepared.skipped.items():
         common.err(f"warning: skipping {len(vectors)} problem(s): {why} (e.g. {vectors[0]})")
@@ -197,6 +210,13 @@ def run(
         raise typer.Exit(130)
     if summary.counts["error"]:
         raise typer.Exit(1)
+
+
+def _left_out(loaded) -> str:
+    skipped = getattr(loaded, "skipped", None)
+    if skipped is None:
+        return ""
+    return f", {skipped} already tuned ({loaded.reused} reused)"
 
 
 def _report(db, summary: flow.RunSummary, plan: flow.RunPlan) -> None:
