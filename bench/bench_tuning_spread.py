@@ -3,7 +3,8 @@
 Problems: the example configs (examples/<op>-small, taken as written, no data-type expansion);
 where those are missing, the tier-1 lists in tests/data filtered to CPU-sized problems (1e7 to
 1e8 flops), four per op spread over that range. Each is tuned with `CpuTuner` over the `full`
-space; every candidate is verified against a reference and timed (median of 5 runs). The ratios
+space; every candidate is verified against a reference and timed (median over a time budget,
+mlirtuna.tuners.timing). The ratios
 say how much slower the median and the worst perf config are than the winner: the spread that
 tuning removes. No database is involved. --smoke tunes the smallest problem of each op once.
 Fusion problems are the rocMLIR test modules in tests/data/fusion (every one). --ops and --space
@@ -119,7 +120,7 @@ def main() -> None:
     p.add_argument("--space", default="full", help="tuning space [full]")
     args = p.parse_args()
     ops = args.ops.split(",")
-    tuner = CpuTuner(repeats=1 if args.smoke else 5)
+    tuner = CpuTuner(repeats=1) if args.smoke else CpuTuner()
     ctx = TuneContext("cpu", "cpu", 1, 1, args.space, gpu_id=-1)
     rows = []
     for op in ops:
@@ -135,9 +136,10 @@ def main() -> None:
         [
             f"### Does tuning matter? CPU tuner, `{args.space}` space",
             common.machine_line(),
-            f"Problems from {sources}, as written. Times are each candidate's median of "
-            f"{tuner.repeats} verified runs (NumPy {np.__version__}); `valid/tried` counts the "
-            "candidates that passed verification.",
+            f"Problems from {sources}, as written. Times are each candidate's median over "
+            f"its time budget ({tuner.budget.rep_ms:g} ms, >= {tuner.budget.min_samples} "
+            f"verified runs, one BLAS thread; the top 3 re-measured; NumPy {np.__version__}); "
+            "`valid/tried` counts the candidates that passed verification.",
             common.table(headers, rows),
         ]
     )

@@ -95,3 +95,9 @@ def test_bench_dashboard_smoke(tmp_path):
     for backend in backends():
         assert f"### {LABELS[backend]}: " in text
     assert "`/api/sessions?offset=500&limit=50`" in text and "**page total**" in text
+
+
+def test_repeatability_runs(tmp_path: Path) -> None:
+    text = run_script("bench_repeatability", tmp_path, "--conditions", "budget-quiet,fixed-busy")
+    for condition in ("budget-quiet", "fixed-busy"):
+        assert f"| {condition} |" in text

@@ -77,12 +77,13 @@ def test_each_era_gets_exactly_its_flags(build, monkeypatch, era) -> None:
     want = FLAGS[era] | (
         {"--rep", "--warmup", "--gpu-run-timeout", "--lfbo-effort"} if settings else set()
     )
+    if era == "E4":  # it re-measures the session's top k itself (issue 17)
+        want |= {"--two-stage-topk"}
     assert flag_names(call["argv"]) == want
     assert flag_names(call["argv"]) <= t.era.flags  # never a flag this version lacks
     if era == "E4":
-        assert {"--rep=50", "--warmup=10", "--gpu-run-timeout=30", "--lfbo-effort=full"} <= set(
-            call["argv"]
-        )
+        assert {"--rep=50", "--warmup=10", "--gpu-run-timeout=30", "--lfbo-effort=full",
+                "--two-stage-topk=3"} <= set(call["argv"])  # fmt: skip
 
 
 @pytest.mark.parametrize("era", ["E2", "E2.5", "E3"])
@@ -191,7 +192,8 @@ def test_worker_drives_each_era_and_debug_export_reads_back(db, tmp_path, build,
             s.get(TuningSession, sid).rep_ms = 60
     assert work(db, sid, build).stats.completed == 1
     argv = next(c["argv"] for c in calls(build) if c["argv"] != ["--help"])
-    assert flag_names(argv) == FLAGS[era] | ({"--rep"} if era == "E4" else set())
+    e4_only = {"--rep", "--two-stage-topk"}  # the session's setting and top k (issue 17)
+    assert flag_names(argv) == FLAGS[era] | (e4_only if era == "E4" else set())
     with db.session() as s:
         result = s.scalars(sa.select(Result).where(Result.session_id == sid)).one()
         cands = list(s.scalars(sa.select(Candidate).where(Candidate.session_id == sid)))

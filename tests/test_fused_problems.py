@@ -276,6 +276,6 @@ def test_cpu_fusion_runs_every_epilogue_op_per_tile() -> None:
     problem = fusion_problems.from_module(EPILOGUE, "many.mlir")
     assert problem.function == "many"
     ctx = TuneContext("cpu", "cpu", 1, 1, "exhaustive", gpu_id=-1)
-    outcome = CpuTuner(repeats=1, warmup=0).tune(problem, ctx)
+    outcome = CpuTuner(repeats=1).tune(problem, ctx)
     assert outcome.candidates and all(c.valid for c in outcome.candidates)
     assert any("per-tile epilogue" in note for note in outcome.notes)

@@ -27,7 +27,7 @@ MODULES = sorted(FUSION.glob("*/*.mlir"))
 def drain(db: Database, sid: int) -> None:
     """One in-process CPU worker until the session is empty (few repeats: this is no benchmark)."""
     settings = WorkerSettings(session_id=sid, tuner="cpu", until_empty=True)
-    Worker(db, settings, tuner=CpuTuner(repeats=1, warmup=0)).run()
+    Worker(db, settings, tuner=CpuTuner(repeats=1)).run()
 
 
 def test_migration_upgrades_an_old_database_in_place(empty_db_url):
@@ -139,7 +139,7 @@ def test_fused_kernels_are_verified(monkeypatch):
         op.run_blocked((64, 64, 64))
         op.result[...] = np.where(op.result == 0, -1.0, op.result)
 
-    tuner = CpuTuner(repeats=1, warmup=0, extra_kernels={"cpu:wrong": no_relu})
+    tuner = CpuTuner(repeats=1, extra_kernels={"cpu:wrong": no_relu})
     ctx = TuneContext("cpu", "cpu", 1, 1, "quick", gpu_id=-1)
     outcome = tuner.tune(problem, ctx)
     wrong = next(c for c in outcome.candidates if c.perf_config == "cpu:wrong")
@@ -163,7 +163,7 @@ def test_a_module_the_cpu_cannot_run_is_one_error_not_retried(db, tmp_path):
     sid = sessions.create(db, SessionSpec(tuner="cpu", tuning_space="quick")).id
     jobs.load(db, sid, all_problems=True)
     settings = WorkerSettings(session_id=sid, tuner="cpu", until_empty=True, max_retries=3)
-    Worker(db, settings, tuner=CpuTuner(repeats=1, warmup=0)).run()
+    Worker(db, settings, tuner=CpuTuner(repeats=1)).run()
     (job,) = jobs.list_jobs(db, sid)
     assert (job.state, job.retries) == ("error", 1)
     assert "cannot fuse migraphx.multibroadcast of the conv/dot result (bcast.mlir:3)" in (

@@ -293,7 +293,7 @@ def test_cpu_tuner_runs_exactly_the_listed_candidates_clipped():
     p = parse("gemm", "-t f32 -transA false -transB false -g 1 -m 40 -n 24 -k 64")
     listed = ("cpu:v1:32,16,64", "cpu:v1:256,256,256", "cpu:v1:64,64,1024", "v4:foreign")
     ctx = TuneContext("cpu", "cpu", 2, 1, "list:x", gpu_id=-1, perf_configs=listed)
-    out = CpuTuner(repeats=1, warmup=0).tune(p, ctx)
+    out = CpuTuner(repeats=1).tune(p, ctx)
     # 256,256,256 and 64,64,1024 both clip to 40,24,64: one tiling, measured once.
     assert [c.perf_config for c in out.candidates] == ["cpu:v1:32,16,64", "cpu:v1:40,24,64"]
 
@@ -306,13 +306,13 @@ def test_list_session_end_to_end_with_the_cpu_worker(db, tmp_path):
     full = sessions.create(db, SessionSpec(tuner="cpu", tuning_space="full"))
     jobs.load(db, full.id, tag="g")
     settings = WorkerSettings(session_id=full.id, until_empty=True)
-    Worker(db, settings, CpuTuner(repeats=1, warmup=0)).run()
+    Worker(db, settings, CpuTuner(repeats=1)).run()
     lists = quick.build(quick.collect(db, [full.id]), quick.Options(threshold=0.8))
     quick.store(db, "mine", lists, [full.id])
     listed = sessions.create(db, SessionSpec(tuner="cpu", tuning_space="list:mine"))
     jobs.load(db, listed.id, tag="g")
     Worker(db, WorkerSettings(session_id=listed.id, until_empty=True),
-           CpuTuner(repeats=1, warmup=0)).run()  # fmt: skip
+           CpuTuner(repeats=1)).run()  # fmt: skip
     assert jobs.counts(db, listed.id)[listed.id]["completed"] == 3
     names = set(lists[0].perf_configs)
     with db.session() as s:

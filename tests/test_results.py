@@ -149,6 +149,8 @@ def test_cli_results_csv_and_json(db, db_url, tmp_path):
         "tflops",
         "kernel_time",
         "candidates",
+        "winner_margin",
+        "winner_noise",
     ]
     assert {r["test_vector"] for r in rows} == {gemm(64), gemm(128)}
     assert all(r["candidates"] == "2" and r["perf_config"] == "v4:best" for r in rows)

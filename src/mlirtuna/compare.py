@@ -21,6 +21,13 @@ Keying (decided here, documented in the CLI help):
 - A problem of A that B lacks (its job failed or was cancelled) is a loss too: it fails
   `--fail-on-regression` unless `--allow-missing`. Two sides with no problem in common are an
   error, never "no regression".
+- Noise (issue 17): a session's winner carries the spread of its measurement (the candidate
+  row's IQR and sample count). A drop past the threshold whose two TFlops lie within each
+  other's noise (`mlirtuna.stats.within_noise`, the medians' ~95 % intervals overlap) is listed
+  under `within_noise`, not `regressions`, so `--fail-on-regression` ignores it. Without a
+  spread on both sides (a .tsv, the sleep tuner, E2) every drop past the threshold counts.
+- When B is a session and the winner changed, B's own measurement of A's perf config (if B
+  tried it) is reported beside the two winners (`tflops_a_in_b`).
 """
 
 from __future__ import annotations
@@ -32,10 +39,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from mlirtuna import history, keys, problems, results, sessions
+from mlirtuna import history, keys, problems, results, sessions, stats
 from mlirtuna.db import Database
 from mlirtuna.errors import InputError, UserError
-from mlirtuna.models import Job, Problem, Result
+from mlirtuna.models import COMPLETED, Candidate, Job, Problem, Result
 
 DEFAULT_THRESHOLD = 0.05
 
@@ -44,12 +51,16 @@ DEFAULT_THRESHOLD = 0.05
 class Entry:
     perf_config: str
     tflops: float | None  # None: unknown (legacy rows, or not a positive number)
+    rel_noise: float | None = None  # the measurement's noise / its median; None: unknown
 
 
 @dataclass
 class Side:
     label: str
     entries: dict[str, Entry]  # canonical test vector -> winner
+    # (test vector, perf config) -> this side's measurement of other perf configs than its
+    # winners (filled for B: A's changed winners as B measured them)
+    measured: dict[tuple[str, str], Entry] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -60,7 +71,11 @@ class Regression:
     tflops_a: float
     tflops_b: float
     ratio: float
-    winner_changed: bool
+    winner_changed: bool = False
+    noise_a: float | None = None  # relative noise of each side's measurement, where known
+    noise_b: float | None = None
+    within_noise: bool = False  # the two TFlops lie within each other's noise
+    tflops_a_in_b: float | None = None  # A's perf config as measured in B, where B tried it
 
 
 @dataclass
@@ -81,6 +96,8 @@ class Comparison:
     regressions_winner_changed: int = 0
     regressions_same_winner: int = 0
     missing_in_b: list[str] = field(default_factory=list)  # A's vectors B has no winner for
+    regressions: list[Regression] = field(default_factory=list)  # beyond threshold and noise
+    within_noise: list[Regression] = field(default_factory=list)  # beyond threshold, not noise
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,7 +129,49 @@ def load_sides(a: str, b: str, op: str | None, db: Callable[[], Database]) -> tu
     for spec in (a, b):
         if spec not in loaded:
             loaded[spec] = tsv_side(spec, op, known)
+    if is_session(b):
+        add_measured(db(), int(b), loaded[b], changed_winners(loaded[a], loaded[b]))
     return loaded[a], loaded[b]
+
+
+def changed_winners(a: Side, b: Side) -> dict[str, str]:
+    """Test vector -> A's perf config, for the common problems whose winner changed."""
+    return {
+        key: ea.perf_config
+        for key, ea in a.entries.items()
+        if key in b.entries and b.entries[key].perf_config != ea.perf_config
+    }
+
+
+_CHUNK = 500  # perf configs per IN list
+
+
+def add_measured(db: Database, session_id: int, side: Side, wanted: dict[str, str]) -> None:
+    """Put into `side.measured` the session's candidates for the wanted (vector, perf config)
+    pairs: one query per chunk of distinct perf configs, filtered to the pairs in Python."""
+    configs = sorted(set(wanted.values()))
+    with db.session() as s:
+        for i in range(0, len(configs), _CHUNK):
+            stmt = (
+                sa.select(
+                    Problem.test_vector,
+                    Candidate.perf_config,
+                    Candidate.tflops,
+                    Candidate.kernel_time,
+                    Candidate.time_iqr,
+                    Candidate.samples,
+                )
+                .join(Problem, Problem.id == Candidate.problem_id)
+                .join(Job, Job.id == Candidate.job_id)
+                .where(
+                    Candidate.session_id == session_id,
+                    Job.state == COMPLETED,
+                    Candidate.perf_config.in_(configs[i : i + _CHUNK]),
+                )
+            )
+            for tv, pc, tf, ns, iqr, n in s.execute(stmt):
+                if wanted.get(tv) == pc and _tflops(tf) is not None:
+                    side.measured[(tv, pc)] = Entry(pc, tf, stats.rel_noise(ns, iqr, n))
 
 
 def load_side(spec: str, op: str | None, db: Callable[[], Database]) -> Side:
@@ -125,20 +184,31 @@ def load_side(spec: str, op: str | None, db: Callable[[], Database]) -> Side:
 
 def session_side(db: Database, session_id: int, op: str | None) -> Side:
     info = sessions.get(db, session_id)
+    winner = sa.and_(Candidate.job_id == Result.job_id, Candidate.perf_config == Result.perf_config)
     stmt = (
         sa.select(
-            Problem.test_vector, Result.perf_config, Result.tflops, Problem.op, Result.key_suffix
+            Problem.test_vector,
+            Result.perf_config,
+            Result.tflops,
+            Problem.op,
+            Result.key_suffix,
+            Candidate.kernel_time,
+            Candidate.time_iqr,
+            Candidate.samples,
         )
         .join(Problem, Problem.id == Result.problem_id)
         .outerjoin(Job, Job.id == Result.job_id)
+        .outerjoin(Candidate, winner)
         .where(Result.session_id == session_id, results.counted())
     )
     if op is not None:
         stmt = stmt.where(Problem.op == op)
     with db.session() as s:
         entries = {
-            keys.match_key(row_op, f"{tv} {suffix}" if suffix else tv): Entry(pc, _tflops(tf))
-            for tv, pc, tf, row_op, suffix in s.execute(stmt)
+            keys.match_key(row_op, f"{tv} {suffix}" if suffix else tv): Entry(
+                pc, _tflops(tf), stats.rel_noise(ns, iqr, n)
+            )
+            for tv, pc, tf, row_op, suffix, ns, iqr, n in s.execute(stmt)
         }
     label = f"session {session_id} ({info.arch_full}, {info.tuning_space}, {info.tuner})"
     return Side(label, entries)
@@ -236,11 +306,11 @@ def compare(a: Side, b: Side, threshold: float = DEFAULT_THRESHOLD) -> Compariso
         ratio = eb.tflops / ea.tflops
         ratios.append(ratio)
         if ratio < 1 - threshold:
-            out.regressions.append(
-                Regression(
-                    key, ea.perf_config, eb.perf_config, ea.tflops, eb.tflops, ratio, changed
-                )
-            )
+            drop = Regression(
+                key, ea.perf_config, eb.perf_config, ea.tflops, eb.tflops, ratio, changed,
+                **_noise(ea, eb, b.measured.get((key, ea.perf_config))),
+            )  # fmt: skip
+            (out.within_noise if drop.within_noise else out.regressions).append(drop)
     out.same_winner_pct = 100 * out.same_winner / out.common
     out.regressions_winner_changed = sum(r.winner_changed for r in out.regressions)
     out.regressions_same_winner = len(out.regressions) - out.regressions_winner_changed
@@ -249,6 +319,7 @@ def compare(a: Side, b: Side, threshold: float = DEFAULT_THRESHOLD) -> Compariso
         out.geomean_ratio = math.exp(math.fsum(map(math.log, ratios)) / len(ratios))
         out.min_ratio, out.max_ratio = min(ratios), max(ratios)
     out.regressions.sort(key=lambda r: (r.ratio, r.test_vector))
+    out.within_noise.sort(key=lambda r: (r.ratio, r.test_vector))
     return out
 
 
@@ -275,3 +346,20 @@ def pairs(a: Side, b: Side) -> list[Regression]:
 def improvements(a: Side, b: Side, threshold: float = DEFAULT_THRESHOLD) -> list[Regression]:
     """Problems where B beats A by more than the threshold, biggest gain first."""
     return [r for r in reversed(pairs(a, b)) if r.ratio > 1 + threshold]
+
+
+def is_within_noise(a: Entry, b: Entry) -> bool:
+    """True when both TFlops carry a noise and lie within each other's (stats.within_noise);
+    a time's relative noise is its TFlops' relative noise (TFlops = flops / time)."""
+    if a.tflops is None or b.tflops is None or a.rel_noise is None or b.rel_noise is None:
+        return False
+    return stats.within_noise(a.tflops, a.tflops * a.rel_noise, b.tflops, b.tflops * b.rel_noise)
+
+
+def _noise(a: Entry, b: Entry, a_in_b: Entry | None) -> dict[str, Any]:
+    return {
+        "noise_a": a.rel_noise,
+        "noise_b": b.rel_noise,
+        "within_noise": is_within_noise(a, b),
+        "tflops_a_in_b": a_in_b.tflops if a_in_b else None,
+    }

@@ -76,6 +76,9 @@ class WinnerRow:
     kernel_time: float | None
     candidates: int
     job_id: int | None
+    # Runner-up / winner time - 1 and the noise of that difference (mlirtuna.stats).
+    winner_margin: float | None = None
+    winner_noise: float | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,8 @@ def winners_page(
             Result.kernel_time,
             n,
             Result.job_id,
+            Result.winner_margin,
+            Result.winner_noise,
         )
         .join(Problem, Problem.id == Result.problem_id)
         .outerjoin(tried, tried.c.job_id == Result.job_id),

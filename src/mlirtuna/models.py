@@ -259,6 +259,8 @@ class TuningSession(Base):
     # rocmlir | cpu | sleep[:SECONDS] | imported | a plugin's module.path:factory
     tuner: Mapped[str] = mapped_column(String(200))
     host: Mapped[str] = _str(200)  # where it was opened (for cpu sessions: the CPU model)
+    # How many of the search's fastest candidates are measured again to pick the winner.
+    topk: Mapped[int] = _int(3)
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
     # import-tsv: SHA-256 of the file's bytes, so that importing it again is noticed.
     source_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
@@ -357,6 +359,10 @@ class Result(Base):
     # What the key had after the plain test vector (keys.Key.suffix): "" (plain),
     # "-supportsSplitK true|false", fusion words. Imported rows keep their file's form.
     key_suffix: Mapped[str] = _str(255)
+    # Runner-up time / winner time - 1, and the two medians' noise relative to the winner
+    # (mlirtuna.stats): the winner is a coin toss when winner_margin <= winner_noise.
+    winner_margin: Mapped[float | None] = mapped_column(Double, nullable=True)
+    winner_noise: Mapped[float | None] = mapped_column(Double, nullable=True)
     # Copied by `jobs load --reuse` from this session (an equivalent context); None: tuned here.
     reused_from: Mapped[int | None] = mapped_column(ForeignKey("session.id"), nullable=True)
 
@@ -376,6 +382,11 @@ class Candidate(Base):
     tflops: Mapped[float | None] = mapped_column(Double, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)  # why it was invalid
     perf_family: Mapped[str] = _perf_family()
+    # The samples behind kernel_time (their median), where the tuner has them (mlirtuna.stats):
+    time_min: Mapped[float | None] = mapped_column(Double, nullable=True)  # ns
+    time_iqr: Mapped[float | None] = mapped_column(Double, nullable=True)  # ns
+    samples: Mapped[int | None] = mapped_column(Integer, nullable=True)  # kept after outliers
+    remeasured: Mapped[bool] = _bool()  # numbers from the top-k re-measurement
 
 
 class QuickList(Base):

@@ -35,6 +35,7 @@ from mlirtuna.models import (
     Result,
 )
 from mlirtuna.problems import Problem
+from mlirtuna.tuners import base
 from mlirtuna.tuners.base import TuneOutcome
 
 log = logging.getLogger(__name__)
@@ -196,20 +197,33 @@ def record(db: Database, lease: Lease, outcome: TuneOutcome) -> bool:
         if done.rowcount != 1:
             log.warning("job %s: lease lost before recording; recording nothing", lease.job_id)
             return False
-        w = outcome.winner
+        w, m = outcome.winner, outcome.margin
         conn.execute(
             _ADD_RESULT,
             {**ids, "perf_config": w.perf_config, "kernel_time": w.kernel_time_ns,
-             "tflops": w.tflops, "tuned_at": None, "duration_s": None},
+             "tflops": w.tflops, "tuned_at": None, "duration_s": None,
+             "winner_margin": m and m.margin, "winner_noise": m and m.noise},
         )  # fmt: skip
         if outcome.candidates:
             conn.execute(
                 _ADD_CANDIDATES,
                 [{**ids, "perf_config": c.perf_config, "kernel_time": c.kernel_time_ns,
-                  "tflops": c.tflops, "error": c.error} for c in outcome.candidates],
+                  "tflops": c.tflops, "error": c.error, **_spread_columns(c)}
+                 for c in outcome.candidates],
             )  # fmt: skip
         _end_attempt(s, lease.token, "completed", None)
         return True
+
+
+def _spread_columns(c: base.Candidate) -> dict[str, object]:
+    """The candidate row's statistics columns (None where the tuner measured no spread)."""
+    sp = c.spread
+    return {
+        "time_min": sp and sp.min,
+        "time_iqr": sp and sp.iqr,
+        "samples": sp and sp.samples,
+        "remeasured": c.remeasured,
+    }
 
 
 def _naive_utc(when: dt.datetime | None) -> dt.datetime | None:

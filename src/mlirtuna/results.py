@@ -18,7 +18,15 @@ from mlirtuna.errors import UserError
 from mlirtuna.models import COMPLETED, Candidate, FusionConfig, Job, Problem, Result
 from mlirtuna.problems import OPS
 
-FIELDS = ("test_vector", "perf_config", "tflops", "kernel_time", "candidates")
+FIELDS = (
+    "test_vector",
+    "perf_config",
+    "tflops",
+    "kernel_time",
+    "candidates",
+    "winner_margin",
+    "winner_noise",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,9 +40,20 @@ class Winner:
     tflops: float | None
     kernel_time: float | None
     candidates: int
+    # Runner-up time / winner time - 1, and the noise of that difference (mlirtuna.stats);
+    # None where the tuner had a single candidate or measured no spread.
+    winner_margin: float | None = None
+    winner_noise: float | None = None
+
+    @property
+    def within_noise(self) -> bool | None:
+        """True when the runner-up is as fast as the winner within measurement noise."""
+        if self.winner_margin is None or self.winner_noise is None:
+            return None
+        return self.winner_margin <= self.winner_noise
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "within_noise": self.within_noise}
 
 
 def counted() -> ColumnElement[bool]:
@@ -70,6 +89,8 @@ def winners(db: Database, session_id: int, op: str | None = None) -> list[Winner
             Result.tflops,
             Result.kernel_time,
             sa.func.coalesce(tried.c.n, 0),
+            Result.winner_margin,
+            Result.winner_noise,
         )
         .join(Problem, Problem.id == Result.problem_id)
         .outerjoin(FusionConfig, FusionConfig.id == Problem.id)

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from mlirtuna import keys, machine
 from mlirtuna.db import Database, utcnow
-from mlirtuna.defaults import DEFAULT_TUNING_SPACE
+from mlirtuna.defaults import DEFAULT_TOPK, DEFAULT_TUNING_SPACE
 from mlirtuna.errors import NotFound, UserError
 from mlirtuna.models import RUNNING, TUNING_SPACES, Attempt, Candidate, Job, Result, TuningSession
 
@@ -47,6 +47,7 @@ class Session:
     lfbo_effort: str | None = None
     retired_at: str | None = None
     run_spec: dict[str, Any] | None = None  # what `mlirtuna run` was asked (flow.py)
+    topk: int = DEFAULT_TOPK
 
     @classmethod
     def from_row(cls, row: TuningSession) -> Session:
@@ -86,6 +87,7 @@ class SessionSpec:
     gpu_run_timeout_s: int | None = None
     lfbo_effort: str | None = None
     key_form: str | None = None  # None: the build's form (plain without a build)
+    topk: int = DEFAULT_TOPK
 
 
 def _iso(when) -> str:
@@ -125,6 +127,8 @@ def detect(spec: SessionSpec) -> SessionSpec:
             f"unknown tuning space {spec.tuning_space!r} "
             f"(known: {', '.join(TUNING_SPACES)}, or list:NAME for a stored quick list)"
         )
+    if spec.topk < 1:
+        raise UserError(f"--topk {spec.topk}: expected 1 or more")
     build_dir = spec.mlir_build_dir or os.environ.get(ENV_BUILD_DIR)
     out = SessionSpec(**{f.name: getattr(spec, f.name) for f in fields(spec)})
     out.rocm_v = spec.rocm_v if spec.rocm_v is not None else (machine.rocm_version() or "")
@@ -264,6 +268,7 @@ def create(db: Database, spec: SessionSpec, run_spec: dict[str, Any] | None = No
         gpu_run_timeout_s=spec.gpu_run_timeout_s,
         lfbo_effort=spec.lfbo_effort,
         run_spec=json.dumps(run_spec, sort_keys=True) if run_spec is not None else None,
+        topk=spec.topk,
     )
     with db.session() as s:
         s.add(row)

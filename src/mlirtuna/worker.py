@@ -288,6 +288,7 @@ class Worker:
             warmup_ms=getattr(sess, "warmup_ms", None),
             gpu_run_timeout_s=getattr(sess, "gpu_run_timeout_s", None),
             lfbo_effort=getattr(sess, "lfbo_effort", None),
+            topk=sess.topk,
         )
 
     def _retrying(self, fn):

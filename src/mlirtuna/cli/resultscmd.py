@@ -171,7 +171,8 @@ def compare(
     fail: bool = typer.Option(
         False,
         "--fail-on-regression",
-        help="Exit 1 if any regression, or any problem of A that B lacks.",
+        help="Exit 1 if any regression (a drop beyond the threshold and the measurements' "
+        "noise), or any problem of A that B lacks.",
     ),
     allow_missing: bool = typer.Option(
         False, "--allow-missing", help="Problems of A that B lacks do not fail the check."
@@ -223,13 +224,16 @@ def _print_comparison(c: comparing.Comparison) -> None:
         ("with TFlops on both", str(c.with_tflops)),
         (f"regressions (< {drop}), winner changed", str(c.regressions_winner_changed)),
         (f"same winner re-measured (< {drop})", str(c.regressions_same_winner)),
+        ("drops within noise (not counted)", str(len(c.within_noise))),
         ("only in A (missing from B) / only in B", f"{c.only_a} / {c.only_b}"),
     ):
         summary.add_row(label, value)
     common.print_table(summary)
     changed = [r for r in c.regressions if r.winner_changed]
     same = [r for r in c.regressions if not r.winner_changed]
-    _print_regressions(changed, "regressions, winner changed, worst first")
+    _print_regressions(
+        changed, "regressions (beyond threshold and noise), winner changed, worst first"
+    )
     _print_regressions(same, "same winner, lower TFlops (re-measured: noise, not tuning)")
     if c.missing_in_b:
         print("problems of A missing from B (failed or cancelled in B?):")
@@ -278,6 +282,7 @@ def _print_regressions(rows: list[comparing.Regression], title: str) -> None:
         "perf config B",
         "TFlops A",
         "TFlops B",
+        "A's config in B",
         title=title,
     )
     for r in rows[:SHOWN_REGRESSIONS]:
@@ -288,6 +293,7 @@ def _print_regressions(rows: list[comparing.Regression], title: str) -> None:
             r.perf_config_b,
             f"{r.tflops_a:.3g}",
             f"{r.tflops_b:.3g}",
+            _fmt(r.tflops_a_in_b, ".3g"),
         )
     common.print_table(table)
     if len(rows) > SHOWN_REGRESSIONS:
@@ -301,7 +307,8 @@ def results_(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     as_csv: bool = typer.Option(False, "--csv", help="Print CSV."),
 ) -> None:
-    """The winners of a session: perf config, TFlops, kernel time (ns), candidates tried."""
+    """The winners of a session: perf config, TFlops, kernel time (ns), candidates tried, and
+    the margin over the runner-up ("(noise)" when the two are within measurement noise)."""
     fmt = common.output_format(as_json, as_csv)
     from mlirtuna import results
 
@@ -324,7 +331,9 @@ def print_winners_csv(rows: list[results.Winner]) -> None:
 
 def winners_table(rows: list[results.Winner]) -> common.TextTable:
     """The winners as a person reads them (also what `mlirtuna run` ends with)."""
-    table = common.TextTable("op", "test vector", "perf config", "TFlops", "kernel ns", "tried")
+    table = common.TextTable(
+        "op", "test vector", "perf config", "TFlops", "kernel ns", "tried", "margin"
+    )
     for r in rows:
         table.add_row(
             r.op,
@@ -333,8 +342,18 @@ def winners_table(rows: list[results.Winner]) -> common.TextTable:
             _fmt(r.tflops, ".4g"),
             _fmt(r.kernel_time, ".0f"),
             str(r.candidates),
+            _margin(r),
         )
     return table
+
+
+def _margin(r: results.Winner) -> str:
+    """How far the winner is ahead of the runner-up: `+4.1%`, or `+0.3% (noise)` when the two
+    are within their measurement noise."""
+    if r.winner_margin is None:
+        return "-"
+    text = f"{r.winner_margin:+.1%}"
+    return f"{text} (noise)" if r.within_noise else text
 
 
 def _fmt(value: float | None, spec: str) -> str:

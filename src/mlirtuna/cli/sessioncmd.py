@@ -7,7 +7,7 @@ import sys
 import typer
 
 from mlirtuna.cli import common
-from mlirtuna.defaults import DEFAULT_TUNING_SPACE
+from mlirtuna.defaults import DEFAULT_TOPK, DEFAULT_TUNING_SPACE
 from mlirtuna.errors import UserError
 
 app = typer.Typer(no_args_is_help=True, help="Tuning sessions: what the results depend on.")
@@ -49,6 +49,11 @@ def new(
     key_form: str = typer.Option(
         None, "--key-format", help="plain or split-k: export's default [the build's perfRunner]."
     ),
+    topk: int = typer.Option(
+        DEFAULT_TOPK,
+        "--topk",
+        help="Fastest candidates measured again, interleaved, to pick the winner (1: off).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the new session as JSON."),
 ) -> None:
     """Open a session, detecting what the flags leave out (never guessing)."""
@@ -72,6 +77,7 @@ def new(
         gpu_run_timeout_s=gpu_run_timeout,
         lfbo_effort=lfbo_effort,
         key_form=key_form,
+        topk=topk,
     )
     created = sessions.create(common.database(ctx, create=True), spec)
     if as_json:

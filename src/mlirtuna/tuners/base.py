@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from mlirtuna.problems import Problem
+from mlirtuna.stats import Margin, Spread
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,9 @@ class Candidate:
     kernel_time_ns: float | None = None
     tflops: float | None = None
     error: str | None = None
+    # The samples' statistics in ns where the tuner has them (kernel_time_ns is their median).
+    spread: Spread | None = None
+    remeasured: bool = False  # measured again in the top-k pass; these numbers are from it
 
     @property
     def valid(self) -> bool:
@@ -48,6 +52,7 @@ class TuneContext:
     lfbo_effort: str | None = None
     # For a `list:NAME` space: the stored quick list for this problem's (arch, op, data type).
     perf_configs: tuple[str, ...] | None = None
+    topk: int = 3  # candidates re-measured after the search to pick the winner (session.topk)
 
 
 @dataclass
@@ -62,6 +67,8 @@ class TuneOutcome:
     notes: list[str] = field(
         default_factory=list
     )  # things worth logging (e.g. winner disagreement)
+    # Winner vs runner-up (relative times, and their noise); None with a single valid candidate.
+    margin: Margin | None = None
 
 
 class Tuner(Protocol):

@@ -2,8 +2,12 @@
 
 Each op runs with NumPy as a blocked implicit GEMM (attention: a blocked online softmax)
 under a space of tiling perf configs (`cpu_kernels`). Every candidate is first checked against
-a plain float64 / exact-int reference computed once per job, and only then timed: warm-up,
-then the median of `repeats` runs. The winner is the valid candidate with the most TFlops.
+a plain float64 / exact-int reference computed once per job, and only then timed by the
+harness in `timing` (one BLAS thread, a warm-up and a measurement time budget, the median and
+spread of the runs, slow outliers discarded). After the search the `ctx.topk` fastest
+candidates are measured again, interleaved (A B C A B C ...), and the winner is the fastest of
+that re-measurement; the outcome's `margin` says how far it is ahead of the runner-up and
+whether that is within their noise.
 
 Perf configs: `cpu:v1:mPerBlock,nPerBlock,kPerBlock` for gemm and conv (tiling the op's
 implicit GEMM), `cpu:attn:v1:qBlock,kvBlock` for attention. Block sizes are clipped to the
@@ -22,16 +26,20 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
-import statistics
+import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
+from mlirtuna import stats
 from mlirtuna.errors import TunerError, TunerTimeout, Unsupported
 from mlirtuna.problems import Problem
+from mlirtuna.stats import Spread
+from mlirtuna.tuners import timing
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome
 from mlirtuna.tuners.cpu_kernels import Blocks, CpuOp, make_op
+from mlirtuna.tuners.timing import Budget
 
 #: A kernel a test (or an experiment) adds to the space: it runs the op given the op's data
 #: (`op.outputs` must be written; `op.run_blocked(blocks)` runs a built-in tiling).
@@ -39,6 +47,9 @@ ExtraKernel = Callable[[CpuOp], None]
 
 SPACES = ("quick", "full", "greedy", "exhaustive")
 _GREEDY_ROUNDS = 3
+#: Per candidate in the search, and per candidate in the top-k re-measurement (interleaved).
+SEARCH_BUDGET = Budget(warmup_ms=5.0, rep_ms=25.0, min_samples=5)
+TOPK_BUDGET = Budget(warmup_ms=5.0, rep_ms=100.0, min_samples=10)
 _GiB = float(1 << 30)
 
 
@@ -176,6 +187,9 @@ class _Deadline:
 class CpuTuner:
     """Tunes conv / gemm / attention on the CPU with NumPy; see the module docstring.
 
+    `budget` is the time budget of each candidate in the search, `topk_budget` that of each
+    candidate in the top-k re-measurement; `repeats=N` is shorthand for exactly N timed runs in
+    both (tests). `clock` is the timing clock (ns; the thread's CPU time, see `timing`).
     `extra_kernels` maps a perf config name to a kernel that is tried (verified, then timed)
     alongside the built-in space: the hook tests use to inject a wrong kernel.
     """
@@ -184,17 +198,25 @@ class CpuTuner:
 
     def __init__(
         self,
-        repeats: int = 5,
-        warmup: int = 1,
+        repeats: int | None = None,
         seed: int = 0,
         extra_kernels: Mapping[str, ExtraKernel] | None = None,
+        *,
+        budget: Budget = SEARCH_BUDGET,
+        topk_budget: Budget = TOPK_BUDGET,
+        clock: timing.Clock = time.thread_time_ns,
     ) -> None:
-        if repeats < 1 or warmup < 0:
-            raise ValueError("repeats must be >= 1 and warmup >= 0")
-        self.repeats, self.warmup, self.seed = repeats, warmup, seed
+        if repeats is not None:
+            budget = topk_budget = Budget.fixed(repeats)
+        self.budget, self.topk_budget, self.clock = budget, topk_budget, clock
+        self.seed = seed
         self.extra_kernels = dict(extra_kernels or {})
 
     def tune(self, problem: Problem, ctx: TuneContext) -> TuneOutcome:
+        with timing.one_blas_thread():
+            return self._tune(problem, ctx)
+
+    def _tune(self, problem: Problem, ctx: TuneContext) -> TuneOutcome:
         deadline = _Deadline(ctx.timeout_s)
         op = _op(problem, ctx)
         listed = ctx.tuning_space.startswith("list:")
@@ -202,12 +224,14 @@ class CpuTuner:
         op.setup(np.random.default_rng(self.seed))  # data + reference
         deadline.check(0)
         tried: dict[str, Candidate] = {}
+        kernels: dict[str, timing.Kernel] = {}
         flops = problem.flops()
 
-        def measure(name: str, kernel: Callable[[], None]) -> Candidate:
+        def measure(name: str, kernel: timing.Kernel) -> Candidate:
             if name not in tried:
                 deadline.check(len(tried))
                 tried[name] = self._measure(op, kernel, name, flops, deadline, len(tried))
+                kernels[name] = kernel
             return tried[name]
 
         def builtin(blocks: Blocks) -> Candidate:
@@ -223,36 +247,37 @@ class CpuTuner:
                 builtin(blocks)
         for name, kernel in self.extra_kernels.items():
             measure(name, lambda kernel=kernel: kernel(op))
-        compile_end = _now()
-
-        candidates = list(tried.values())
-        output = self._output(problem, op, ctx, candidates)
-        valid = [c for c in candidates if c.valid]
-        if not valid:
-            reason = candidates[0].error if candidates else "empty space"
+        if not any(c.valid for c in tried.values()):
+            output = self._output(problem, op, ctx, list(tried.values()))
+            first = next(iter(tried.values()), None)
+            reason = first.error if first else "empty space"
             raise TunerError(
-                f"no valid perf config: {len(candidates)} tried, first: {reason}", detail=output
+                f"no valid perf config: {len(tried)} tried, first: {reason}", detail=output
             )
-        winner = max(valid, key=lambda c: c.tflops or 0.0)
+        self._remeasure_top(tried, kernels, ctx.topk, flops, deadline)
+        compile_end = _now()
+        candidates = list(tried.values())
+        winner, margin = pick_winner(candidates)
         return TuneOutcome(
             candidates=candidates,
             winner=winner,
-            output=output,
+            output=self._output(problem, op, ctx, candidates),
             compile_start=compile_start,
             compile_end=compile_end,
             notes=op.notes(),
+            margin=margin,
         )
 
     def _measure(
         self,
         op: CpuOp,
-        kernel: Callable[[], None],
+        kernel: timing.Kernel,
         name: str,
         flops: int,
         deadline: _Deadline,
         tried: int,
     ) -> Candidate:
-        """Verify one run of `kernel` (it counts as warm-up), warm up, time the median."""
+        """Verify one run of `kernel` (it counts as warm-up), then time it for the budget."""
         op.poison()
         try:
             kernel()
@@ -261,34 +286,96 @@ class CpuTuner:
         bad = op.check()
         if bad:
             return Candidate(name, error=bad)
-        for _ in range(self.warmup - 1):
-            kernel()
-            deadline.check(tried)
-        times = []
-        for _ in range(self.repeats):
-            t0 = time.perf_counter_ns()
-            kernel()
-            times.append(time.perf_counter_ns() - t0)
-            deadline.check(tried)
-        ns = max(float(statistics.median(times)), 1.0)
-        return Candidate(name, kernel_time_ns=ns, tflops=flops / ns / 1e3)
+        spread = timing.measure(
+            kernel, self.budget, clock=self.clock, tick=lambda: deadline.check(tried)
+        )
+        return timed(name, spread, flops)
+
+    def _remeasure_top(
+        self,
+        tried: dict[str, Candidate],
+        kernels: Mapping[str, timing.Kernel],
+        k: int,
+        flops: int,
+        deadline: _Deadline,
+    ) -> None:
+        """Measure the k fastest valid candidates again, interleaved; their numbers replace
+        the search's (a single candidate has nothing to be compared with: it is kept)."""
+        top = [c.perf_config for c in shortlist(tried.values(), k)]
+        if len(top) < 2:
+            return
+        spreads = timing.measure_interleaved(
+            {name: kernels[name] for name in top},
+            self.topk_budget,
+            clock=self.clock,
+            tick=lambda: deadline.check(len(tried)),
+        )
+        for name, spread in spreads.items():
+            tried[name] = timed(name, spread, flops, remeasured=True)
 
     def _output(
         self, problem: Problem, op: CpuOp, ctx: TuneContext, candidates: list[Candidate]
     ) -> str:
+        b, t = self.budget, self.topk_budget
         header = [
             f"# cpu tuner (NumPy): {problem.op} {problem.canonical()}",
             f"# space {ctx.tuning_space}: {len(candidates)} candidates; each verified against "
-            f"a float64/exact reference ({op.tolerance()}), then {self.warmup} warm-up, "
-            f"median of {self.repeats} runs (ns)",
+            f"a float64/exact reference ({op.tolerance()}), then timed on one BLAS thread: "
+            f"{b.warmup_ms:g} ms warm-up, {b.rep_ms:g} ms (>= {b.min_samples} runs); "
+            f"top {ctx.topk} again interleaved, {t.rep_ms:g} ms each (>= {t.min_samples} runs)",
+            "# perf_config\tmedian_ns\tmin_ns\tiqr_ns\tsamples[\tremeasured]",
             *(f"# {note}" for note in op.notes()),
         ]
-        lines = [
-            f"{c.perf_config}\t{c.kernel_time_ns:.0f}" if c.valid
-            else f"{c.perf_config}\tinvalid: {c.error}"
-            for c in candidates
-        ]  # fmt: skip
+        lines = [_output_line(c) for c in candidates]
         return "\n".join(header + lines) + "\n"
+
+
+def timed(name: str, spread: Spread, flops: int, remeasured: bool = False) -> Candidate:
+    """A valid candidate from its timing statistics (ns): time = median, TFlops from it."""
+    ns = max(spread.median, 1.0)
+    return Candidate(
+        name, kernel_time_ns=ns, tflops=flops / ns / 1e3, spread=spread, remeasured=remeasured
+    )
+
+
+def shortlist(candidates: Iterable[Candidate], k: int) -> list[Candidate]:
+    """The k valid candidates to re-measure: the fastest by their *minimum* time. Interference
+    only ever adds time, so a single search-pass measurement's minimum ranks kernels more
+    repeatably than its median on a busy machine (docs/benchmarks.md)."""
+    valid = [c for c in candidates if c.valid]
+    return sorted(valid, key=_best_time)[: max(k, 0)]
+
+
+def _best_time(c: Candidate) -> float:
+    return c.spread.min if c.spread is not None else (c.kernel_time_ns or math.inf)
+
+
+def fastest(candidates: Iterable[Candidate], k: int) -> list[Candidate]:
+    """The k valid candidates with the most TFlops, best first."""
+    valid = [c for c in candidates if c.valid]
+    return sorted(valid, key=lambda c: -(c.tflops or 0.0))[: max(k, 0)]
+
+
+def pick_winner(candidates: list[Candidate]) -> tuple[Candidate, stats.Margin | None]:
+    """The winner and its margin over the runner-up. Re-measured candidates, when there are
+    any, are compared among themselves only: they were measured side by side."""
+    pool = [c for c in candidates if c.remeasured and c.valid] or candidates
+    best = fastest(pool, 2)
+    if not best:
+        raise TunerError("no valid perf config")
+    if len(best) < 2 or best[0].spread is None or best[1].spread is None:
+        return best[0], None
+    return best[0], stats.margin(best[0].spread, best[1].spread)
+
+
+def _output_line(c: Candidate) -> str:
+    if not c.valid:
+        return f"{c.perf_config}\tinvalid: {c.error}"
+    s = c.spread
+    if s is None:
+        return f"{c.perf_config}\t{c.kernel_time_ns:.0f}"
+    again = "\tremeasured" if c.remeasured else ""
+    return f"{c.perf_config}\t{s.median:.0f}\t{s.min:.0f}\t{s.iqr:.0f}\t{s.samples}{again}"
 
 
 def _greedy(op: CpuOp, measure: Callable[[Blocks], Candidate]) -> None:

@@ -37,6 +37,16 @@ state `gpu_timed_out` in `<output>.state`: the job's error then says "GPU run ti
 candidate the driver printed as `Discarded` is invalid with that reason. E4 writes keys with
 `-supportsSplitK`: they are matched to the problem by their plain part (mlirtuna.keys).
 
+Noise (issue 17). Where the tool has E4's `--two-stage-topk` (rocmlirTriton's tuningRunner, and
+rocMLIR once PRs #2407/#2464 land), we pass `--two-stage-topk=<session topk>`: it benchmarks every
+candidate at a coarse budget, then the K fastest again at the precise budget, and picks the
+winner from those; their candidates are recorded as `remeasured`. E2 and E3 have no such flag;
+re-running chosen perf configs there would mean rebuilding the rocmlir-gen command line for
+`rocmlir-gen --perf_config=X | rocmlir-tuning-driver` (perfRunner's job), which we do not do, so
+their winner is the tool's single-pass choice. E3's `.debug` has each candidate's measurements
+(`MeasurementsMs`); they become the candidate's statistics (median, min, IQR, count), and with
+them the winner's margin over the runner-up and its noise. E2 records no spread.
+
 Attention is tuned with `--verify-mode none`, as MITuna and rocMLIR's weekly CI do: there is no
 GPU verifier for attention (E3 falls back to a slow CPU reference with relaxed thresholds), and
 an E2 verification failure exits 0 having written nothing.
@@ -57,7 +67,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlirtuna import keys, tuningdb
+from mlirtuna import keys, stats, tuningdb
 from mlirtuna.errors import InputError, TunerError, TunerTimeout, Unsupported, UserError
 from mlirtuna.problems import Problem
 from mlirtuna.problems.fusion import parse_key
@@ -214,7 +224,7 @@ class RocmlirTuner:
                 module.write_text(problem.module_text, encoding="utf-8")
             argv = self.command(problem, ctx, out)
             run = self._run(argv, self._env(ctx, era), ctx.timeout_s)
-            return self._outcome(problem, ctx, out, run)
+            return self._outcome(problem, ctx, out, run, self.two_stage(ctx))
 
     def command(self, problem: Problem, ctx: TuneContext, out: Path) -> list[str]:
         """The argument list for one config. Values are joined with `=` so that a config that
@@ -247,7 +257,13 @@ class RocmlirTuner:
             argv.append(f"--timeout={max(1, math.floor(ctx.timeout_s * TOOL_TIMEOUT_FRACTION))}")
         if "--abort-on-error" in era.flags:
             argv.append("--abort-on-error")
+        if self.two_stage(ctx):
+            argv.append(f"--two-stage-topk={ctx.topk}")
         return argv
+
+    def two_stage(self, ctx: TuneContext) -> bool:
+        """Whether the tool re-measures the top k itself (E4's --two-stage-topk)."""
+        return ctx.topk > 1 and "--two-stage-topk" in self.era.flags
 
     def _check_context(self, ctx: TuneContext, era: Era) -> None:
         if ctx.gpu_id < 0:
@@ -314,7 +330,9 @@ class RocmlirTuner:
 
     # -- reading what it wrote ------------------------------------------------------------
 
-    def _outcome(self, problem: Problem, ctx: TuneContext, out: Path, run: _Run) -> TuneOutcome:
+    def _outcome(
+        self, problem: Problem, ctx: TuneContext, out: Path, run: _Run, two_stage: bool = False
+    ) -> TuneOutcome:
         _check_written_errors(out, run)
         if run.returncode != 0:
             raise _failure(run, out)
@@ -330,12 +348,13 @@ class RocmlirTuner:
         debug = out.with_name(out.name + ".debug")
         if debug.is_file():
             discarded = set(_DISCARDED_RE.findall(run.stderr))
-            candidates = _candidates(read_debug_file(debug), flops, discarded)
+            candidates = _candidates(read_debug_file(debug), flops, discarded, two_stage)
         else:
             candidates = []
             notes.append("tuningRunner wrote no .debug file; only its winner is recorded")
         candidates, winner = _reconcile(candidates, row, flops, notes)
         return TuneOutcome(
+            margin=_margin(winner, candidates),
             candidates=candidates,
             winner=winner,
             output=out.read_text(encoding="utf-8", errors="replace") + _stderr_block(run.stderr),
@@ -477,6 +496,7 @@ class DebugRow:
     perf_config: str
     tflops: float | None
     lineno: int
+    measurements_ms: tuple[float, ...] | None = None  # E3's MeasurementsMs, when written
 
 
 def read_debug_file(path: Path) -> list[DebugRow]:
@@ -495,15 +515,22 @@ def read_debug_file(path: Path) -> list[DebugRow]:
             pc_col, tf_col = header.index("PerfConfig"), header.index("TFlops")
         except ValueError:
             raise TunerError(f"{path}:1: .debug header lacks PerfConfig or TFlops") from None
+        ms_col = header.index("MeasurementsMs") if "MeasurementsMs" in header else None
         return [
-            _debug_row(path, reader.line_num, fields, len(header), pc_col, tf_col)
+            _debug_row(path, reader.line_num, fields, len(header), pc_col, tf_col, ms_col)
             for fields in reader
             if fields and fields != header
         ]
 
 
 def _debug_row(
-    path: Path, lineno: int, fields: list[str], width: int, pc_col: int, tf_col: int
+    path: Path,
+    lineno: int,
+    fields: list[str],
+    width: int,
+    pc_col: int,
+    tf_col: int,
+    ms_col: int | None = None,
 ) -> DebugRow:
     if len(fields) != width:
         raise TunerError(f"{path}:{lineno}: {len(fields)} fields, the .debug header has {width}")
@@ -514,20 +541,55 @@ def _debug_row(
         raise TunerError(f"{path}:{lineno}: TFlops {text!r} is not a number") from None
     if not fields[pc_col]:
         raise TunerError(f"{path}:{lineno}: empty PerfConfig")
-    return DebugRow(fields[pc_col], tflops, lineno)
+    ms = _measurements(fields[ms_col]) if ms_col is not None else None
+    return DebugRow(fields[pc_col], tflops, lineno, ms)
 
 
-def _candidate(perf_config: str, tool_tflops: float | None, flops: float) -> Candidate:
+def _measurements(text: str) -> tuple[float, ...] | None:
+    """A MeasurementsMs cell (pandas writes the list's repr); None when empty or unreadable:
+    the statistics are extra, a candidate without them is still a candidate."""
+    try:
+        values = json.loads(text) if text.strip() else None
+    except ValueError:
+        return None
+    if not isinstance(values, list) or not values:
+        return None
+    try:
+        ms = tuple(float(v) for v in values)
+    except (TypeError, ValueError):
+        return None
+    return ms if all(math.isfinite(v) and v > 0 for v in ms) else None
+
+
+def _candidate(
+    perf_config: str,
+    tool_tflops: float | None,
+    flops: float,
+    measurements_ms: tuple[float, ...] | None = None,
+    two_stage: bool = False,
+) -> Candidate:
     """The .debug file holds the tool's TFlops, not its time: the driver's ns is recovered
-    with the same flop count (perfRunner's formula, which mlirtuna.problems mirrors)."""
+    with the same flop count (perfRunner's formula, which mlirtuna.problems mirrors). With
+    two-stage tuning only the top k keep numbers: those were measured twice."""
     if tool_tflops is None or not math.isfinite(tool_tflops) or tool_tflops <= 0:
-        return Candidate(perf_config, error="not applicable (rocmlir-tuning-driver: N/A)")
+        why = "N/A, or Discarded outside the top k" if two_stage else "N/A"
+        return Candidate(perf_config, error=f"not applicable (rocmlir-tuning-driver: {why})")
     ns = flops / (tool_tflops * 1e3)
-    return Candidate(perf_config, kernel_time_ns=ns, tflops=flops / (ns * 1e3))
+    spread = stats.summarize([m * 1e6 for m in measurements_ms]) if measurements_ms else None
+    return Candidate(
+        perf_config,
+        kernel_time_ns=ns,
+        tflops=flops / (ns * 1e3),
+        spread=spread,
+        remeasured=two_stage,
+    )
 
 
 def _candidates(
-    rows: list[DebugRow], flops: float, discarded: set[str] = frozenset()
+    rows: list[DebugRow],
+    flops: float,
+    discarded: set[str] = frozenset(),
+    two_stage: bool = False,
 ) -> list[Candidate]:
     """One candidate per perf config (greedy spaces may measure one twice: keep the best)."""
     best: dict[str, Candidate] = {}
@@ -535,7 +597,7 @@ def _candidates(
         if row.tflops is None and row.perf_config in discarded:
             cand = Candidate(row.perf_config, error=DISCARDED)
         else:
-            cand = _candidate(row.perf_config, row.tflops, flops)
+            cand = _candidate(row.perf_config, row.tflops, flops, row.measurements_ms, two_stage)
         prev = best.get(row.perf_config)
         if prev is None or (cand.valid and (not prev.valid or cand.tflops > prev.tflops)):
             best[row.perf_config] = cand
@@ -565,6 +627,18 @@ def _reconcile(
             f"file has {best.perf_config} at {best.tflops:.6g} TFlops; recording the tool's choice"
         )
     return candidates, tool
+
+
+def _margin(winner: Candidate, candidates: list[Candidate]) -> stats.Margin | None:
+    """The tool's winner against the fastest other valid candidate; their noise where the
+    .debug file gave both measurements (else only the margin is known)."""
+    others = [c for c in candidates if c.valid and c.perf_config != winner.perf_config]
+    if not others or not winner.kernel_time_ns:
+        return None
+    runner_up = min(others, key=lambda c: c.kernel_time_ns or math.inf)
+    if winner.spread is not None and runner_up.spread is not None:
+        return stats.margin(winner.spread, runner_up.spread)
+    return stats.Margin((runner_up.kernel_time_ns or 0.0) / winner.kernel_time_ns - 1.0, None)
 
 
 def _signal_group(pgid: int, sig: int) -> None:

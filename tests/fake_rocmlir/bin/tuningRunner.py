@@ -26,7 +26,9 @@ Environment:
   FAKE_TUNINGRUNNER_IGNORE_SIGTERM=1: "hang" ignores SIGTERM (so only SIGKILL stops it),
   FAKE_TUNINGRUNNER_FAULT: fail | hang | none | garbage | wrong_arch | empty | crash_partial
     (E2/E3), fail (E2.5: a "### " line), fail | gpu_timeout (E4: driver exit 3, gpu_timed_out),
-  FAKE_E25_NUM_CHIPLETS=0: an earlier E2.5 build, without the numChiplets column.
+  FAKE_E25_NUM_CHIPLETS=0: an earlier E2.5 build, without the numChiplets column.,
+  FAKE_TUNINGRUNNER_TWO_STAGE=1: E3 also takes E4's --two-stage-topk K (the K fastest of the
+    first pass measured again, "precisely"; the others' .debug TFlops empty, as Discarded).
 
 --op fusion (both eras): `--config FILE.mlir` (E3) or `--test-dir/--test_dir DIR`; each module is
 keyed as rocmlir-gen --emit-tuning-key would key it and tuned as that conv/gemm (fake_fusion.py).
@@ -184,6 +186,8 @@ def e3_parser(
     add("--num-cpus", type=int, default=None, metavar="N", help="compile threads")
     add("--wait-for-compiles", action="store_true", default=False, help="compile all first")
     add("-s", "--status", action="store_true", default=False, help="only show the status")
+    if os.environ.get("FAKE_TUNINGRUNNER_TWO_STAGE"):
+        add("--two-stage-topk", type=int, default=None, metavar="K", help="E4: re-measure top K")
     return p
 
 
@@ -769,6 +773,8 @@ def e3_tune_one(args, gpu: Gpu, gpu_id: int, config: str, log: Log, out):
         )
         return "failed"
     result = tune(args.op, config, args.tuning_space, gpu, "E3", args.debug, lambda i, r: None)
+    if getattr(args, "two_stage_topk", None):
+        two_stage(result, config, args.two_stage_topk)
     if result.winner == "None":
         log.error(f"[GPU {gpu_id}] No valid perf config found")
         return "failed"
@@ -780,6 +786,28 @@ def e3_tune_one(args, gpu: Gpu, gpu_id: int, config: str, log: Log, out):
     if FAULT == "crash_partial":
         crash_partial(out)
     return result
+
+
+def two_stage(result: Result, config: str, k: int) -> None:
+    """E4's --two-stage-topk: the k fastest measured again (a deterministic +-3 % "precise"
+    pass); the rest Discarded (TFlops NaN); the winner is the fastest of the second pass."""
+    ranked = sorted(
+        (e for e in result.entries if not math.isnan(e["TFlops"])), key=lambda e: -e["TFlops"]
+    )
+    top = {id(e) for e in ranked[:k]}
+    result.max_tflops, result.winner = -math.inf, "None"
+    for e in result.entries:
+        if id(e) not in top:
+            e["TFlops"] = math.nan
+            if "MeasurementsMs" in e:
+                e["MeasurementsMs"] = None
+            continue
+        factor = 0.97 + 0.06 * _unit("precise", config, e["PerfConfig"])
+        e["TFlops"] /= factor
+        if e.get("MeasurementsMs"):
+            e["MeasurementsMs"] = [round(m * factor, 6) for m in e["MeasurementsMs"]]
+        if e["TFlops"] > result.max_tflops:
+            result.max_tflops, result.winner = e["TFlops"], e["PerfConfig"]
 
 
 def e3_already_tuned(args, gpu: Gpu, config: str) -> bool:
@@ -1026,6 +1054,8 @@ def e4_main(argv: list[str]) -> int:
                 failed[key] = state
                 continue
             result = tune(args.op, config, args.tuning_space, gpu, "E4", args.debug, noop)
+            if args.two_stage_topk:
+                two_stage(result, config, args.two_stage_topk)
             if args.debug:
                 for line in result.driver_lines:
                     log.info(f"[GPU {gpu_id}] {line}")

@@ -127,7 +127,16 @@ const WINNER_COLUMNS = [
   { label: "time (µs)", html: (r) => num(r.kernel_time === null ? null : r.kernel_time / 1000, 2), sort: "kernel_time", cls: "n" },
   { label: "candidates", key: "candidates", sort: "candidates", cls: "n" },
   { label: "job", html: (r) => (r.job_id ? `<a href="/jobs/${r.job_id}">${r.job_id}</a>` : "") },
+  { label: "margin", html: margin, cls: "n" },
 ];
+
+// How far the winner is ahead of the runner-up; "(noise)" when within measurement noise.
+function margin(r) {
+  if (r.winner_margin === null || r.winner_margin === undefined) return "–";
+  const text = `${r.winner_margin >= 0 ? "+" : ""}${(100 * r.winner_margin).toFixed(1)}%`;
+  const noisy = r.winner_noise !== null && r.winner_noise !== undefined && r.winner_margin <= r.winner_noise;
+  return noisy ? `${text} (noise)` : text;
+}
 let SESSION = null;
 
 function sessionPage() {
