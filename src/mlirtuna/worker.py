@@ -16,8 +16,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from sqlalchemy import exc as sa_exc
+
 from mlirtuna import configs, jobs, machine, queue, sessions, tuners
-from mlirtuna.db import Database, is_transient
+from mlirtuna.db import ROLLED_BACK, Database, fault_of
 from mlirtuna.errors import DatabaseError, TunerError
 from mlirtuna.queue import Claimant, Lease
 from mlirtuna.tuners.base import TuneContext, Tuner
@@ -29,7 +31,9 @@ DEFAULT_MAX_RETRIES = 3
 DEFAULT_BACKOFF_S = 10.0
 # Idle polling: short, jittered and growing to a cap; never seconds-long random sleeps.
 POLL_MIN_S, POLL_MAX_S = 0.1, 2.0
-DB_RETRY_S = 1.0  # pause between tries while the database is unreachable
+DB_RETRY_S = 1.0  # the first pause while the database is away; it doubles up to DB_RETRY_MAX_S
+DB_RETRY_MAX_S = 15.0
+DB_LOG_EVERY_S = 60.0  # while the database stays away, say so again this often (not per try)
 SWEEP_S = 5.0  # how often a busy worker looks for expired leases
 
 
@@ -94,6 +98,9 @@ class Heartbeat:
     def _renew(self, lease: Lease, lost: threading.Event) -> None:
         try:
             if not queue.heartbeat(self.db, lease, self.lease_s):
+                with self._cv:
+                    if self._lease is not lease:  # the job ended (and recorded) meanwhile
+                        return
                 log.warning("job %s: lease lost (taken over, requeued or cancelled)", lease.job_id)
                 lost.set()
                 with self._cv:
@@ -146,7 +153,7 @@ class Worker:
     def run(self) -> WorkerStats:
         idle = POLL_MIN_S
         while not self.stop_requested.is_set() and not self._enough():
-            lease = self._retrying(self._claim)
+            lease = self._claim()
             if lease is None:
                 if self.settings.until_empty and self._retrying(
                     lambda: jobs.is_drained(self.db, self.settings.session_id)
@@ -178,13 +185,30 @@ class Worker:
         return lease
 
     def _sweep(self, now: float) -> None:
-        queue.reclaim_expired(
-            self.db, max_retries=self.settings.max_retries, session_id=self.settings.session_id
+        self._retrying(
+            lambda: queue.reclaim_expired(
+                self.db, max_retries=self.settings.max_retries, session_id=self.settings.session_id
+            )
         )
         self._next_sweep = now + SWEEP_S
 
     def _claim_once(self) -> Lease | None:
-        return queue.claim(self.db, self.settings.session_id, self.claimant, self.settings.lease_s)
+        # One token for every try: when a try's commit landed but its reply was lost (a server
+        # restart at the wrong moment), the next try finds the job this token already holds
+        # instead of leaving it running unowned until its lease runs out.
+        token = queue.new_token()
+        tries = 0
+
+        def attempt() -> Lease | None:
+            nonlocal tries
+            tries += 1
+            if tries > 1 and (held := queue.claimed_with(self.db, token)) is not None:
+                return held
+            return queue.claim(
+                self.db, self.settings.session_id, self.claimant, self.settings.lease_s, token
+            )
+
+        return self._retrying(attempt)
 
     def _work(self, lease: Lease) -> None:
         self.current = lease
@@ -200,6 +224,13 @@ class Worker:
             self.stats.released += 1
             log.warning("job %s given back", lease.job_id)
             self.stop_requested.set()
+        except DatabaseError:
+            # A database error that waiting will not cure: give the job back (one try, it may
+            # fail the same way; then its lease brings it back) and let the worker stop.
+            with contextlib.suppress(Exception):
+                if queue.release(self.db, lease, "the worker stopped on a database error"):
+                    self.stats.released += 1
+            raise
         finally:
             self.current = None
 
@@ -264,31 +295,45 @@ class Worker:
         )
 
     def _retrying(self, fn):
-        """Run a queue operation, waiting out a database that is away (restart, killed link)
-        and running again a transaction the server rolled back (deadlock, lock timeout)."""
+        """Run a queue operation, waiting out a database that is away (restart, cut link, SQLite
+        lock held past the busy timeout) and running again a transaction the server rolled back
+        (deadlock, lock timeout). Every try after a failure waits first, growing, even while the
+        worker stops; an error that waiting cannot cure raises DatabaseError at once."""
+        delay, away_since, told_at, rolled_back = DB_RETRY_S, None, -DB_LOG_EVERY_S, 0
         while True:
             try:
-                return fn()
-            except DatabaseError as exc:
-                log.warning(
-                    "database unreachable (%s); retrying in %.0f s", _first_line(exc), DB_RETRY_S
-                )
+                result = fn()
+                if away_since is not None:
+                    log.warning("database back after %.0f s", time.monotonic() - away_since)
+                return result
             except Exception as exc:
-                if is_transient(exc):
-                    log.info("transaction rolled back by the server (%s); again", _first_line(exc))
-                    time.sleep(random.uniform(0.0, 0.05))
-                    continue
-                if not _is_disconnect(exc):
+                fault = fault_of(exc)
+                if fault is None:
+                    if isinstance(exc, DatabaseError):
+                        raise
+                    if isinstance(exc, sa_exc.DBAPIError):
+                        raise DatabaseError(f"database error: {_first_line(exc.orig)}") from exc
                     raise
-                log.warning("database connection lost (%s); retrying", _first_line(exc))
-            if self.stop_requested.wait(DB_RETRY_S) and self.current is None:
-                raise DatabaseError("stopped while the database was unreachable")
-
-
-def _is_disconnect(exc: BaseException) -> bool:
-    from sqlalchemy.exc import DBAPIError
-
-    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
+                if fault == ROLLED_BACK:
+                    log.info("transaction rolled back by the server (%s); again", _first_line(exc))
+                    rolled_back += 1
+                    time.sleep(random.uniform(0.0, min(0.05 * 2**rolled_back, DB_RETRY_S)))
+                    continue
+                now = time.monotonic()
+                if away_since is None:
+                    away_since = now
+                if now - told_at >= DB_LOG_EVERY_S:
+                    told_at = now
+                    log.warning("database unavailable (%s); waiting", _first_line(exc))
+            if self.stop_requested.is_set() and self.current is None:
+                raise DatabaseError("stopped while the database was unavailable")
+            # Jittered, so that a farm of workers does not return in lockstep.
+            pause = random.uniform(delay / 2, delay)
+            if self.stop_requested.is_set():
+                time.sleep(pause)  # wait() would return at once: a stopping worker must pause too
+            else:
+                self.stop_requested.wait(pause)
+            delay = min(delay * 2, DB_RETRY_MAX_S)
 
 
 def _error_text(exc: TunerError) -> str:

@@ -11,7 +11,7 @@ import click
 import typer
 from rich.console import Console
 
-from mlirtuna.db import Database, resolve_url
+from mlirtuna.db import Database, connect, resolve_url
 from mlirtuna.errors import UserError
 from mlirtuna.problems import ExpandOptions
 
@@ -33,10 +33,24 @@ def state(ctx: click.Context) -> State:
     return root.obj
 
 
-def database(ctx: click.Context, *, check_schema: bool = True) -> Database:
+# A worker of a farm may start before its database server is up: by default it waits this long.
+FARM_WAIT_FOR_DB_S = 60.0
+
+
+def database(
+    ctx: click.Context, *, check_schema: bool = True, wait_s: float | None = 0.0
+) -> Database:
+    """The command's database. `wait_s`: how long to wait for a server still away (workers);
+    None: the farm default (FARM_WAIT_FOR_DB_S for a server, nothing for SQLite)."""
     st = state(ctx)
     if st._db is None:
-        st._db = Database(resolve_url(st.db_url), check_schema=check_schema)
+        url = resolve_url(st.db_url)
+        if wait_s is None:
+            wait_s = 0.0 if url.get_backend_name() == "sqlite" else FARM_WAIT_FOR_DB_S
+        if check_schema and wait_s > 0:
+            st._db = connect(url, wait_s)
+        else:
+            st._db = Database(url, check_schema=check_schema)
         ctx.find_root().call_on_close(st._db.dispose)  # no connection outlives the command
     return st._db
 

@@ -53,11 +53,18 @@ def worker(
     cpu_mem_limit: float = typer.Option(
         4 * GIB, "--cpu-mem-limit", help="Bytes a cpu-tuner problem may use."
     ),
+    wait_for_db: float = typer.Option(
+        None,
+        "--wait-for-db",
+        metavar="SECONDS",
+        help="Wait this long for a database server that is not up yet "
+        "[default: 60 for a server, 0 for SQLite]; a wrong host or login stops at once.",
+    ),
 ) -> None:
     """Run workers for a session: one process per GPU, each claiming jobs until stopped."""
     if not common.state(ctx).debug:
         logging.getLogger("mlirtuna").setLevel(logging.INFO)  # one line per job: a worker's log
-    db = common.database(ctx)
+    db = common.database(ctx, wait_s=wait_for_db)
     settings = WorkerSettings(
         session_id=session,
         tuner=tuner,

@@ -24,7 +24,9 @@ Environment:
   FAKE_TUNINGRUNNER_LOG=path: append {"argv", "cwd", "env"} as one JSON line per invocation,
   FAKE_TUNINGRUNNER_CHILD_PIDFILE=path: where "hang" writes its child's pid,
   FAKE_TUNINGRUNNER_IGNORE_SIGTERM=1: "hang" ignores SIGTERM (so only SIGKILL stops it),
-  FAKE_TUNINGRUNNER_FAULT: fail | hang | none | garbage | wrong_arch | empty | crash_partial.
+  FAKE_TUNINGRUNNER_FAULT: fail | hang | none | garbage | wrong_arch | empty | crash_partial,
+  FAKE_TUNINGRUNNER_STDERR_BYTES=N: first print N bytes of noisy stderr (invalid UTF-8, NUL),
+  as a runaway compiler log does; the env logged also names which database secrets it got.
 
 Standard library only (the real tool needs numpy/pandas/tqdm; tests must not).
 """
@@ -803,13 +805,28 @@ def log_invocation(argv: list[str]) -> None:
     env = {
         k: os.environ[k] for k in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES") if k in os.environ
     }
+    secrets = ("MLIRTUNA_DB", "MLIRTUNA_DB_PASSWORD", "PGPASSWORD", "MYSQL_PWD")
+    env.update({k: "<set>" for k in secrets if k in os.environ})
     with open(path, "a") as f:
         f.write(json.dumps({"era": ERA, "argv": argv, "cwd": os.getcwd(), "env": env}) + "\n")
+
+
+def spew_stderr(total: int) -> None:
+    """`total` bytes of stderr, 1 MiB at a time: never held whole, as a real runaway log."""
+    line = b"warning: \xff\xfe not UTF-8, a NUL \x00 and \xe2\x82 a cut character\n"
+    block = line * ((1 << 20) // len(line) + 1)
+    while total > 0:
+        chunk = block[: min(total, len(block))]
+        sys.stderr.buffer.write(chunk)
+        total -= len(chunk)
+    sys.stderr.buffer.flush()
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     log_invocation(argv)
+    if "--help" not in argv:
+        spew_stderr(int(os.environ.get("FAKE_TUNINGRUNNER_STDERR_BYTES", "0") or 0))
     if ERA == "E2":
         return e2_main(argv)
     if ERA == "E3":
