@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -100,3 +101,20 @@ def test_a_gigabyte_of_stderr_keeps_worker_memory_bounded(build, tmp_path, monke
     assert run.returncode == 0, run.stderr[-2000:]
     peak_mb = int(run.stdout.split()[-1]) / 1024
     assert peak_mb < 200, f"peak RSS {peak_mb:.0f} MB"
+
+
+def test_a_tuner_that_ignores_the_timeout_is_stopped_by_the_worker(db, db_url, tmp_path):
+    from test_worker import _states, make_session, start_worker, stderr_of
+
+    sid = make_session(db, tmp_path, 1)
+    start = time.monotonic()
+    w = start_worker(db_url, sid, tmp_path / "log", "--until-empty", "--job-timeout", "1",
+                     "--max-retries", "2", "--retry-backoff", "0",
+                     tuner="plugins.stubborn:Stubborn")  # fmt: skip
+    assert w.wait(timeout=120) == 0, stderr_of(w)
+    assert time.monotonic() - start < 60
+    assert _states(db, sid) == {"error": 1}
+    with db.session() as s:
+        job = s.scalars(sa.select(Job)).one()
+        assert job.retries == 2 and "timed out after 1 s" in job.result
+        assert sorted(s.scalars(sa.select(Attempt.outcome))) == ["failed", "failed"]

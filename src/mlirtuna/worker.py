@@ -35,6 +35,10 @@ DB_RETRY_S = 1.0  # the first pause while the database is away; it doubles up to
 DB_RETRY_MAX_S = 15.0
 DB_LOG_EVERY_S = 60.0  # while the database stays away, say so again this often (not per try)
 SWEEP_S = 5.0  # how often a busy worker looks for expired leases
+# The job timeout when --job-timeout is not given: generous per tuning space, so that only a
+# tuner that hangs meets it. Every tuner runs under it, whether or not it honours ctx.timeout_s.
+DEFAULT_JOB_TIMEOUT_S = {"quick": 3600.0, "full": 4 * 3600.0, "greedy": 4 * 3600.0,
+                         "exhaustive": 24 * 3600.0}  # fmt: skip
 
 
 @dataclass
@@ -67,6 +71,13 @@ class WorkerStats:
 
 class GiveBack(BaseException):
     """Raised in the main thread by a second stop signal: give the current job back now."""
+
+
+class JobTimedOut(BaseException):
+    """Raised in the main thread by the worker's own alarm: the tuner ignored the job timeout.
+
+    A BaseException, so that a tuner's `except Exception` cannot swallow it, while its
+    `finally` and `except BaseException` (rocmlir stops its pipeline there) still run."""
 
 
 class Heartbeat:
@@ -127,11 +138,11 @@ class Worker:
         self.db = db
         self.settings = settings
         self.tuner = tuner or tuners.make(settings.tuner, mlir_build_dir=settings.mlir_build_dir)
-        self.session = sessions.get(db, settings.session_id)
-        self.claimant = Claimant(settings.machine_name, settings.gpu_id, os.getpid())
-        self.stats = WorkerStats()
         self.stop_requested = threading.Event()
         self.current: Lease | None = None
+        self.session = self._retrying(lambda: sessions.get(db, settings.session_id))
+        self.claimant = Claimant(settings.machine_name, settings.gpu_id, os.getpid())
+        self.stats = WorkerStats()
         self._next_sweep = 0.0
         self.heartbeat = Heartbeat(db, settings.lease_s, settings.heartbeat_s)
 
@@ -237,14 +248,27 @@ class Worker:
     def _tune(self, lease: Lease):
         """(outcome, None) or (None, error text); a tuner failure never escapes as an exception."""
         problem = lease.problem or self._retrying(lambda: self._problem(lease.problem_id))
+        timeout = self.job_timeout_s
         try:
             log.info("job %s: tuning %s", lease.job_id, problem.canonical())
-            return self.tuner.tune(problem, self._context()), None
+            with _alarm(timeout + _grace_s(timeout)):
+                return self.tuner.tune(problem, self._context()), None
+        except JobTimedOut:
+            return None, f"timed out after {timeout:g} s (the worker stopped the tuner)"
         except TunerError as exc:  # timeouts included
             return None, _error_text(exc)
         except Exception as exc:  # a tuner bug must cost one attempt, not the job
             log.exception("job %s: tuner crashed", lease.job_id)
             return None, f"tuner crashed: {type(exc).__name__}: {exc}"
+
+    @property
+    def job_timeout_s(self) -> float:
+        """--job-timeout, else the default of the session's tuning space."""
+        if self.settings.job_timeout_s:
+            return self.settings.job_timeout_s
+        return DEFAULT_JOB_TIMEOUT_S.get(
+            self.session.tuning_space, max(DEFAULT_JOB_TIMEOUT_S.values())
+        )
 
     def _problem(self, problem_id: int):
         with self.db.session() as s:
@@ -289,7 +313,7 @@ class Worker:
             num_chiplets=sess.num_chiplets,
             tuning_space=sess.tuning_space,
             gpu_id=self.settings.gpu_id,
-            timeout_s=self.settings.job_timeout_s,
+            timeout_s=self.job_timeout_s,
             mlir_build_dir=self.settings.mlir_build_dir,
             cpu_mem_limit=self.settings.cpu_mem_limit,
         )
@@ -334,6 +358,32 @@ class Worker:
             else:
                 self.stop_requested.wait(pause)
             delay = min(delay * 2, DB_RETRY_MAX_S)
+
+
+def _grace_s(timeout: float) -> float:
+    """How long past the job timeout a tuner may take to stop itself before the worker does."""
+    return min(30.0, max(0.5, timeout / 4))
+
+
+@contextlib.contextmanager
+def _alarm(seconds: float) -> Iterator[None]:
+    """Raise JobTimedOut in this (main) thread after `seconds`: a tuner that ignores the timeout
+    (a plugin in a loop, a tool that never returns) is stopped all the same. Signals reach only
+    the main thread, so elsewhere (a worker run in a thread, as some tests do) it is a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def fire(_signum: int, _frame: object) -> None:
+        raise JobTimedOut()
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def _error_text(exc: TunerError) -> str:

@@ -41,7 +41,10 @@ def worker(
         DEFAULT_LEASE_S, "--lease", help="Lease seconds; a heartbeat renews it every third of that."
     ),
     job_timeout: float = typer.Option(
-        None, "--job-timeout", help="Stop a tuner after this many seconds (the job is retried)."
+        None,
+        "--job-timeout",
+        help="Stop a tuner after this many seconds (the job is retried) "
+        "[default: by tuning space: quick 1 h, full/greedy 4 h, exhaustive 24 h].",
     ),
     max_retries: int = typer.Option(
         DEFAULT_MAX_RETRIES, "--max-retries", help="Failed attempts before a job ends in error."
