@@ -145,10 +145,8 @@ def read_file(path: str) -> tuningdb.TuningFile:
         return tuningdb.read_tuning_db(path)
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a UTF-8 text file") from None
+    except OSError as error:  # EIO and the like, mid-read
+        raise UserError(f"{path}: {error.strerror or error}") from None
 
 
 class _Parser:
@@ -219,6 +217,8 @@ class _Parser:
         if len(row.perf_config) > _LIMITS["perfConfig"]:
             _check_width("perfConfig", row.perf_config)
         tflops = None if row.tflops is None or math.isnan(row.tflops) else row.tflops
+        if tflops is not None and not (math.isfinite(tflops) and math.isfinite(flops / tflops)):
+            raise InputError(f"TFlops {tflops!r} gives no finite kernel time")
         duration = row.duration_s
         return _Winner(
             test_vector=canonical,
