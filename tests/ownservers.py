@@ -103,7 +103,8 @@ class OwnMariadb:
     """`mariadb-install-db` into a temp dir, `mariadbd` on a free port (no grant tables: the
     test is its only user); `restart(mode)`: SIGTERM (clean shutdown) or SIGKILL (a crash)."""
 
-    def __init__(self) -> None:
+    def __init__(self, args: tuple[str, ...] = ()) -> None:
+        self.args = args
         install, server = shutil.which("mariadb-install-db"), shutil.which("mariadbd")
         server = server or ("/usr/sbin/mariadbd" if os.path.exists("/usr/sbin/mariadbd") else None)
         if not install or not server:
@@ -128,7 +129,7 @@ class OwnMariadb:
         argv = [self.server, "--no-defaults", f"--user={self.user}", f"--datadir={self.data}",
                 f"--port={self.port}", "--bind-address=127.0.0.1", "--skip-grant-tables",
                 f"--socket={self.dir / 'sock'}", f"--pid-file={self.dir / 'pid'}",
-                "--innodb-flush-log-at-trx-commit=2", "--skip-log-bin"]  # fmt: skip
+                "--innodb-flush-log-at-trx-commit=2", "--skip-log-bin", *self.args]  # fmt: skip
         with open(self.dir / "log", "a") as log:  # the server keeps its own copy of the fd
             self.proc = subprocess.Popen(argv, stdout=log, stderr=log)
         _wait_port(self.port)
@@ -148,3 +149,31 @@ class OwnMariadb:
             self.proc.kill()
             self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def self_signed_certs(user: str, hostname: str = "localhost") -> tuple[Path, Path, Path, Path]:
+    """A CA of the test's own and a server certificate it signed for `hostname` and 127.0.0.1,
+    in a dir the server's user owns: (dir, ca.crt, server.crt, server.key)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make a certificate")
+    d = _owned_dir(user, "mlirtuna-tls-")
+
+    def ssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True, timeout=60)
+
+    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
+        "-subj", "/CN=mlirtuna test CA", "-days", "2")  # fmt: skip
+    ssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+        "-subj", f"/CN={hostname}")  # fmt: skip
+    (d / "san.ext").write_text(f"subjectAltName=DNS:{hostname},IP:127.0.0.1\n")
+    ssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", "server.crt", "-days", "2", "-extfile", "san.ext")  # fmt: skip
+    if os.geteuid() == 0:
+        pw = pwd.getpwnam(user)
+        for f in d.iterdir():
+            os.chown(f, pw.pw_uid, pw.pw_gid)
+    (d / "server.key").chmod(0o600)
+    for f in ("ca.crt", "server.crt"):
+        (d / f).chmod(0o644)
+    d.chmod(0o755)  # the client (this test, as root or not) reads ca.crt
+    return d, d / "ca.crt", d / "server.crt", d / "server.key"
