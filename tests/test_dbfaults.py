@@ -247,3 +247,19 @@ def test_database_error_is_a_user_error_with_one_line(db):
     with pytest.raises(DatabaseError) as info, db.session() as s:
         s.execute(sa.text("SELECT * FROM no_such_table_i11"))
     assert "\n" not in str(info.value) and "no_such_table_i11" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u:p@ss:word@host/db",
+        "postgresql://u:p@ssword@host:abc/db",
+        "postgresql://u:p@ssword@127.0.0.1:1/db?sslmode=bogus",
+        "mysql://u:p@ssword@127.0.0.1:1/db?charset=bogus",
+    ],
+)
+def test_a_malformed_url_is_one_line_with_the_password_masked(url):
+    run = run_cli(url, "status")
+    assert run.code == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "bad database URL" in run.stderr and "ss:word" not in run.stderr
+    assert "p@ss" not in run.stderr and "Traceback" not in run.stderr

@@ -11,10 +11,12 @@ import contextlib
 import datetime as dt
 import logging
 import os
+import random
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -27,6 +29,7 @@ from sqlalchemy.sql.expression import FunctionElement
 from mlirtuna.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 ENV_URL = "MLIRTUNA_DB"
 ENV_PASSWORD = "MLIRTUNA_DB_PASSWORD"
@@ -52,7 +55,8 @@ def resolve_url(url: str | None = None) -> URL:
     text = url or os.environ.get(ENV_URL) or DEFAULT_URL
     try:
         parsed = make_url(text)
-    except ArgumentError:
+        parsed.port  # noqa: B018 (a port that is not a number fails here, not at connect)
+    except (ArgumentError, ValueError):
         raise DatabaseError(
             f"bad database URL {mask_text(text)!r}: expected e.g. sqlite:///mlirtuna.db, "
             "postgresql://user@host/db or mysql://user@host/db"
@@ -66,7 +70,29 @@ def resolve_url(url: str | None = None) -> URL:
         and parsed.get_backend_name() != "sqlite"
     ):
         parsed = parsed.set(password=os.environ[ENV_PASSWORD])
+    _check_query(parsed)
     return parsed
+
+
+_SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+
+
+def _check_query(url: URL) -> None:
+    """Options the drivers would refuse only at connect time (PyMySQL with a traceback)."""
+    bad = None
+    if url.get_backend_name() == "postgresql":
+        mode = url.query.get("sslmode")
+        if mode is not None and mode not in _SSLMODES:
+            bad = f"sslmode={mode!r} (known: {', '.join(_SSLMODES)})"
+    elif url.get_backend_name() in ("mysql", "mariadb"):
+        charset = url.query.get("charset")
+        if charset is not None:
+            from pymysql.charset import charset_by_name
+
+            if not isinstance(charset, str) or charset_by_name(charset) is None:
+                bad = f"charset={charset!r}"
+    if bad:
+        raise DatabaseError(f"bad database URL {mask(url)}: unknown {bad}")
 
 
 def mask(url: URL) -> str:
@@ -78,8 +104,12 @@ def mask_text(text: str) -> str:
     """Mask a password in a URL string that may not even parse."""
     try:
         return mask(make_url(text))
-    except ArgumentError:
-        return text.split("@")[-1] if "@" in text else text
+    except (ArgumentError, ValueError):
+        # Unparseable: keep the scheme and what follows the last @, never what precedes it.
+        scheme, sep, rest = text.partition("://")
+        if "@" not in rest:
+            return text
+        return f"{scheme}{sep}***@{rest.rsplit('@', 1)[1]}"
 
 
 class DbNow(FunctionElement):
@@ -197,6 +227,20 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+    def retrying_conflicts(self, write: Callable[[], T], tries: int = 5) -> T:
+        """Run `write` (one transaction of its own) again when it lost a race with another
+        writer: a unique key another transaction inserted first (two `import` at once), or a
+        deadlock. The next try sees the winner's rows and inserts only what is still missing."""
+        for attempt in range(1, tries + 1):
+            try:
+                return write()
+            except DatabaseError as exc:
+                conflict = isinstance(exc.__cause__, sa.exc.IntegrityError)
+                if attempt == tries or not (conflict or fault_of(exc) == ROLLED_BACK):
+                    raise
+                time.sleep(random.uniform(0.0, 0.05 * attempt))
+        raise AssertionError("unreachable")
 
 
 def _make_engine(url: URL) -> Engine:

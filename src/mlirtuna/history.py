@@ -133,10 +133,13 @@ def import_tsv(
             f"nothing to import: no tuning rows with a perf config in {', '.join(paths)}"
         )
     report.problems = len(parser.problems)
-    with db.session(immediate=True) as s:
-        ids, report.new_problems = configs.ensure_problems(s, op, list(parser.problems.values()))
-        for group in groups:
-            report.sessions.append(_write_group(s, group, ids, reason))
+
+    def write() -> tuple[int, list[ImportedSession]]:
+        with db.session(immediate=True) as s:
+            ids, new = configs.ensure_problems(s, op, list(parser.problems.values()))
+            return new, [_write_group(s, group, ids, reason) for group in groups]
+
+    report.new_problems, report.sessions = db.retrying_conflicts(write)
     return report
 
 
