@@ -57,7 +57,7 @@ class OwnPostgres:
     """`initdb` into a temp dir, `pg_ctl start` on a free port; `restart(mode)` stops it with
     `pg_ctl stop -m fast|immediate` (immediate: a crash, recovered at the next start)."""
 
-    def __init__(self, conf: dict[str, str] | None = None) -> None:
+    def __init__(self, conf: dict[str, str] | None = None, hba: tuple[str, ...] = ()) -> None:
         bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
         if not bins:
             pytest.skip("no PostgreSQL server binaries under /usr/lib/postgresql")
@@ -73,6 +73,8 @@ class OwnPostgres:
                     "unix_socket_directories": f"'{self.dir}'", **(conf or {})}  # fmt: skip
         with open(self.data / "postgresql.conf", "a") as f:
             f.writelines(f"{k} = {v}\n" for k, v in settings.items())
+        with open(self.data / "pg_hba.conf", "a") as f:
+            f.writelines(f"{line}\n" for line in hba)
         self.start()
 
     def _run(self, tool: str, *args: str) -> None:
