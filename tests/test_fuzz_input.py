@@ -208,3 +208,17 @@ def test_an_error_line_quotes_at_most_80_characters(tmp_path, text):
     path.write_text(GEMM.replace("-m 64", text) + " -zz " + "y" * 5000 + "\n")
     run = cli(f"sqlite:///{tmp_path / 'm.db'}", "import", "--op", "gemm", str(path))
     assert run.code == 2 and len(run.stderr) < 300
+
+
+def test_compare_refuses_an_empty_or_malformed_side(tmp_path):
+    good = tmp_path / "good.tsv"
+    good.write_text(V3_HEADER + "\n" + _row() + "\n")
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    cases = [("empty", b""), ("header-only", (V3_HEADER + "\n").encode())]
+    cases += [c for c in tsv_cases() if c[0] in ("cu0", "nul-field", "binary", "dir", "fifo")]
+    failures = []
+    for name, content in cases:
+        bad = _path(tmp_path, f"c-{name}", content)
+        for args in ([str(good), bad], [bad, str(good)]):
+            failures.append(_check(url, ["compare", "--op", "gemm", *args], f"compare {name}"))
+    assert [f for f in failures if f] == []
