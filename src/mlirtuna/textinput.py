@@ -33,6 +33,11 @@ def quote(text: str) -> str:
     return repr(text[:QUOTE_CHARS]) + f"… ({len(text)} characters)"
 
 
+def clip(text: str) -> str:
+    """A token as written, cut to QUOTE_CHARS characters (for names shown without quotes)."""
+    return text if len(text) <= QUOTE_CHARS else text[:QUOTE_CHARS] + "…"
+
+
 def is_ascii_int(text: str) -> bool:
     return _ASCII_INT.match(text) is not None
 

@@ -10,7 +10,7 @@ from operator import attrgetter, lt
 from typing import Any
 
 from mlirtuna.errors import InputError, UserError
-from mlirtuna.textinput import INT32_MAX, ascii_int, is_ascii_int, quote
+from mlirtuna.textinput import INT32_MAX, ascii_int, clip, is_ascii_int, quote
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,8 @@ def _flag_error(tokens: Sequence[str], op: str, known: frozenset[str]) -> None:
         flag = tokens[i]
         if flag not in known:
             if flag.startswith("-"):
-                raise InputError(f"unknown flag {flag} for {op}")
-            raise InputError(f"expected a flag, got {flag!r}")
+                raise InputError(f"unknown flag {clip(flag)} for {op}")
+            raise InputError(f"expected a flag, got {quote(flag)}")
         if i + 1 == len(tokens) or tokens[i + 1] in known:
             raise InputError(f"{flag}: missing value")
         if flag in seen:
@@ -81,7 +81,7 @@ def bool_value(flag: str, text: str) -> bool:
     """1/0/true/false in any case, as rocMLIR's scripts write them (newer files say `False`)."""
     value = _BOOLS.get(text.lower())
     if value is None:
-        raise InputError(f"{flag}: expected true, false, 1 or 0, got {text!r}")
+        raise InputError(f"{flag}: expected true, false, 1 or 0, got {quote(text)}")
     return value
 
 
@@ -143,7 +143,7 @@ def known_name(flag: str, text: str, names: Mapping[str, str]) -> str:
     name = names.get(text.lower())
     if name is None:
         known = ", ".join(dict.fromkeys(names.values()))
-        raise InputError(f"{flag}: unknown data type {text!r} (known: {known})")
+        raise InputError(f"{flag}: unknown data type {quote(text)} (known: {known})")
     return name
 
 
