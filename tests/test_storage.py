@@ -65,3 +65,40 @@ def test_a_read_only_database_is_one_line(tmp_path):
         configs = tmp_path / "gemm"
         configs.write_text(GEMM_LINE)
         _one_line(cli(url, "import", "--op", "gemm", str(configs)), str(ro / "m.db"))
+
+
+def test_a_worker_whose_disk_fills_keeps_its_result_then_stops_cleanly(tmp_path):
+    """The database's disk fills while a job is tuned: the worker keeps the result and retries
+    recording until there is room; filled again, two signals stop it at once (the job it held
+    comes back through its lease)."""
+    import signal
+    import time
+
+    from test_worker import _states, _wait_for, make_session, start_worker, stderr_of
+
+    from mlirtuna.db import Database
+
+    with _tmpfs(tmp_path / "disk", "4m") as disk:
+        url = f"sqlite:///{disk / 'm.db'}"
+        db = Database(url)
+        sid = make_session(db, tmp_path, 3)
+        w = start_worker(url, sid, tmp_path / "log", "--lease", "600", sleep_s=2.0)
+        _wait_for(lambda: _states(db, sid).get("running") == 1, timeout=60)
+        filler = disk / "filler"
+        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)
+        time.sleep(4)  # the tune ends; recording fails on the full disk and is retried
+        assert _states(db, sid).get("completed", 0) == 0
+        filler.unlink()
+        _wait_for(lambda: _states(db, sid).get("completed", 0) >= 1, timeout=60)
+        _wait_for(lambda: _states(db, sid).get("running") == 1, timeout=60)
+        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)
+        time.sleep(3)
+        w.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        w.send_signal(signal.SIGTERM)
+        assert w.wait(timeout=30) in (0, 2), stderr_of(w)
+        err = stderr_of(w)
+        assert "database unavailable" in err and "Traceback" not in err
+        filler.unlink()
+        assert _states(db, sid).get("completed", 0) >= 1
+        db.dispose()

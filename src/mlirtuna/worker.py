@@ -231,10 +231,20 @@ class Worker:
                     return
             self._finish(lease, outcome, error)
         except GiveBack:
-            self._retrying(lambda: queue.release(self.db, lease))
+            self.stop_requested.set()
+            # One try: a database that is away (restart, full disk) must not hold a worker told
+            # twice to stop; the lease brings the job back then.
+            try:
+                queue.release(self.db, lease)
+            except Exception as exc:
+                log.warning(
+                    "job %s: could not give it back (%s); it returns when its lease expires",
+                    lease.job_id,
+                    _first_line(exc),
+                )
+                return
             self.stats.released += 1
             log.warning("job %s given back", lease.job_id)
-            self.stop_requested.set()
         except DatabaseError:
             # A database error that waiting will not cure: give the job back (one try, it may
             # fail the same way; then its lease brings it back) and let the worker stop.
