@@ -75,3 +75,10 @@ def test_bulk_benchmark_runs() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     for step in ("import", "import-tsv", "export", "compare"):
         assert f"| {step} |" in proc.stdout
+
+
+def test_bench_dashboard_smoke(tmp_path):
+    text = run_script("bench_dashboard", tmp_path, "--backends", ",".join(backends()))
+    for backend in backends():
+        assert f"### {LABELS[backend]}: " in text
+    assert "`/api/sessions?offset=500&limit=50`" in text and "**page total**" in text

@@ -10,6 +10,9 @@ Keying (decided here, documented in the CLI help):
   question. Each side must describe one context, though: a .tsv that gives the same vector for
   two contexts (arch, numCUs, numChiplets, tuning space) is an error at FILE:LINE; within one
   context a later row wins, as in perfRunner.
+- Keys of newer tools (`-supportsSplitK true|false`, fusion words) are matched the way perfRunner
+  looks them up (keys.match_key): a plain gemm key meets `-supportsSplitK true`, a plain attention
+  key `false`; fusion words are dropped. So an old-format DB compares with a new-format one.
 - A side is a session id when it is a whole number, else a path (write ./12 for a file named 12).
 - Ratios are TFlops B/A over the common problems where both sides have a positive TFlops;
   a regression is a ratio below 1 - threshold, listed worst first with both perf configs.
@@ -24,7 +27,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from mlirtuna import history, problems, results, sessions
+from mlirtuna import history, keys, problems, results, sessions
 from mlirtuna.db import Database
 from mlirtuna.errors import InputError, UserError
 from mlirtuna.models import Job, Problem, Result
@@ -101,7 +104,9 @@ def load_side(spec: str, op: str | None, db: Callable[[], Database]) -> Side:
 def session_side(db: Database, session_id: int, op: str | None) -> Side:
     info = sessions.get(db, session_id)
     stmt = (
-        sa.select(Problem.test_vector, Result.perf_config, Result.tflops)
+        sa.select(
+            Problem.test_vector, Result.perf_config, Result.tflops, Problem.op, Result.key_suffix
+        )
         .join(Problem, Problem.id == Result.problem_id)
         .outerjoin(Job, Job.id == Result.job_id)
         .where(Result.session_id == session_id, results.counted())
@@ -109,7 +114,10 @@ def session_side(db: Database, session_id: int, op: str | None) -> Side:
     if op is not None:
         stmt = stmt.where(Problem.op == op)
     with db.session() as s:
-        entries = {tv: Entry(pc, _tflops(tf)) for tv, pc, tf in s.execute(stmt)}
+        entries = {
+            keys.match_key(row_op, f"{tv} {suffix}" if suffix else tv): Entry(pc, _tflops(tf))
+            for tv, pc, tf, row_op, suffix in s.execute(stmt)
+        }
     label = f"session {session_id} ({info.arch_full}, {info.tuning_space}, {info.tuner})"
     return Side(label, entries)
 
@@ -124,7 +132,7 @@ def tsv_side(path: str, op: str | None, known: frozenset[str] = frozenset()) -> 
         if history.no_winner(row):
             continue
         try:
-            key = canonical(row.test_vector)
+            key = keys.match_key(op, row.test_vector, canonical)
         except InputError as exc:
             raise exc.at(path, row.lineno) from None
         context = (row.arch, row.num_cu, row.num_chiplets, row.tuning_space)
@@ -200,3 +208,20 @@ def compare(a: Side, b: Side, threshold: float = DEFAULT_THRESHOLD) -> Compariso
         out.min_ratio, out.max_ratio = min(ratios), max(ratios)
     out.regressions.sort(key=lambda r: (r.ratio, r.test_vector))
     return out
+
+
+def pairs(a: Side, b: Side) -> list[Regression]:
+    """Every common problem with TFlops on both sides (ratio B/A), lowest ratio first: the
+    points of an A-vs-B plot; `compare` counts and thresholds the same ratios."""
+    out = [
+        Regression(key, ea.perf_config, eb.perf_config, ea.tflops, eb.tflops, eb.tflops / ea.tflops)
+        for key in a.entries.keys() & b.entries.keys()
+        if (ea := a.entries[key]).tflops is not None and (eb := b.entries[key]).tflops is not None
+    ]
+    out.sort(key=lambda r: (r.ratio, r.test_vector))
+    return out
+
+
+def improvements(a: Side, b: Side, threshold: float = DEFAULT_THRESHOLD) -> list[Regression]:
+    """Problems where B beats A by more than the threshold, biggest gain first."""
+    return [r for r in reversed(pairs(a, b)) if r.ratio > 1 + threshold]

@@ -12,7 +12,12 @@
   writes it so. A session imported from a file with a bare chip name keeps that name.
 - Formats: v3 (tuningRunner E3's ten columns), v2 (E2's five, one header per tuning space),
   t4 (the T4 autotuning results JSON of one session's candidates, for Kernel Tuner and the
-  autotuning-methodology tools).
+  autotuning-methodology tools), debug (every candidate as rocMLIR's `.debug` TSV, for its
+  quick-tuning tools: debugexport.py).
+- Key form (v3, v2): `plain` test vectors, or `split-k` ones ending `-supportsSplitK true|false`
+  (the row's own value, else what perfRunner assumes for a plain key: keys.with_form), as the
+  target perfRunner looks them up. Default: the newest chosen session's key_form, recorded when
+  it was opened (the form of its build) or imported (the form of its file).
 - The file is written to a temp file in the same folder and renamed: a failure leaves the old
   file, never half a new one.
 """
@@ -34,12 +39,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from mlirtuna import results, tuningdb
+from mlirtuna import debugexport, keys, results, tuningdb
 from mlirtuna.db import Database
 from mlirtuna.errors import NotFound, UserError
 from mlirtuna.models import Candidate, Job, Problem, Result, TuningSession
 
-FORMATS = ("v3", "v2", "t4")
+FORMATS = ("v3", "v2", "t4", "debug")
 T4_SCHEMA_VERSION = "1.0.0"  # Kernel Tuner's kernel_tuner/schema/T4/1.0.0/results-schema.json
 
 
@@ -53,6 +58,7 @@ class ExportQuery:
     sessions: tuple[int, ...] = ()
     op: str | None = None
     tuning_space: str | None = None
+    key_format: str | None = None  # plain | split-k; None: the newest chosen session's
 
 
 @dataclass
@@ -79,11 +85,19 @@ def render(db: Database, query: ExportQuery, fmt: str = "v3") -> Exported:
     if fmt not in FORMATS:
         raise UserError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
     results.check_op(query.op)
+    if query.key_format is not None and query.key_format not in keys.KEY_FORMS:
+        raise UserError(
+            f"unknown key format {query.key_format!r} (known: {', '.join(keys.KEY_FORMS)})"
+        )
     with db.session() as s:
         if fmt == "t4":
             return _render_t4(s, select_t4_session(s, query), query.op)
         chosen = select_sessions(s, query)
-        rows, used = winner_rows(s, chosen, query.op)
+        if fmt == "debug":
+            text, count = debugexport.render(s, chosen, query.op)
+            return Exported(text, count, sorted(x.id for x in chosen), fmt)
+        form = query.key_format or chosen[0].key_form or keys.PLAIN
+        rows, used = winner_rows(s, chosen, query.op, form)
     if not rows:
         raise UserError(f"no completed results in session(s) {_ids(chosen)}{_op_text(query)}")
     text = io.StringIO()
@@ -196,7 +210,7 @@ def _op_text(query: ExportQuery) -> str:
 
 
 def winner_rows(
-    s: Session, chosen: Sequence[TuningSession], op: str | None = None
+    s: Session, chosen: Sequence[TuningSession], op: str | None = None, form: str = keys.PLAIN
 ) -> tuple[list[tuningdb.TuningRow], set[int]]:
     """One row per problem from the newest of `chosen` (newest first) that has it, and the
     sessions that gave rows; one query."""
@@ -212,6 +226,8 @@ def winner_rows(
             Result.duration_s,
             Job.compile_start,
             Job.compile_end,
+            Problem.op,
+            Result.key_suffix,
         )
         .join(Problem, Problem.id == Result.problem_id)
         .outerjoin(Job, Job.id == Result.job_id)
@@ -226,7 +242,7 @@ def winner_rows(
             best[r.problem_id] = r
     # Session columns read once per session, not through the ORM once per row.
     columns = {x.id: _SessionColumns.of(x) for x in chosen}
-    rows = [columns[r.session_id].row(r) for r in best.values()]
+    rows = [columns[r.session_id].row(r, form) for r in best.values()]
     rows.sort(key=lambda row: row.test_vector)
     return rows, {r.session_id for r in best.values()}
 
@@ -255,12 +271,15 @@ class _SessionColumns:
             x.arch_full, x.num_cu, x.num_chiplets, x.tuning_space, x.mlir_v or None, x.created_at
         )
 
-    def row(self, r: Any) -> tuningdb.TuningRow:
+    def row(self, r: Any, form: str = keys.PLAIN) -> tuningdb.TuningRow:
+        vector = r.test_vector
+        if form != keys.PLAIN:
+            vector = keys.with_form(r.op, vector, r.key_suffix, form)
         return tuningdb.TuningRow(
             arch=self.arch,
             num_cu=self.num_cu,
             num_chiplets=self.num_chiplets,
-            test_vector=r.test_vector,
+            test_vector=vector,
             perf_config=r.perf_config,
             # Legacy imports have no TFlops; "nan" is what str(float) prints and readers skip.
             tflops=math.nan if r.tflops is None else r.tflops,

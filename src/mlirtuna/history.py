@@ -15,6 +15,14 @@ Rules (docs: rocmlir-interfaces §1d, §2a, §5):
 - Rows E2 wrote for "no valid perf config" (`None`, `-inf`) are skipped and counted; a TFlops of
   `nan` (export's "unknown") imports as no TFlops.
 - The same problem twice in one session: the later row wins, as in perfRunner's dict.
+- E2.5 files: each `# commit:` section's commit and space apply to its rows, so one file may
+  give several sessions. Its `### ` error lines become jobs in state `error` whose result is the
+  line's text, in the session of the nearest row of the same section (a config that also has a
+  winner there keeps the winner); the config is found in the text with the op's parser, and a
+  line naming none is counted (`errors_unmatched`) and printed, never dropped silently.
+- Keys with `-supportsSplitK true|false` or fusion words (`-inputFusions=…`): the problem is the
+  plain key's, the result keeps the suffix (`key_suffix`) and the session the key form
+  (split-k if any of its rows had the flag), so export can write the file's form back.
 - Any bad row is `FILE:LINE: message` and nothing is written: the whole run is one transaction.
 """
 
@@ -23,6 +31,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,15 +39,16 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from mlirtuna import configs, problems, tuningdb
+from mlirtuna import configs, keys, problems, tuningdb
 from mlirtuna.db import Database, utcnow
 from mlirtuna.errors import InputError, UserError
-from mlirtuna.models import Result, TuningSession
+from mlirtuna.models import ERROR, Job, Result, TuningSession
 
 TUNER = "imported"
 DEFAULT_TUNING_SPACE = "exhaustive"
 DEFAULT_NUM_CHIPLETS = 1
 # Column widths of the session and result tables (models.py).
+_QUOTED_RE = re.compile(r"'([^']+)'|\"([^\"]+)\"")
 _LIMITS = {"arch": 32, "arch_full": 128, "tuning space": 16, "commitId": 64, "perfConfig": 255}
 
 
@@ -68,6 +78,7 @@ class _Winner:
     kernel_time: float | None
     tuned_at: dt.datetime | None
     duration_s: float | None
+    key_suffix: str = ""
 
 
 @dataclass
@@ -77,6 +88,13 @@ class _Group:
     path: str
     context: Context
     winners: dict[str, _Winner] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)  # canonical -> the ### line's text
+    lines: list[int] = field(default_factory=list)  # line numbers of its rows
+
+    @property
+    def key_form(self) -> str:
+        split_k = any(keys.split_k_of(w.key_suffix) is not None for w in self.winners.values())
+        return keys.SPLIT_K if split_k else keys.PLAIN
 
 
 @dataclass
@@ -89,6 +107,8 @@ class ImportedSession:
     tuning_space: str
     commit: str
     results: int
+    failed: int = 0
+    key_form: str = keys.PLAIN
 
 
 @dataclass
@@ -99,12 +119,23 @@ class TsvImportReport:
     results: int = 0
     problems: int = 0
     new_problems: int = 0
+    failed: int = 0  # E2.5 "### " lines kept as failed jobs
+    errors_unmatched: list[str] = field(default_factory=list)  # FILE:LINE: text, no config
     sessions: list[ImportedSession] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         d = {
             k: getattr(self, k)
-            for k in ("files", "rows", "skipped", "results", "problems", "new_problems")
+            for k in (
+                "files",
+                "rows",
+                "skipped",
+                "results",
+                "problems",
+                "new_problems",
+                "failed",
+                "errors_unmatched",
+            )
         }
         d["sessions"] = [vars(x) for x in self.sessions]
         return d
@@ -128,6 +159,7 @@ def import_tsv(
         report.rows += len(parsed.rows)
         groups.extend(parser.groups(parsed, report))
     report.results = sum(len(g.winners) for g in groups)
+    report.failed = sum(len(g.failed) for g in groups)
     if not report.results:
         raise UserError(
             f"nothing to import: no tuning rows with a perf config in {', '.join(paths)}"
@@ -177,7 +209,54 @@ class _Parser:
             if group is None:
                 group = by_context[context] = _Group(parsed.path, context)
             group.winners[winner.test_vector] = winner  # a later row wins, as in perfRunner
-        return list(by_context.values())
+            group.lines.append(row.lineno)
+        groups = list(by_context.values())
+        for error in parsed.errors:
+            self.attach_error(parsed.path, error, groups, report)
+        return groups
+
+    def attach_error(
+        self,
+        path: str,
+        error: tuningdb.TuningError,
+        groups: list[_Group],
+        report: TsvImportReport,
+    ) -> None:
+        """A `### ` line into the session of the nearest row of its section (same commit and
+        space); its config is found in the text."""
+        commit = error.commit_id or ""
+        space = error.tuning_space or self.fill.tuning_space or DEFAULT_TUNING_SPACE
+        same = [g for g in groups if g.context.commit == commit and g.context.tuning_space == space]
+        canonical = self.vector_in(error.text)
+        if not same or canonical is None:
+            report.errors_unmatched.append(f"{path}:{error.lineno}: {error.text}")
+            return
+        group = min(same, key=lambda g: min(abs(n - error.lineno) for n in g.lines))
+        if canonical not in group.winners:
+            group.failed[canonical] = error.text
+
+    def vector_in(self, text: str) -> str | None:
+        """The canonical vector named in `text` (the line's wording around the config is the
+        tool's, not a format): a quoted part that parses, else the longest run of words from
+        one of the first words that look like a config's start."""
+        for match in _QUOTED_RE.finditer(text):
+            found = self._try_vector(match.group(1) or match.group(2))
+            if found is not None:
+                return found
+        words = [w.strip("'\"`:,;") for w in text.split()]
+        starts = [i for i, w in enumerate(words) if w.startswith(("-", "conv"))][:2]
+        for start in starts:
+            for end in range(len(words), start, -1):
+                found = self._try_vector(" ".join(words[start:end]))
+                if found is not None:
+                    return found
+        return None
+
+    def _try_vector(self, text: str) -> str | None:
+        try:
+            return self.vector(keys.split_key(text).plain)[0]
+        except InputError:
+            return None
 
     def context(self, row: tuningdb.TuningRow) -> Context:
         key = (row.arch, row.num_cu, row.num_chiplets, row.tuning_space, row.commit_id)
@@ -216,7 +295,8 @@ class _Parser:
         return known
 
     def winner(self, row: tuningdb.TuningRow) -> _Winner:
-        canonical, flops = self.vector(row.test_vector)
+        key = keys.split_key(row.test_vector)
+        canonical, flops = self.vector(key.plain)
         if len(row.perf_config) > _LIMITS["perfConfig"]:
             _check_width("perfConfig", row.perf_config)
         tflops = None if row.tflops is None or math.isnan(row.tflops) else row.tflops
@@ -231,6 +311,7 @@ class _Parser:
             kernel_time=flops / (tflops * 1e3) if tflops else None,
             tuned_at=_timestamp(row.timestamp),
             duration_s=duration if duration is None or math.isfinite(duration) else None,
+            key_suffix=key.suffix,
         )
 
 
@@ -275,6 +356,7 @@ def _write_group(
         tuner=TUNER,
         host="",
         created_at=min(times) if times else utcnow(),
+        key_form=group.key_form,
     )
     s.add(row)
     s.flush()
@@ -290,10 +372,27 @@ def _write_group(
                 "tflops": w.tflops,
                 "tuned_at": w.tuned_at,
                 "duration_s": w.duration_s,
+                "key_suffix": w.key_suffix,
             }
             for w in group.winners.values()
         ],
     )
+    if group.failed:
+        now = utcnow()
+        s.execute(
+            sa.insert(Job.__table__),
+            [
+                {
+                    "session_id": row.id,
+                    "problem_id": ids[vector],
+                    "reason": "imported: a ### line of the tuning DB",
+                    "state": ERROR,
+                    "result": text,
+                    "finished_at": now,
+                }
+                for vector, text in group.failed.items()
+            ],
+        )
     return ImportedSession(
         row.id,
         group.path,
@@ -303,4 +402,6 @@ def _write_group(
         c.tuning_space,
         c.commit,
         len(group.winners),
+        len(group.failed),
+        group.key_form,
     )

@@ -29,6 +29,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from mlirtuna.keys import perf_config_family
+
 # Constraint names are fixed so that migrations name them the same on every backend.
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -44,7 +46,9 @@ BigId = BigInteger().with_variant(Integer(), "sqlite")
 # Job states (design.md, "The job life cycle").
 NEW, RUNNING, COMPLETED, ERROR, CANCELLED = "new", "running", "completed", "error", "cancelled"
 JOB_STATES = (NEW, RUNNING, COMPLETED, ERROR, CANCELLED)
-TUNING_SPACES = ("quick", "full", "greedy", "exhaustive")
+# Every space some tuningRunner offers (lfbo: rocmlirTriton; smart: rocMLIR's analysis work);
+# which ones a build has is read from its --help (tuners.rocmlir.Era).
+TUNING_SPACES = ("quick", "full", "greedy", "exhaustive", "lfbo", "smart")
 
 
 class Base(DeclarativeBase):
@@ -184,6 +188,13 @@ class TuningSession(Base):
     tuner: Mapped[str] = mapped_column(String(16))  # rocmlir | cpu | sleep | imported
     host: Mapped[str] = _str(200)  # where it was opened (for cpu sessions: the CPU model)
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
+    # The key form the session's perfRunner reads (keys.KEY_FORMS): export's default.
+    key_form: Mapped[str] = mapped_column(String(16), default="plain", server_default="plain")
+    # tuningRunner E4 settings that change results (None: the tool's default, flag not passed).
+    rep_ms: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    warmup_ms: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    gpu_run_timeout_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    lfbo_effort: Mapped[str | None] = mapped_column(String(8), nullable=True)
 
 
 class Job(Base):
@@ -236,6 +247,15 @@ class Attempt(Base):
     message: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
+def _family_default(context) -> str:
+    return perf_config_family(context.get_current_parameters().get("perf_config") or "")
+
+
+def _perf_family() -> Mapped[str]:
+    """keys.perf_config_family of the row's perf_config, filled on insert (one place for it)."""
+    return mapped_column(String(16), default=_family_default, server_default="")
+
+
 class Result(Base):
     """The winner of one problem in one session."""
 
@@ -245,13 +265,18 @@ class Result(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     session_id: Mapped[int] = mapped_column(ForeignKey("session.id"))
     problem_id: Mapped[int] = mapped_column(ForeignKey("problem.id"), index=True)
-    job_id: Mapped[int | None] = mapped_column(ForeignKey("job.id"), nullable=True)
+    # Indexed: a job's page looks its winner up by job (dashboard, `jobs show`).
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("job.id"), nullable=True, index=True)
     perf_config: Mapped[str] = mapped_column(String(255))
     kernel_time: Mapped[float | None] = mapped_column(Double, nullable=True)  # ns
     tflops: Mapped[float | None] = mapped_column(Double, nullable=True)
     # For results imported from a .tsv: the row's own commit, timestamp and duration.
     tuned_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
     duration_s: Mapped[float | None] = mapped_column(Double, nullable=True)
+    perf_family: Mapped[str] = _perf_family()
+    # What the key had after the plain test vector (keys.Key.suffix): "" (plain),
+    # "-supportsSplitK true|false", fusion words. Imported rows keep their file's form.
+    key_suffix: Mapped[str] = _str(255)
 
 
 class Candidate(Base):
@@ -268,3 +293,4 @@ class Candidate(Base):
     kernel_time: Mapped[float | None] = mapped_column(Double, nullable=True)  # ns
     tflops: Mapped[float | None] = mapped_column(Double, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)  # why it was invalid
+    perf_family: Mapped[str] = _perf_family()

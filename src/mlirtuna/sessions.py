@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import sqlalchemy as sa
 
-from mlirtuna import machine
+from mlirtuna import keys, machine
 from mlirtuna.db import Database, utcnow
 from mlirtuna.errors import NotFound, UserError
 from mlirtuna.models import TUNING_SPACES, TuningSession
 
+log = logging.getLogger(__name__)
 TUNERS = ("rocmlir", "cpu", "sleep")
 ENV_BUILD_DIR = "MLIRTUNA_ROCMLIR_BUILD"
 DEFAULT_TUNING_SPACE = "full"  # tuningRunner E3's default
+CPU_SPACES = ("quick", "full", "greedy", "exhaustive")
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,11 @@ class Session:
     tuner: str
     host: str
     created_at: str
+    key_form: str = keys.PLAIN
+    rep_ms: int | None = None
+    warmup_ms: int | None = None
+    gpu_run_timeout_s: int | None = None
+    lfbo_effort: str | None = None
 
     @classmethod
     def from_row(cls, row: TuningSession) -> Session:
@@ -63,6 +71,12 @@ class SessionSpec:
     ticket: str = ""
     docker: str | None = None
     mlir_build_dir: str | None = None
+    # tuningRunner E4 settings (they change results, so they belong to the session).
+    rep_ms: int | None = None
+    warmup_ms: int | None = None
+    gpu_run_timeout_s: int | None = None
+    lfbo_effort: str | None = None
+    key_form: str | None = None  # None: the build's form (plain without a build)
 
 
 def detect(spec: SessionSpec) -> SessionSpec:
@@ -82,9 +96,58 @@ def detect(spec: SessionSpec) -> SessionSpec:
         else ((machine.git_hash(build_dir) if build_dir else None) or "")
     )
     out.docker = spec.docker if spec.docker is not None else (machine.docker_image() or "")
+    _check_settings(out, build_dir)
     if spec.tuner in ("cpu", "sleep"):
         return _fill_cpu(out)
     return _fill_gpu(out)
+
+
+def _check_settings(spec: SessionSpec, build_dir: str | None) -> None:
+    """Settings and space against what the build's tuningRunner offers (read from its --help),
+    and the key form its perfRunner expects; one clear error for anything it lacks."""
+    if spec.key_form is not None and spec.key_form not in keys.KEY_FORMS:
+        raise UserError(f"unknown key form {spec.key_form!r} (known: {', '.join(keys.KEY_FORMS)})")
+    if spec.lfbo_effort is not None and spec.lfbo_effort not in ("quick", "full"):
+        raise UserError(f"--lfbo-effort {spec.lfbo_effort!r}: expected quick or full")
+    settings = [flag for flag, name in _SETTING_FLAGS if getattr(spec, name) is not None]
+    for flag, name in _SETTING_FLAGS[:3]:
+        value = getattr(spec, name)
+        if value is not None and value <= 0:
+            raise UserError(f"{flag} {value}: expected a positive number")
+    if spec.tuner == "cpu" and spec.tuning_space not in CPU_SPACES:
+        raise UserError(
+            f"the cpu tuner has no tuning space {spec.tuning_space!r} "
+            f"(it has: {', '.join(CPU_SPACES)})"
+        )
+    if spec.tuner != "rocmlir":
+        if settings:
+            raise UserError(f"{', '.join(settings)}: settings of the rocmlir tuner (E4) only")
+        spec.key_form = spec.key_form or keys.PLAIN
+        return
+    if not build_dir:
+        spec.key_form = spec.key_form or keys.PLAIN
+        return
+    from mlirtuna.errors import TunerError
+    from mlirtuna.tuners.rocmlir import RocmlirTuner, build_key_form
+
+    try:
+        tuner = RocmlirTuner(build_dir)
+        era = tuner.era
+    except (UserError, TunerError) as exc:
+        # No tuningRunner.py there, or it cannot run here (E3/E4 need a GPU even for --help):
+        # the worker checks the same against the build it runs.
+        log.warning("not checked against the build's tuningRunner.py: %s", exc)
+        spec.key_form = spec.key_form or keys.PLAIN
+        return
+    if era.tuning_spaces and spec.tuning_space not in era.tuning_spaces:
+        raise UserError(
+            f"tuning space {spec.tuning_space!r} is not offered by {tuner.script} ({era.name}; "
+            f"it has: {', '.join(era.tuning_spaces)})"
+        )
+    lacking = [flag for flag in settings if flag not in era.flags]
+    if lacking:
+        raise UserError(f"{tuner.script} ({era.name}) has no {', '.join(lacking)}")
+    spec.key_form = spec.key_form or build_key_form(tuner.build_dir, era)
 
 
 def _fill_cpu(spec: SessionSpec) -> SessionSpec:
@@ -128,6 +191,14 @@ def _fill_gpu(spec: SessionSpec) -> SessionSpec:
     return spec
 
 
+_SETTING_FLAGS = (
+    ("--rep", "rep_ms"),
+    ("--warmup", "warmup_ms"),
+    ("--gpu-run-timeout", "gpu_run_timeout_s"),
+    ("--lfbo-effort", "lfbo_effort"),
+)
+
+
 def create(db: Database, spec: SessionSpec) -> Session:
     spec = detect(spec)
     row = TuningSession(
@@ -144,6 +215,11 @@ def create(db: Database, spec: SessionSpec) -> Session:
         tuner=spec.tuner,
         host=_host(spec.tuner),
         created_at=utcnow(),
+        key_form=spec.key_form or keys.PLAIN,
+        rep_ms=spec.rep_ms,
+        warmup_ms=spec.warmup_ms,
+        gpu_run_timeout_s=spec.gpu_run_timeout_s,
+        lfbo_effort=spec.lfbo_effort,
     )
     with db.session() as s:
         s.add(row)

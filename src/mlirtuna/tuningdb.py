@@ -8,7 +8,12 @@ Four layouts exist in the wild (see docs/reference: rocmlir-interfaces §1d, §2
   ``--tflops``) or the 4-column form ``...\\tperfConfig (space)`` without it.
 - ``tuna``: MITuna's export, ``# arch\\tnumCUs\\ttestVector\\tperfConfig (tuna)``; "tuna" there is a
   label, not a tuning space.
-- ``v3``: tuningRunner E3's ten columns (``V3_COLUMNS``).
+- ``v3``: tuningRunner E3's ten columns (``V3_COLUMNS``); E4 (rocmlirTriton) writes the same.
+- ``e2.5``: rocMLIR late 2025: a ``# commit: HASH`` line, then an E2-style header with the space
+  in parentheses (``perfConfig (quick)\tTFlops``), later with ``numChiplets`` after numCUs; failed
+  configs are written as lines starting ``### `` (kept as TuningError, with their text). A file
+  appended by several runs holds several commit/header sections; each section's commit and space
+  apply to its rows and errors.
 
 rocMLIR prints one header per invocation and appends, so one file may hold several headers of
 different kinds. The reader maps columns by the header's names (as E3's own reader does) and is
@@ -18,6 +23,7 @@ FILE:LINE, where perfRunner would print a warning and silently drop it.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 import os
@@ -58,7 +64,9 @@ _ALIASES = {
     "timestamp": "timestamp",
     "durationsec": "durationSec",
 }
-_SPACE_RE = re.compile(r"\((\w+)\)")
+_SPACE_RE = re.compile(r"\(\s*(\w+)\s*\)")
+_COMMIT_RE = re.compile(r"^#\s*commit:\s*(\S+)\s*$")
+ERROR_MARK = "### "
 # Positional layouts for rows that come before any header (perfRunner's parse_tuning_db_line).
 _POSITIONAL = {
     "legacy": ("arch", "testVector", "perfConfig"),
@@ -104,15 +112,26 @@ class TuningHeader:
     lineno: int
 
 
+@dataclass(frozen=True)
+class TuningError:
+    """An E2.5 ``### `` line: a config that failed, with the section it was written in."""
+
+    text: str  # the line without its "### " mark
+    tuning_space: str | None
+    commit_id: str | None
+    lineno: int
+
+
 @dataclass
 class TuningFile:
-    """A parsed tuning DB: every row in file order, every header seen, and the layouts present
-    (rows before any header count by their positional layout)."""
+    """A parsed tuning DB: every row in file order, every header seen, the layouts present
+    (rows before any header count by their positional layout) and E2.5's error lines."""
 
     path: str
     rows: list[TuningRow] = field(default_factory=list)
     headers: list[TuningHeader] = field(default_factory=list)
     kinds: set[str] = field(default_factory=set)
+    errors: list[TuningError] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------
@@ -130,19 +149,30 @@ def parse_tuning_db(lines: Iterable[str], path: str = "<tuning db>") -> TuningFi
     """Parse tuning-DB text given as lines (a file object works); see read_tuning_db."""
     result = TuningFile(path)
     header: TuningHeader | None = None
+    commit: str | None = None  # E2.5's "# commit: HASH" of the current section
     for lineno, raw in enumerate(lines, start=1):
         line = raw.rstrip("\r\n")
         if not line.strip():
             continue
         try:
-            if line.startswith("#"):
-                new_header = _parse_header(line, lineno)
+            if line.startswith(ERROR_MARK):
+                space = header.tuning_space if header else None
+                text = line[len(ERROR_MARK) :].strip()
+                result.errors.append(TuningError(text, space, commit, lineno))
+            elif _COMMIT_RE.match(line):
+                commit = _COMMIT_RE.match(line).group(1)
+                header = None  # a new run's section: its header follows
+            elif line.startswith("#"):
+                new_header = _parse_header(line, lineno, commit)
                 if new_header is not None:
                     header = new_header
                     result.headers.append(header)
                     result.kinds.add(header.kind)
             elif header is not None:
-                result.rows.append(_parse_with_header(line.split("\t"), header, lineno))
+                row = _parse_with_header(line.split("\t"), header, lineno)
+                if row.commit_id is None and commit:
+                    row = dataclasses.replace(row, commit_id=commit)
+                result.rows.append(row)
             else:
                 kind, row = _parse_headerless(line.split("\t"), lineno)
                 result.kinds.add(kind)
@@ -152,8 +182,9 @@ def parse_tuning_db(lines: Iterable[str], path: str = "<tuning db>") -> TuningFi
     return result
 
 
-def _parse_header(line: str, lineno: int) -> TuningHeader | None:
-    """A `# arch\\t...` header, or None for any other comment (perfRunner skips those)."""
+def _parse_header(line: str, lineno: int, commit: str | None = None) -> TuningHeader | None:
+    """A `# arch\\t...` header, or None for any other comment (perfRunner skips those).
+    A header under a `# commit:` line is E2.5's (its columns otherwise look like E2's or E3's)."""
     text = line[1:].strip()
     cells = text.split("\t")
     if len(cells) < 3 or cells[0].strip().lower() != "arch":
@@ -162,6 +193,8 @@ def _parse_header(line: str, lineno: int) -> TuningHeader | None:
     match = _SPACE_RE.search(text)
     space = match.group(1) if match else None
     kind = _header_kind(names, space)
+    if commit is not None and "commitId" not in names:
+        kind = "e2.5"
     if space == "tuna":
         space = None  # MITuna's label, not a tuning space
     return TuningHeader(kind, names, space, lineno)

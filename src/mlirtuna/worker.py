@@ -326,6 +326,10 @@ class Worker:
             timeout_s=self.job_timeout_s,
             mlir_build_dir=self.settings.mlir_build_dir,
             cpu_mem_limit=self.settings.cpu_mem_limit,
+            rep_ms=getattr(sess, "rep_ms", None),
+            warmup_ms=getattr(sess, "warmup_ms", None),
+            gpu_run_timeout_s=getattr(sess, "gpu_run_timeout_s", None),
+            lfbo_effort=getattr(sess, "lfbo_effort", None),
         )
 
     def _retrying(self, fn):

@@ -82,6 +82,9 @@ def _register() -> None:
     except ImportError:  # pragma: no cover
         return
     resultscmd.register(app)
+    from mlirtuna.cli import servecmd
+
+    servecmd.register(app)
 
 
 _register()

@@ -44,7 +44,14 @@ def export(
         "v3",
         "--format",
         help="v3 (tuningRunner E3, 10 columns), v2 "
-        "(E2, 5 columns) or t4 (T4 results JSON of one session).",
+        "(E2, 5 columns), t4 (T4 results JSON of one session) or debug (every candidate as "
+        "rocMLIR's .debug TSV, for quickTuningGen.py and tuning_eval; one op per file).",
+    ),
+    key_format: str = typer.Option(
+        None,
+        "--key-format",
+        help="plain, or split-k (keys end -supportsSplitK true|false) for the newest perfRunner "
+        "[the form of the newest session's build].",
     ),
     output: str = typer.Option(
         ..., "-o", "--output", help="File to write (atomically); - for stdout."
@@ -63,6 +70,7 @@ def export(
         sessions=tuple(session or ()),
         op=op,
         tuning_space=tuning_space,
+        key_format=key_format,
     )
     done = exporting.export(common.database(ctx), query, fmt, output)
     if as_json:
@@ -104,11 +112,17 @@ def import_tsv(
     for x in report.sessions:
         print(
             f"session {x.id}: {x.results} results from {x.file} ({x.arch}, {x.num_cu} CUs, "
-            f"{x.num_chiplets} chiplet(s), {x.tuning_space}, commit {x.commit or 'unknown'})"
+            f"{x.num_chiplets} chiplet(s), {x.tuning_space}, commit {x.commit or 'unknown'}"
+            + (f", {x.failed} failed jobs" if x.failed else "")
+            + (f", {x.key_form} keys" if x.key_form != "plain" else "")
+            + ")"
         )
+    for line in report.errors_unmatched:
+        common.err(f"{line} (a ### error line naming no {op} config: not imported)")
     common.err(
         f"{report.rows} rows read, {report.skipped} without a winner skipped; "
         f"{report.problems} problems, {report.new_problems} new"
+        + (f"; {report.failed} ### error lines kept as failed jobs" if report.failed else "")
     )
 
 

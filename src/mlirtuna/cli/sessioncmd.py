@@ -16,7 +16,9 @@ def new(
     ctx: typer.Context,
     tuner: str = typer.Option("cpu", "--tuner", help="rocmlir or cpu (sleep for tests)."),
     tuning_space: str = typer.Option(
-        sessions.DEFAULT_TUNING_SPACE, "--tuning-space", help="quick, full, greedy or exhaustive."
+        sessions.DEFAULT_TUNING_SPACE,
+        "--tuning-space",
+        help="quick, full, greedy, exhaustive; lfbo or smart if the build's tuningRunner has them.",
     ),
     arch: str = typer.Option(None, "--arch", help="Chip name, e.g. gfx942 [detected]."),
     arch_full: str = typer.Option(
@@ -30,6 +32,15 @@ def new(
     ticket: str = typer.Option("", "--ticket", help="Ticket or issue id."),
     docker: str = typer.Option(None, "--docker", help="Docker image [from the environment]."),
     mlir_build_dir: str = common.mlir_build_dir_opt(),
+    rep: int = typer.Option(None, "--rep", help="E4: benchmark time budget per candidate, ms."),
+    warmup: int = typer.Option(None, "--warmup", help="E4: warm-up time budget, ms."),
+    gpu_run_timeout: int = typer.Option(
+        None, "--gpu-run-timeout", help="E4: seconds a GPU run may take."
+    ),
+    lfbo_effort: str = typer.Option(None, "--lfbo-effort", help="E4: quick or full (lfbo space)."),
+    key_form: str = typer.Option(
+        None, "--key-format", help="plain or split-k: export's default [the build's perfRunner]."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the new session as JSON."),
 ) -> None:
     """Open a session, detecting what the flags leave out (never guessing)."""
@@ -46,6 +57,11 @@ def new(
         ticket=ticket,
         docker=docker,
         mlir_build_dir=mlir_build_dir,
+        rep_ms=rep,
+        warmup_ms=warmup,
+        gpu_run_timeout_s=gpu_run_timeout,
+        lfbo_effort=lfbo_effort,
+        key_form=key_form,
     )
     created = sessions.create(common.database(ctx), spec)
     if as_json:

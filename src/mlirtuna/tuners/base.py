@@ -36,11 +36,16 @@ class TuneContext:
     arch_full: str  # with feature flags, e.g. gfx942:sramecc+:xnack-
     num_cu: int
     num_chiplets: int
-    tuning_space: str  # quick | full | greedy | exhaustive
+    tuning_space: str  # quick | full | greedy | exhaustive | lfbo | smart
     gpu_id: int = 0  # -1 for a CPU worker
     timeout_s: float | None = None  # the job timeout; the tuner must stop by then
     mlir_build_dir: str | None = None
     cpu_mem_limit: int = 4 << 30  # bytes; cpu tuner refuses larger problems up front
+    # Session settings tuningRunner E4 takes (None: not passed, the tool's default).
+    rep_ms: int | None = None
+    warmup_ms: int | None = None
+    gpu_run_timeout_s: int | None = None
+    lfbo_effort: str | None = None
 
 
 @dataclass

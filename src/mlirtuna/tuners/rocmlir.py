@@ -23,6 +23,15 @@ Two eras of tuningRunner.py are in use and take different flags (reference: rocm
   card 0 whatever the worker pinned. It also gets a per-config `--timeout` and
   `--abort-on-error` (with one config it only makes failure explicit).
 
+E2.5 (rocMLIR, late 2025) is driven as E2 (its flags are E2's plus the greedy space); it writes a
+`# commit:` line per run and a failed config as a `### ` line, which becomes the job's error.
+E4 (rocmlirTriton's "rocmlirTriton tuning runner", parts being ported back to rocMLIR) is driven
+as E3, plus the session settings that change its results: `--rep`, `--warmup`,
+`--gpu-run-timeout`, `--lfbo-effort`. Its driver's exit status 3 is recorded by the tool as
+state `gpu_timed_out` in `<output>.state`: the job's error then says "GPU run timed out". A
+candidate the driver printed as `Discarded` is invalid with that reason. E4 writes keys with
+`-supportsSplitK`: they are matched to the problem by their plain part (mlirtuna.keys).
+
 Attention is tuned with `--verify-mode none`, as MITuna and rocMLIR's weekly CI do: there is no
 GPU verifier for attention (E3 falls back to a slow CPU reference with relaxed thresholds), and
 an E2 verification failure exits 0 having written nothing.
@@ -33,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import datetime as dt
+import json
 import math
 import os
 import re
@@ -44,7 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from mlirtuna import tuningdb
+from mlirtuna import keys, tuningdb
 from mlirtuna.errors import InputError, TunerError, TunerTimeout, UserError
 from mlirtuna.problems import Problem
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome
@@ -66,13 +76,25 @@ TOOL_TIMEOUT_FRACTION = 0.9
 _FLAG_RE = re.compile(r"(?<![\w-])--[A-Za-z][\w-]*")
 _SPACES_RE = re.compile(r"--tuning-space\s*\{([^}]*)\}")
 _TIMED_OUT_RE = re.compile(r"Tuning timed out after")
+# One line of rocmlir-tuning-driver's output as E4 logs it with --debug: "<perfConfig>\tDiscarded".
+_DISCARDED_RE = re.compile(r"(\S+)\tDiscarded\s*$", re.MULTILINE)
+GPU_TIMED_OUT = "gpu_timed_out"
+# Session settings -> (E4 flag, TuneContext field).
+E4_SETTINGS = (
+    ("--rep", "rep_ms"),
+    ("--warmup", "warmup_ms"),
+    ("--gpu-run-timeout", "gpu_run_timeout_s"),
+    ("--lfbo-effort", "lfbo_effort"),
+)
+# Eras driven like E2 (device through the environment, --tflops) and like E3 (--gpus).
+E2_LIKE = ("E2", "E2.5")
 
 
 @dataclass(frozen=True)
 class Era:
     """What one tuningRunner.py accepts, as read from its --help."""
 
-    name: str  # E2 | E3
+    name: str  # E2 | E2.5 | E3 | E4
     flags: frozenset[str]
     tuning_spaces: tuple[str, ...]
 
@@ -87,15 +109,44 @@ class _Run:
 
 
 def detect_era(help_text: str) -> Era:
-    """E3 if the tool has --gpus; E2 if it has --rocmlir_gen_flags or --tflops but no --gpus."""
+    """E4 if it is rocmlirTriton's runner (its prog name, or --gpu-run-timeout); E3 if it has
+    --gpus; E2.5 if it has E2's flags and the greedy space; E2 if --rocmlir_gen_flags or
+    --tflops but no --gpus."""
     flags = frozenset(_FLAG_RE.findall(help_text))
     match = _SPACES_RE.search(help_text)
     spaces = tuple(s.strip() for s in match.group(1).split(",")) if match else ()
+    if "rocmlirTriton" in help_text or "--gpu-run-timeout" in flags:
+        return Era("E4", flags, spaces)
     if "--gpus" in flags:
         return Era("E3", flags, spaces)
     if "--rocmlir_gen_flags" in flags or "--tflops" in flags:
-        return Era("E2", flags, spaces)
-    raise TunerError("tuningRunner.py --help shows neither E2 nor E3 flags", detail=help_text)
+        return Era("E2.5" if "greedy" in spaces else "E2", flags, spaces)
+    raise TunerError(
+        "tuningRunner.py --help shows no known era's flags (E2, E2.5, E3, E4)", detail=help_text
+    )
+
+
+def build_key_form(build_dir: Path, era: Era) -> str:
+    """The key form the build's perfRunner reads: split-k where its perfRunner.py knows
+    -supportsSplitK (or, without one to read, for E4, whose keys carry it), else plain."""
+    perf_runner = build_dir / "bin" / "perfRunner.py"
+    if perf_runner.is_file():
+        text = perf_runner.read_text(encoding="utf-8", errors="replace")
+        return keys.SPLIT_K if keys.SPLIT_K_FLAG in text else keys.PLAIN
+    return keys.SPLIT_K if era.name == "E4" else keys.PLAIN
+
+
+def setting_flags(ctx: TuneContext, era: Era) -> list[str]:
+    """The session settings as flags; TunerError for one this era lacks (never dropped)."""
+    argv = []
+    for flag, name in E4_SETTINGS:
+        value = getattr(ctx, name)
+        if value is None:
+            continue
+        if flag not in era.flags:
+            raise TunerError(f"this tuningRunner.py ({era.name}) has no {flag} (session setting)")
+        argv.append(f"{flag}={value}")
+    return argv
 
 
 class RocmlirTuner:
@@ -172,10 +223,11 @@ class RocmlirTuner:
         ]
         if problem.op == "attention":
             argv.append("--verify-mode=none")  # see the module docstring
-        if era.name == "E2":
+        if era.name in E2_LIKE:
             argv += ["--tflops", "--rocmlir_gen_flags=--device=0"]
         else:
             argv.append(f"--gpus={ctx.gpu_id}")
+        argv += setting_flags(ctx, era)
         if "--timeout" in era.flags and ctx.timeout_s:
             argv.append(f"--timeout={max(1, math.floor(ctx.timeout_s * TOOL_TIMEOUT_FRACTION))}")
         if "--abort-on-error" in era.flags:
@@ -194,7 +246,7 @@ class RocmlirTuner:
     def _env(self, ctx: TuneContext, era: Era) -> dict[str, str]:
         env = scrubbed_env()
         pinned = env.get("ROCR_VISIBLE_DEVICES") or env.get("HIP_VISIBLE_DEVICES")
-        if era.name == "E2" and not pinned:
+        if era.name in E2_LIKE and not pinned:
             env["ROCR_VISIBLE_DEVICES"] = str(ctx.gpu_id)
         return env
 
@@ -247,8 +299,9 @@ class RocmlirTuner:
     # -- reading what it wrote ------------------------------------------------------------
 
     def _outcome(self, problem: Problem, ctx: TuneContext, out: Path, run: _Run) -> TuneOutcome:
+        _check_written_errors(out, run)
         if run.returncode != 0:
-            raise _failure(run)
+            raise _failure(run, out)
         row, notes = _result_row(problem, out, run)
         _check_gpu(row, ctx)
         if not row.has_perf_config or not row.has_valid_tflops:
@@ -260,7 +313,8 @@ class RocmlirTuner:
         flops = float(problem.flops())
         debug = out.with_name(out.name + ".debug")
         if debug.is_file():
-            candidates = _candidates(read_debug_file(debug), flops)
+            discarded = set(_DISCARDED_RE.findall(run.stderr))
+            candidates = _candidates(read_debug_file(debug), flops, discarded)
         else:
             candidates = []
             notes.append("tuningRunner wrote no .debug file; only its winner is recorded")
@@ -280,7 +334,40 @@ class RocmlirTuner:
 # ---------------------------------------------------------------------------------------------
 
 
-def _failure(run: _Run) -> TunerError:
+def _check_written_errors(out: Path, run: _Run) -> None:
+    """E2.5 writes a failed config as a `### ` line (and may exit 0): that text is the error."""
+    if not out.is_file():
+        return
+    try:
+        errors = tuningdb.read_tuning_db(out).errors
+    except InputError:
+        return  # a malformed file is reported by _result_row, with its line
+    if errors:
+        raise TunerError(f"tuningRunner: {errors[-1].text}", detail=_tail(run.stderr))
+
+
+def _failed_states(out: Path) -> set[str]:
+    """The states E3/E4 recorded in `<output>.state` for the configs that failed."""
+    path = out.with_name(out.name + ".state")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return {
+            state
+            for context in data.get("contexts", {}).values()
+            for state in context.values()
+            if isinstance(state, str)
+        }
+    except (OSError, ValueError, AttributeError):
+        return set()
+
+
+def _failure(run: _Run, out: Path | None = None) -> TunerError:
+    if out is not None and GPU_TIMED_OUT in _failed_states(out):
+        # E4: rocmlir-tuning-driver exited 3, the GPU run passed --gpu-run-timeout.
+        return TunerError(
+            "GPU run timed out (tuningRunner state gpu_timed_out, driver exit status 3)",
+            detail=_tail(run.stderr),
+        )
     if run.returncode < 0:
         what = f"was killed by signal {-run.returncode}"
     else:
@@ -321,7 +408,7 @@ def _result_row(problem: Problem, out: Path, run: _Run) -> tuple[tuningdb.Tuning
     if not rows:
         raise no_result
     row, notes = rows[-1], []
-    if row.test_vector != problem.canonical():
+    if keys.split_key(row.test_vector).plain != problem.canonical():
         notes.append(
             f"tuningRunner recorded the config as {row.test_vector!r}; "
             f"mlirtuna's canonical form is {problem.canonical()!r}"
@@ -349,6 +436,9 @@ def _check_gpu(row: tuningdb.TuningRow, ctx: TuneContext) -> None:
         f"tool reports {tool}, session is {session}: refusing to record a result tuned "
         "on a different GPU"
     )
+
+
+DISCARDED = "Discarded by rocmlir-tuning-driver (E4: over its time budget)"
 
 
 @dataclass(frozen=True)
@@ -408,11 +498,16 @@ def _candidate(perf_config: str, tool_tflops: float | None, flops: float) -> Can
     return Candidate(perf_config, kernel_time_ns=ns, tflops=flops / (ns * 1e3))
 
 
-def _candidates(rows: list[DebugRow], flops: float) -> list[Candidate]:
+def _candidates(
+    rows: list[DebugRow], flops: float, discarded: set[str] = frozenset()
+) -> list[Candidate]:
     """One candidate per perf config (greedy spaces may measure one twice: keep the best)."""
     best: dict[str, Candidate] = {}
     for row in rows:
-        cand = _candidate(row.perf_config, row.tflops, flops)
+        if row.tflops is None and row.perf_config in discarded:
+            cand = Candidate(row.perf_config, error=DISCARDED)
+        else:
+            cand = _candidate(row.perf_config, row.tflops, flops)
         prev = best.get(row.perf_config)
         if prev is None or (cand.valid and (not prev.valid or cand.tflops > prev.tflops)):
             best[row.perf_config] = cand

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """A stand-in for rocMLIR's mlir/utils/performance/tuningRunner.py, for mlirtuna's tests.
 
-It speaks the real tool's command line and file formats, for two eras chosen by
-FAKE_TUNINGRUNNER_ERA (default E3):
+It speaks the real tool's command line and file formats, for the eras chosen by
+FAKE_TUNINGRUNNER_ERA (default E3; E2.5 and E4 are described at their sections below):
 
 - E2 (late 2023 to 2025, what MITuna drives): argparse flags of that era (--rocmlir_gen_flags,
   --tflops, --compact-print, --tuning-space quick|full|exhaustive defaulting to exhaustive, no
@@ -24,7 +24,9 @@ Environment:
   FAKE_TUNINGRUNNER_LOG=path: append {"argv", "cwd", "env"} as one JSON line per invocation,
   FAKE_TUNINGRUNNER_CHILD_PIDFILE=path: where "hang" writes its child's pid,
   FAKE_TUNINGRUNNER_IGNORE_SIGTERM=1: "hang" ignores SIGTERM (so only SIGKILL stops it),
-  FAKE_TUNINGRUNNER_FAULT: fail | hang | none | garbage | wrong_arch | empty | crash_partial,
+  FAKE_TUNINGRUNNER_FAULT: fail | hang | none | garbage | wrong_arch | empty | crash_partial
+    (E2/E3), fail (E2.5: a "### " line), fail | gpu_timeout (E4: driver exit 3, gpu_timed_out),
+  FAKE_E25_NUM_CHIPLETS=0: an earlier E2.5 build, without the numChiplets column.
   FAKE_TUNINGRUNNER_STDERR_BYTES=N: first print N bytes of noisy stderr (invalid UTF-8, NUL),
   as a runaway compiler log does; the env logged also names which database secrets it got.
 
@@ -53,7 +55,10 @@ E3_SPACES = ["quick", "full", "greedy", "exhaustive"]
 VERIFY_MODES = ["none", "cpu", "gpu"]
 E2_TYPES = ["f32", "f16", "i8", "i8_i32", "i8_i8", "fp8", "fp8_f32", "fp8_fp8"]
 E3_TYPES = ["f32", "f16", "bf16", "i8", "i8_i32", "i8_i8", "fp8", "fp8_f32", "fp8_fp8", "f4E2M1FN"]
-SPACE_SIZES = {"quick": 8, "full": 40, "greedy": 60, "exhaustive": 150}
+SPACE_SIZES = {"quick": 8, "full": 40, "greedy": 60, "exhaustive": 150, "lfbo": 30}
+# E2.5 and E4 are their predecessors' formats with additions: helpers that only care about the
+# .debug columns and candidate measurements ask for the base era.
+BASE_ERA = {"E2": "E2", "E2.5": "E2", "E3": "E3", "E4": "E3"}
 V3_HEADER = (
     "# arch\tnumCUs\tnumChiplets\ttestVector\tperfConfig\tTFlops\ttuningSpace\tcommitId"
     "\ttimestamp\tdurationSec"
@@ -119,10 +124,16 @@ def e2_parser() -> argparse.ArgumentParser:
     return p
 
 
-def e3_parser(available_gpus: list[int]) -> argparse.ArgumentParser:
-    """E3's flags, choices and defaults (help texts are the stand-in's own words)."""
+def e3_parser(
+    available_gpus: list[int],
+    prog: str = "tuningRunner.py",
+    spaces: list[str] | None = None,
+    retry_states: tuple[str, ...] = ("failed", "timed_out", "crashed"),
+) -> argparse.ArgumentParser:
+    """E3's flags, choices and defaults (help texts are the stand-in's own words); E4 passes
+    its own prog, spaces and retry states and adds its flags (e4_parser)."""
     p = argparse.ArgumentParser(
-        prog="tuningRunner.py",
+        prog=prog,
         description="Stand-in for the E3 rocMLIR tuningRunner.py (conv, gemm, attention)",
         allow_abbrev=False,
     )
@@ -136,7 +147,7 @@ def e3_parser(available_gpus: list[int]) -> argparse.ArgumentParser:
     add("--mlir-build-dir", type=str, default=".", metavar="DIR", help="rocMLIR build directory")
     add("--rocmlir-gen-flags", "--rocmlir_gen_flags", default="", metavar="FLAGS", help="extra")
     add("-d", "--debug", action="store_true", default=False, help="also write <output>.debug")
-    add("--tuning-space", default="full", choices=E3_SPACES, help="tuning space kind")
+    add("--tuning-space", default="full", choices=spaces or E3_SPACES, help="tuning space kind")
     logging_group = p.add_mutually_exclusive_group()
     logging_group.add_argument("-q", "--quiet", action="store_true", default=False, help="quiet")
     logging_group.add_argument("-v", "--verbose", action="store_true", default=False, help="loud")
@@ -150,7 +161,7 @@ def e3_parser(available_gpus: list[int]) -> argparse.ArgumentParser:
     add(
         "--retry",
         nargs="+",
-        choices=["failed", "timed_out", "crashed"],
+        choices=list(retry_states),
         default=[],
         metavar="STATE",
         help="retry configs in these states",
@@ -201,6 +212,9 @@ def perf_configs(op: str, space: str, era: str) -> list[str]:
 
 def _perf_config(op: str, era: str, m: int, n: int, kpb: int, split_k: int) -> str:
     wave = min(m, n, 64)
+    if era == "E4":
+        return e4_named_perf_config(op, m, n, kpb, wave, split_k)
+    era = BASE_ERA[era]
     if op == "attention":
         if era == "E2":
             return f"attn:v1:{m},{n},64,{kpb},{wave},{wave},32,4,1,1,1"
@@ -398,20 +412,24 @@ class Result:
 
 def tune(op: str, config: str, space: str, gpu: Gpu, era: str, debug: bool, progress) -> Result:
     """Run the "driver" over the space; entries are .debug rows (TFlops NaN when N/A)."""
-    problem, flops = describe(op, config, gpu, era)
+    problem, flops = describe(op, config, gpu, BASE_ERA[era])
     result = Result(config)
     for i, pc in enumerate(perf_configs(op, space, era)):
         ns = None if FAULT == "none" else candidate_time_ns(config, pc, flops)
+        # E4's driver gives up on some candidates (over their time budget): "Discarded".
+        discarded = era == "E4" and ns is not None and e4_discarded(config, pc)
         if i > 0 and i % 100 == 0:
             progress(i, result)
-        result.driver_lines.append("{}\t{}".format(pc, "N/A" if ns is None else repr(ns)))
+        shown = "Discarded" if discarded else ("N/A" if ns is None else repr(ns))
+        result.driver_lines.append(f"{pc}\t{shown}")
         entry = dict(problem)
         entry["PerfConfig"] = pc
-        if "LDSBankConflict" in debug_columns(op, era):
+        if "LDSBankConflict" in debug_columns(op, BASE_ERA[era]):
             entry["LDSBankConflict"] = "NaN"  # perfRunner's value when rocprof metrics are absent
-        entry["TFlops"] = compute_tflops(flops, ns)
-        if era == "E3" and debug:
-            entry["MeasurementsMs"] = measurements_ms(config, pc, ns) if ns is not None else None
+        entry["TFlops"] = math.nan if discarded else compute_tflops(flops, ns)
+        if BASE_ERA[era] == "E3" and debug:
+            measured = ns is not None and not discarded
+            entry["MeasurementsMs"] = measurements_ms(config, pc, ns) if measured else None
         result.entries.append(entry)
         if not math.isnan(entry["TFlops"]) and entry["TFlops"] > result.max_tflops:
             result.max_tflops, result.winner = entry["TFlops"], pc
@@ -796,6 +814,231 @@ def e3_write_state(output: str, context: str, failed: dict) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# E2.5 (rocMLIR, late 2025): E2's command line plus the greedy space; a "# commit:" line before
+# each invocation's header, the space in the perfConfig column's parentheses, numChiplets after
+# numCUs in the later builds (FAKE_E25_NUM_CHIPLETS=0 for the earlier ones), failures written
+# into the file as "### " lines (and exit 1).
+# ---------------------------------------------------------------------------------------------
+
+E25_SPACES = ["quick", "full", "greedy", "exhaustive"]
+
+
+def e25_parser() -> argparse.ArgumentParser:
+    p = e2_parser()
+    for action in p._actions:  # the one change to E2's flags: a greedy space, default full
+        if action.dest == "tuning_space":
+            action.choices, action.default = E25_SPACES, "full"
+    p.description = "Stand-in for the E2.5 rocMLIR tuning runner (conv, gemm, attention)"
+    return p
+
+
+def e25_header(space: str, tflops: bool) -> str:
+    chiplets = "\tnumChiplets" if os.environ.get("FAKE_E25_NUM_CHIPLETS", "1") == "1" else ""
+    tail = f"perfConfig ({space})" + ("\tTFlops" if tflops else "")
+    return f"# arch\tnumCUs{chiplets}\ttestVector\t{tail}"
+
+
+def e25_main(argv: list[str]) -> int:
+    gpu = Gpu()
+    args = e25_parser().parse_args(argv)
+    if args.op not in ("conv", "gemm", "attention"):
+        raise RuntimeError("Tuning operation was not provided/found")
+    configs = args.config if args.config else read_configs_file(args.configs_file)
+    with_chiplets = os.environ.get("FAKE_E25_NUM_CHIPLETS", "1") == "1"
+    lines = [f"# commit: {commit_id()}", e25_header(args.tuning_space, args.tflops)]
+    entries: list[dict] = []
+    failed = False
+    for config in configs:
+        print("Tuning:", config, file=sys.stderr)
+        maybe_delay()
+        if FAULT == "hang":
+            hang()
+        result = None
+        if FAULT != "fail":
+            result = tune(args.op, config, args.tuning_space, gpu, "E2.5", args.debug, noop)
+        if result is None or result.winner == "None":
+            reason = "rocmlir-tuning-driver failed" if result is None else "no valid perf config"
+            lines.append(f"### Tuning failed for '{config}': {reason}")
+            print(f"ERROR: {reason} for '{config}'", file=sys.stderr)
+            failed = True
+            continue
+        entries.extend(result.entries)
+        fields = [gpu.arch, str(gpu.num_cu)]
+        if with_chiplets:
+            fields.append(str(gpu.num_chiplets))
+        fields += [config, result.winner]
+        if args.tflops:
+            fields.append(str(result.max_tflops))
+        lines.append("\t".join(fields))
+        e2_report(args, result)
+    if args.debug and entries:
+        e2_write_debug(args, entries)
+    with open_output(args.output) as out:
+        out.write("\n".join(lines) + "\n")
+    return 1 if failed else 0
+
+
+def noop(*_args) -> None:
+    return None
+
+
+def commit_id() -> str:
+    return os.environ.get("FAKE_TUNINGRUNNER_COMMIT", "0123456789abcdef0123456789abcdef01234567")
+
+
+# ---------------------------------------------------------------------------------------------
+# E4 (rocmlirTriton, 2026): E3's ten columns and .state, plus its own flags (time budgets, GPU
+# run timeout, lfbo, cross compilation), named perf configs, test vectors canonicalized with
+# "-supportsSplitK", the driver's "Discarded" candidates, and driver exit status 3 (the GPU run
+# timed out) recorded as state gpu_timed_out (FAKE_TUNINGRUNNER_FAULT=gpu_timeout).
+# ---------------------------------------------------------------------------------------------
+
+E4_SPACES = ["quick", "full", "greedy", "exhaustive", "lfbo"]
+E4_RETRY_STATES = ("failed", "timed_out", "gpu_timed_out", "crashed")
+GPU_TIMEOUT_EXIT_CODE = 3
+# The stand-in's names for rocmlirTriton's named fields (19 for gemm, as the real form has).
+E4_GEMM_KEYS = [
+    "mPerBlock",
+    "nPerBlock",
+    "kPerBlock",
+    "mPerWave",
+    "nPerWave",
+    "mnPerXdl",
+    "kPack",
+    "splitKFactor",
+    "scheduleVersion",
+    "outputSwizzle",
+    "wavesPerEU",
+    "gridGroupSize",
+    "forceUnroll",
+    "bCopyMore",
+    "lds2Stage",
+    "directToLds",
+    "streamK",
+    "kOuter",
+    "kInner",
+]
+E4_ATTN_KEYS = [
+    "mPerBlockG0",
+    "mPerBlockG1",
+    "nPerBlockG0",
+    "kPackPerBlock",
+    "mPerWave",
+    "nPerWave",
+    "mnPerXdl",
+    "kPack",
+    "splitKFactor",
+    "scheduleVersion",
+    "outputSwizzle",
+    "wavesPerEU",
+    "forceUnroll",
+]
+
+
+def e4_named_perf_config(op: str, m: int, n: int, kpb: int, wave: int, split_k: int) -> str:
+    if op == "attention":
+        values = [m, n, 64, kpb, wave, wave, 32, 4, 1, 1, 2, 0, 1]
+        pairs = zip(E4_ATTN_KEYS, values, strict=True)
+        return "attn:" + ",".join(f"{k}={v}" for k, v in pairs)
+    values = [m, n, kpb, wave, wave, 32, 4, split_k, 1, 2, 0, 0, 1, 1, 0, 0, 0, 1, 1]
+    return "gemm:" + ",".join(f"{k}={v}" for k, v in zip(E4_GEMM_KEYS, values, strict=True))
+
+
+def e4_discarded(config: str, perf_config: str) -> bool:
+    return _unit("discarded", config, perf_config) < 0.1
+
+
+def e4_parser(available_gpus: list[int]) -> argparse.ArgumentParser:
+    p = e3_parser(available_gpus, "rocmlirTriton tuning runner", E4_SPACES, E4_RETRY_STATES)
+    p.description = "Stand-in for the E4 rocmlirTriton tuning runner (conv, gemm, attention)"
+    add = p.add_argument
+    add("--target-arch", default=None, metavar="ARCH", help="compile for this arch")
+    add("--target-num-cu", type=int, default=None, metavar="N", help="compile for N CUs")
+    add("--target-num-chiplets", type=int, default=None, metavar="N", help="and N chiplets")
+    artifacts = p.add_mutually_exclusive_group()
+    artifacts.add_argument("--compile-only", metavar="DIR", help="compile bundles, no GPU")
+    artifacts.add_argument("--benchmark-artifacts", metavar="DIR", help="benchmark bundles")
+    add("--allow-commit-mismatch", action="store_true", default=False, help="other commits' ok")
+    add("--gpu-run-timeout", type=int, default=None, metavar="S", help="per GPU run")
+    add("--perf-config-timeout", type=int, default=None, metavar="S", help="per candidate")
+    add("--rep", type=int, default=100, metavar="MS", help="benchmark time budget")
+    add("--warmup", type=int, default=25, metavar="MS", help="warm-up time budget")
+    add("--lfbo-effort", choices=["quick", "full"], default="quick", help="lfbo search effort")
+    add("--two-stage", action="store_true", default=False, help="re-measure the best")
+    add("--two-stage-topk", type=int, default=0, metavar="K", help="how many to re-measure")
+    add("--verify-winning-config", action="store_true", default=False, help="verify the winner")
+    add("--verify-all-perfconfigs", action="store_true", default=False, help="verify all")
+    add("--flush-last-level-cache", action="store_true", default=False, help="flush the LLC")
+    return p
+
+
+def e4_key(op: str, config: str) -> str:
+    """The newest canonical key: the vector with -supportsSplitK (false for attention)."""
+    if "-supportsSplitK" in config.split():
+        return config
+    return f"{config} -supportsSplitK {'false' if op == 'attention' else 'true'}"
+
+
+def e4_main(argv: list[str]) -> int:
+    available = list(range(int(os.environ.get("FAKE_GPU_COUNT", "8"))))
+    args = e4_parser(available).parse_args(argv)
+    log = Log(args.quiet)
+    gpu = Gpu()
+    if args.op not in ("conv", "gemm", "attention"):
+        log.error("the stand-in tunes conv, gemm and attention only")
+        return 1
+    if args.tuning_space == "lfbo" and args.compile_only:
+        p_error = "--tuning-space lfbo is not allowed with --compile-only"
+        print(f"usage: rocmlirTriton tuning runner\nerror: {p_error}", file=sys.stderr)
+        return 2
+    configs = [args.config] if args.config else read_configs_file(args.configs_file)
+    context = f"{gpu.chip}/{gpu.num_cu}/{gpu.num_chiplets}/{args.tuning_space}"
+    gpu_id = args.gpus[0]
+    log.info(f"Using 1 GPU(s)\nGPU {gpu_id}: rep {args.rep} ms, warmup {args.warmup} ms")
+    failed: dict[str, str] = {}
+    header_written = False
+    debug_path = None if args.output == "-" else f"{args.output}.debug"
+    with open_output(args.output) as out:
+        for config in configs:
+            key = e4_key(args.op, config)
+            start = time.time()
+            stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            maybe_delay()
+            if FAULT in ("gpu_timeout", "fail"):
+                code = GPU_TIMEOUT_EXIT_CODE if FAULT == "gpu_timeout" else 1
+                state = "gpu_timed_out" if code == GPU_TIMEOUT_EXIT_CODE else "failed"
+                log.error(
+                    f"[GPU {gpu_id}] Tuning pipeline failed\nExit code: {code}\n"
+                    + ("GPU run timed out" if state == "gpu_timed_out" else "Compilation failed")
+                )
+                failed[key] = state
+                continue
+            result = tune(args.op, config, args.tuning_space, gpu, "E4", args.debug, noop)
+            if args.debug:
+                for line in result.driver_lines:
+                    log.info(f"[GPU {gpu_id}] {line}")
+            if result.winner == "None":
+                log.error(f"[GPU {gpu_id}] No valid perf config found")
+                failed[key] = "failed"
+                continue
+            if not header_written:
+                print(V3_HEADER, file=out)
+                header_written = True
+            fields = [gpu.arch, str(gpu.num_cu), str(gpu.num_chiplets), key, result.winner]
+            fields += [str(result.max_tflops), args.tuning_space, commit_id(), stamp]
+            fields.append(f"{max(time.time() - start, 0.01):.1f}")
+            print("\t".join(fields), file=out)
+            out.flush()
+            if args.debug and debug_path:
+                e3_append_debug(debug_path, result.entries)
+    if failed:
+        e3_write_state(args.output, context, failed)
+        log.error("Encountered errors during tuning")
+        return 1
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 def log_invocation(argv: list[str]) -> None:
@@ -831,7 +1074,11 @@ def main(argv: list[str] | None = None) -> int:
         return e2_main(argv)
     if ERA == "E3":
         return e3_main(argv)
-    print(f"FAKE_TUNINGRUNNER_ERA must be E2 or E3, not {ERA!r}", file=sys.stderr)
+    if ERA == "E2.5":
+        return e25_main(argv)
+    if ERA == "E4":
+        return e4_main(argv)
+    print(f"FAKE_TUNINGRUNNER_ERA must be E2, E2.5, E3 or E4, not {ERA!r}", file=sys.stderr)
     return 2
 
 

@@ -1,0 +1,478 @@
+"""Looking into one session or one problem: paged winners, distributions, grouped errors, trends
+of a problem across sessions and every candidate of a tuning. Used by the dashboard (and open to
+scripts); `results.winners` stays the one full list the CLI prints and exports.
+
+Filtering, sorting and paging happen in the database; distributions are binned here from one
+column, never from whole rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+from sqlalchemy.orm import Session as OrmSession
+
+from mlirtuna import sessions
+from mlirtuna.db import Database
+from mlirtuna.errors import NotFound, UserError
+from mlirtuna.farm import clamp_page
+from mlirtuna.models import (
+    COMPLETED,
+    CONFIG_TABLES,
+    ERROR,
+    Candidate,
+    Job,
+    Problem,
+    ProblemTag,
+    Result,
+    TuningSession,
+)
+from mlirtuna.results import check_op
+
+WINNER_SORTS = (
+    "test_vector",
+    "op",
+    "data_type",
+    "perf_config",
+    "tflops",
+    "kernel_time",
+    "candidates",
+)
+HISTOGRAM_BINS = 30
+ERROR_TEXT_READ = 400  # characters of each error read to find its first line
+ERROR_JOBS_LISTED = 50  # job links per error group
+
+
+def _typed() -> list[type]:
+    """The config tables with a data_type column (a fusion module has none of its own)."""
+    return [t for t in CONFIG_TABLES.values() if hasattr(t, "data_type")]
+
+
+def _data_type() -> sa.ColumnElement[str]:
+    """The problem's data type, whichever config table holds it ('' where none does)."""
+    return sa.func.coalesce(*(t.data_type for t in _typed()), "")
+
+
+def _with_configs(stmt: sa.Select, problem_id: sa.ColumnElement[int]) -> sa.Select:
+    for table in _typed():
+        stmt = stmt.outerjoin(table, table.id == problem_id)
+    return stmt
+
+
+@dataclass(frozen=True)
+class WinnerRow:
+    problem_id: int
+    op: str
+    data_type: str
+    test_vector: str
+    perf_config: str
+    tflops: float | None
+    kernel_time: float | None
+    candidates: int
+    job_id: int | None
+
+
+@dataclass(frozen=True)
+class WinnerFilter:
+    op: str | None = None
+    tag: str | None = None
+    data_type: str | None = None
+    search: str | None = None  # a substring of the test vector or the perf config
+    sort: str = "test_vector"
+    descending: bool = False
+
+
+@dataclass(frozen=True)
+class WinnersPage:
+    session_id: int
+    total: int  # rows matching the filter
+    offset: int
+    rows: list[WinnerRow]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def winners_page(
+    db: Database, session_id: int, where: WinnerFilter, offset: int = 0, limit: int = 50
+) -> WinnersPage:
+    """One page of a session's winners, filtered and sorted in the database."""
+    check_op(where.op)
+    if where.sort not in WINNER_SORTS:
+        raise UserError(f"unknown sort {where.sort!r} (known: {', '.join(WINNER_SORTS)})")
+    sessions.get(db, session_id)
+    offset, limit = clamp_page(offset, limit)
+    tried = (
+        sa.select(Candidate.job_id, sa.func.count().label("n"))
+        .where(Candidate.session_id == session_id)
+        .group_by(Candidate.job_id)
+        .subquery()
+    )
+    data_type = _data_type().label("data_type")
+    n = sa.func.coalesce(tried.c.n, 0).label("candidates")
+    conditions = _winner_conditions(session_id, where, data_type)
+    base = _with_configs(
+        sa.select(Result.problem_id).join(Problem, Problem.id == Result.problem_id),
+        Result.problem_id,
+    ).where(*conditions)
+    rows_stmt = _with_configs(
+        sa.select(
+            Result.problem_id,
+            Problem.op,
+            data_type,
+            Problem.test_vector,
+            Result.perf_config,
+            Result.tflops,
+            Result.kernel_time,
+            n,
+            Result.job_id,
+        )
+        .join(Problem, Problem.id == Result.problem_id)
+        .outerjoin(tried, tried.c.job_id == Result.job_id),
+        Result.problem_id,
+    ).where(*conditions)
+    key = {
+        "test_vector": Problem.test_vector,
+        "op": Problem.op,
+        "data_type": data_type,
+        "perf_config": Result.perf_config,
+        "tflops": Result.tflops,
+        "kernel_time": Result.kernel_time,
+        "candidates": n,
+    }[where.sort]
+    order = key.desc() if where.descending else key.asc()
+    # NULL TFlops sort last either way; the problem id makes pages stable.
+    rows_stmt = rows_stmt.order_by(sa.case((key.is_(None), 1), else_=0), order, Result.problem_id)
+    with db.session() as s:
+        total = s.scalar(sa.select(sa.func.count()).select_from(base.subquery())) or 0
+        rows = [WinnerRow(*r) for r in s.execute(rows_stmt.offset(offset).limit(limit))]
+    return WinnersPage(session_id, total, offset, rows)
+
+
+def _winner_conditions(
+    session_id: int, where: WinnerFilter, data_type: sa.ColumnElement[str]
+) -> list[sa.ColumnElement[bool]]:
+    out: list[sa.ColumnElement[bool]] = [Result.session_id == session_id]
+    if where.op:
+        out.append(Problem.op == where.op)
+    if where.data_type:
+        out.append(_data_type() == where.data_type)
+    if where.tag:
+        out.append(
+            sa.exists().where(
+                ProblemTag.problem_id == Result.problem_id, ProblemTag.tag == where.tag
+            )
+        )
+    if where.search:
+        like = f"%{_escape_like(where.search.strip())}%"
+        out.append(
+            sa.or_(
+                Problem.test_vector.like(like, escape="\\"),
+                Result.perf_config.like(like, escape="\\"),
+            )
+        )
+    return out
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+@dataclass(frozen=True)
+class Facets:
+    """The values the winners of a session can be filtered by."""
+
+    ops: list[str]
+    data_types: list[str]
+    tags: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def facets(db: Database, session_id: int) -> Facets:
+    sessions.get(db, session_id)
+    data_type = _data_type()
+    mine = Result.session_id == session_id
+    with db.session() as s:
+        ops = s.scalars(
+            sa.select(Problem.op)
+            .join(Result, Result.problem_id == Problem.id)
+            .where(mine)
+            .distinct()
+            .order_by(Problem.op)
+        ).all()
+        types = s.scalars(
+            _with_configs(sa.select(data_type).select_from(Result), Result.problem_id)
+            .where(mine)
+            .distinct()
+            .order_by(data_type)
+        ).all()
+        tags = s.scalars(
+            sa.select(ProblemTag.tag)
+            .join(Result, Result.problem_id == ProblemTag.problem_id)
+            .where(mine)
+            .distinct()
+            .order_by(ProblemTag.tag)
+        ).all()
+    return Facets(list(ops), [t for t in types if t], list(tags))
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Counts per bin; `edges` has one more value than `counts`."""
+
+    count: int
+    edges: list[float]
+    counts: list[int]
+    median: float | None = None
+    mean: float | None = None
+    total: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _histogram(values: np.ndarray, bins: int = HISTOGRAM_BINS) -> Histogram:
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return Histogram(0, [], [])
+    counts, edges = np.histogram(values, bins=min(bins, max(int(values.size), 1)))
+    return Histogram(
+        int(values.size),
+        [float(e) for e in edges],
+        [int(c) for c in counts],
+        float(np.median(values)),
+        float(values.mean()),
+        float(values.sum()),
+    )
+
+
+def tflops_distribution(db: Database, session_id: int) -> Histogram:
+    """The winners' TFlops of a session, binned."""
+    sessions.get(db, session_id)
+    with db.session() as s:
+        values = s.scalars(
+            sa.select(Result.tflops).where(
+                Result.session_id == session_id, Result.tflops.is_not(None)
+            )
+        ).all()
+    return _histogram(np.asarray(values, dtype=float))
+
+
+def job_times(db: Database, session_id: int) -> Histogram:
+    """Seconds per completed job (claim to record), binned; `total` is the tuning time spent."""
+    sessions.get(db, session_id)
+    with db.session() as s:
+        rows = s.execute(
+            sa.select(Job.claimed_at, Job.finished_at).where(
+                Job.session_id == session_id,
+                Job.state == COMPLETED,
+                Job.claimed_at.is_not(None),
+                Job.finished_at.is_not(None),
+            )
+        ).all()
+    seconds = np.fromiter(
+        ((_dt(end) - _dt(start)).total_seconds() for start, end in rows), float, len(rows)
+    )
+    return _histogram(seconds)
+
+
+def _dt(value: Any) -> dt.datetime:
+    return value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
+
+
+@dataclass
+class ErrorGroup:
+    """Jobs whose error text starts with the same line."""
+
+    first_line: str
+    count: int
+    job_ids: list[int] = field(default_factory=list)  # the first ERROR_JOBS_LISTED of them
+
+
+def error_groups(db: Database, session_id: int) -> list[ErrorGroup]:
+    """The session's failed jobs grouped by the first line of their error, most frequent first."""
+    sessions.get(db, session_id)
+    with db.session() as s:
+        rows = s.execute(
+            sa.select(Job.id, sa.func.substr(Job.result, 1, ERROR_TEXT_READ))
+            .where(Job.session_id == session_id, Job.state == ERROR)
+            .order_by(Job.id)
+        ).all()
+    groups: dict[str, ErrorGroup] = {}
+    for job_id, text in rows:
+        line = _first_line(text)
+        group = groups.setdefault(line, ErrorGroup(line, 0))
+        group.count += 1
+        if len(group.job_ids) < ERROR_JOBS_LISTED:
+            group.job_ids.append(job_id)
+    return sorted(groups.values(), key=lambda g: (-g.count, g.first_line))
+
+
+# queue.fail writes "attempt 2/3 failed: <why>"; the count is not part of what went wrong.
+_ATTEMPT = re.compile(r"^attempt \d+/\d+ failed: ")
+
+
+def _first_line(text: str | None) -> str:
+    stripped = (text or "").strip()
+    return _ATTEMPT.sub("", stripped.splitlines()[0]) if stripped else "(no message)"
+
+
+@dataclass(frozen=True)
+class ProblemInfo:
+    id: int
+    op: str
+    test_vector: str
+    data_type: str
+    tags: list[str]
+    sessions: int  # sessions with a winner for it
+    # A fusion problem: the module's text and the key rocMLIR's tuning DB files its winner under.
+    module: str | None = None
+    tuning_key: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def problem(db: Database, problem_id: int) -> ProblemInfo:
+    data_type = _data_type()
+    with db.session() as s:
+        row = s.execute(
+            _with_configs(
+                sa.select(Problem.op, Problem.test_vector, data_type.label("data_type")), Problem.id
+            ).where(Problem.id == problem_id)
+        ).first()
+        if row is None:
+            raise NotFound(f"no problem {problem_id}")
+        tags = s.scalars(
+            sa.select(ProblemTag.tag)
+            .where(ProblemTag.problem_id == problem_id)
+            .order_by(ProblemTag.tag)
+        ).all()
+        n = s.scalar(sa.select(sa.func.count()).where(Result.problem_id == problem_id)) or 0
+        module = _module(s, row.op, problem_id)
+    return ProblemInfo(problem_id, row.op, row.test_vector, row.data_type, list(tags), n, *module)
+
+
+def _module(s: OrmSession, op: str, problem_id: int) -> tuple[str | None, str | None]:
+    """(module text, tuning key) where the op's config table keeps a module, else Nones."""
+    table = CONFIG_TABLES.get(op)
+    if table is None or not hasattr(table, "module_text"):
+        return None, None
+    row = s.execute(
+        sa.select(table.module_text, getattr(table, "tuning_key", sa.null())).where(
+            table.id == problem_id
+        )
+    ).first()
+    return (row[0], row[1]) if row is not None else (None, None)
+
+
+@dataclass(frozen=True)
+class TrendPoint:
+    """The winner of one problem in one session, with the session's context."""
+
+    session_id: int
+    created_at: str
+    context: str  # arch_full, CUs, chiplets, space, tuner: the line it is drawn on
+    rocm_v: str
+    mlir_v: str
+    perf_config: str
+    tflops: float | None
+    kernel_time: float | None
+
+
+def trend(db: Database, problem_id: int) -> list[TrendPoint]:
+    """The problem's winner in every session that tuned it, oldest session first."""
+    problem(db, problem_id)
+    S = TuningSession
+    stmt = (
+        sa.select(
+            S.id, S.created_at, S.arch_full, S.num_cu, S.num_chiplets, S.tuning_space, S.tuner,
+            S.rocm_v, S.mlir_v, Result.perf_config, Result.tflops, Result.kernel_time,
+        )
+        .join(S, S.id == Result.session_id)
+        .where(Result.problem_id == problem_id)
+        .order_by(S.created_at, S.id)
+    )  # fmt: skip
+    with db.session() as s:
+        return [
+            TrendPoint(
+                r.id,
+                _dt(r.created_at).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                f"{r.arch_full} {r.num_cu}CU {r.num_chiplets}xCD {r.tuning_space} {r.tuner}",
+                r.rocm_v,
+                r.mlir_v,
+                r.perf_config,
+                r.tflops,
+                r.kernel_time,
+            )
+            for r in s.execute(stmt)
+        ]
+
+
+@dataclass(frozen=True)
+class CandidateRow:
+    perf_config: str
+    tflops: float | None
+    kernel_time: float | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Candidates:
+    session_id: int
+    problem_id: int
+    winner: str | None
+    valid: list[CandidateRow]  # best first
+    invalid: list[CandidateRow]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def candidates(db: Database, session_id: int, problem_id: int) -> Candidates:
+    """Every perf config tried for one problem in one session, valid ones best first."""
+    sessions.get(db, session_id)
+    problem(db, problem_id)
+    with db.session() as s:
+        rows = s.execute(
+            sa.select(
+                Candidate.perf_config, Candidate.tflops, Candidate.kernel_time, Candidate.error
+            )
+            .where(Candidate.session_id == session_id, Candidate.problem_id == problem_id)
+            .order_by(Candidate.id)
+        ).all()
+        winner = s.scalar(
+            sa.select(Result.perf_config).where(
+                Result.session_id == session_id, Result.problem_id == problem_id
+            )
+        )
+    every = [CandidateRow(*r) for r in rows]
+    valid = [c for c in every if c.error is None and c.kernel_time is not None]
+    invalid = [c for c in every if c.error is not None or c.kernel_time is None]
+    valid.sort(key=lambda c: (-(c.tflops or 0.0), c.kernel_time or 0.0))
+    return Candidates(session_id, problem_id, winner, valid, invalid)
+
+
+def sessions_of_problem(db: Database, problem_id: int) -> list[int]:
+    """Sessions with a winner for the problem, newest first (the candidate scatter's choices)."""
+    with db.session() as s:
+        return list(
+            s.scalars(
+                sa.select(Result.session_id)
+                .where(Result.problem_id == problem_id)
+                .order_by(Result.session_id.desc())
+            )
+        )
+
+
+def error_reasons(c: Candidates) -> dict[str, int]:
+    """How many invalid candidates gave each reason (first line)."""
+    return dict(Counter(_first_line(x.error) for x in c.invalid).most_common())

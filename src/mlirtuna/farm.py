@@ -1,0 +1,254 @@
+"""The farm as a whole, as the dashboard shows it: sessions with progress and rate, live workers.
+
+Every query here aggregates in the database and pages on the server, so the answers stay small
+however big the farm grows (docs/benchmarks.md, "dashboard"). Times are measured with the
+database clock, as the queue does, so that no machine's clock matters.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session as OrmSession
+
+from mlirtuna import sessions
+from mlirtuna.db import Database, db_now
+from mlirtuna.models import (
+    CANCELLED,
+    COMPLETED,
+    ERROR,
+    JOB_STATES,
+    NEW,
+    RUNNING,
+    Attempt,
+    Job,
+    Problem,
+    TuningSession,
+)
+from mlirtuna.sessions import Session
+
+RATE_WINDOW_S = 600  # jobs/min is measured over the last ten minutes of finished jobs
+# A worker beats every third of its lease; a heartbeat older than half the lease means at least
+# one beat was missed, which is flagged while the lease still holds (it expires at the full lease).
+STALE_FRACTION = 0.5
+DEFAULT_PAGE = 50
+MAX_PAGE = 500
+
+
+@dataclass(frozen=True)
+class SessionProgress:
+    """One session on the farm page: its context, counts by state, rate and ETA."""
+
+    session: Session
+    counts: dict[str, int]
+    total: int
+    done: int  # completed + error + cancelled: nothing more will happen to them
+    per_minute: float | None  # None: no job finished in the rate window
+    eta_s: float | None
+
+    @property
+    def active(self) -> bool:
+        return self.counts[NEW] + self.counts[RUNNING] > 0
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["session"] = self.session.as_dict()
+        out["active"] = self.active
+        return out
+
+
+@dataclass(frozen=True)
+class FarmPage:
+    now: str
+    total_sessions: int
+    offset: int
+    sessions: list[SessionProgress]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "now": self.now,
+            "total_sessions": self.total_sessions,
+            "offset": self.offset,
+            "sessions": [p.as_dict() for p in self.sessions],
+        }
+
+
+@dataclass(frozen=True)
+class BusyWorker:
+    """A worker holding a job now: where it runs, what it tunes, how long, how fresh its beat."""
+
+    session_id: int
+    job_id: int
+    machine_name: str
+    gpu_id: int
+    pid: int
+    problem_id: int
+    test_vector: str
+    running_s: float
+    heartbeat_age_s: float
+    lease_left_s: float
+    stale: bool  # missed heartbeats, lease still held
+    expired: bool  # lease ran out: the next claim takes the job back
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def clamp_page(offset: int, limit: int) -> tuple[int, int]:
+    return max(offset, 0), min(max(limit, 1), MAX_PAGE)
+
+
+def now(s: OrmSession) -> dt.datetime:
+    """The database clock, naive UTC."""
+    value = s.scalar(sa.select(db_now()))
+    return value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
+
+
+def farm(db: Database, offset: int = 0, limit: int = DEFAULT_PAGE) -> FarmPage:
+    """The newest sessions first (one page), each with counts, jobs/min and ETA."""
+    offset, limit = clamp_page(offset, limit)
+    with db.session() as s:
+        clock = now(s)
+        total = s.scalar(sa.select(sa.func.count()).select_from(TuningSession)) or 0
+        rows = s.scalars(
+            sa.select(TuningSession).order_by(TuningSession.id.desc()).offset(offset).limit(limit)
+        ).all()
+        ids = [r.id for r in rows]
+        counts = _counts(s, ids)
+        rates = _finished_recently(s, [i for i in ids if _open(counts[i])], clock)
+    return FarmPage(
+        now=_iso(clock),
+        total_sessions=total,
+        offset=offset,
+        sessions=[_progress(Session.from_row(r), counts[r.id], rates.get(r.id)) for r in rows],
+    )
+
+
+def session_progress(db: Database, session_id: int) -> SessionProgress:
+    info = sessions.get(db, session_id)
+    with db.session() as s:
+        counts = _counts(s, [session_id])[session_id]
+        rates = _finished_recently(s, [session_id] if _open(counts) else [], now(s))
+    return _progress(info, counts, rates.get(session_id))
+
+
+def _open(counts: dict[str, int]) -> bool:
+    return counts[NEW] + counts[RUNNING] > 0
+
+
+def _counts(s: OrmSession, ids: list[int]) -> dict[int, dict[str, int]]:
+    out = {i: dict.fromkeys(JOB_STATES, 0) for i in ids}
+    if ids:
+        stmt = (
+            sa.select(Job.session_id, Job.state, sa.func.count())
+            .where(Job.session_id.in_(ids))
+            .group_by(Job.session_id, Job.state)
+        )
+        for sid, state, n in s.execute(stmt):
+            out[sid][state] = n
+    return out
+
+
+def _finished_recently(
+    s: OrmSession, ids: list[int], clock: dt.datetime
+) -> dict[int, tuple[int, float]]:
+    """{session: (jobs finished in the window, seconds of the window the session was running)}."""
+    if not ids:
+        return {}
+    since = clock - dt.timedelta(seconds=RATE_WINDOW_S)
+    stmt = (
+        sa.select(
+            Job.session_id,
+            sa.func.count(Job.finished_at),
+            sa.func.min(Job.claimed_at),
+        )
+        .where(
+            Job.session_id.in_(ids),
+            Job.state.in_((COMPLETED, ERROR, RUNNING)),
+            Job.claimed_at.is_not(None),
+            sa.or_(Job.finished_at >= since, Job.state == RUNNING),
+        )
+        .group_by(Job.session_id)
+    )
+    out = {}
+    for sid, finished, first in s.execute(stmt):
+        started = max(_as_dt(first), since) if first is not None else since
+        out[sid] = (finished, max((clock - started).total_seconds(), 1.0))
+    return out
+
+
+def _progress(
+    info: Session, counts: dict[str, int], rate: tuple[int, float] | None
+) -> SessionProgress:
+    total = sum(counts.values())
+    done = counts[COMPLETED] + counts[ERROR] + counts[CANCELLED]
+    per_minute = eta = None
+    if rate is not None and rate[0] > 0:
+        per_minute = 60.0 * rate[0] / rate[1]
+        eta = (total - done) / (per_minute / 60.0)
+    return SessionProgress(info, counts, total, done, per_minute, eta)
+
+
+def workers(db: Database, session_id: int | None = None) -> list[BusyWorker]:
+    """Every job held now, with its worker (from the attempt that holds the lease)."""
+    stmt = (
+        sa.select(
+            Job.session_id,
+            Job.id,
+            Job.machine_name,
+            Job.gpu_id,
+            Attempt.pid,
+            Job.problem_id,
+            Problem.test_vector,
+            Job.claimed_at,
+            Job.heartbeat_at,
+            Job.lease_expires_at,
+        )
+        .join(Problem, Problem.id == Job.problem_id)
+        .outerjoin(Attempt, Attempt.lease_token == Job.lease_token)
+        .where(Job.state == RUNNING)
+        .order_by(Job.machine_name, Job.gpu_id, Job.id)
+    )
+    if session_id is not None:
+        stmt = stmt.where(Job.session_id == session_id)
+    with db.session() as s:
+        clock = now(s)
+        return [_busy(row, clock) for row in s.execute(stmt)]
+
+
+def _busy(row: sa.Row, clock: dt.datetime) -> BusyWorker:
+    claimed, beat, expires = (
+        _as_dt(v) for v in (row.claimed_at, row.heartbeat_at, row.lease_expires_at)
+    )
+    beat = beat or claimed or clock
+    expires = expires or clock
+    lease_s = max((expires - beat).total_seconds(), 0.0)
+    age = max((clock - beat).total_seconds(), 0.0)
+    left = (expires - clock).total_seconds()
+    return BusyWorker(
+        session_id=row.session_id,
+        job_id=row.id,
+        machine_name=row.machine_name,
+        gpu_id=row.gpu_id,
+        pid=row.pid or 0,
+        problem_id=row.problem_id,
+        test_vector=row.test_vector,
+        running_s=max((clock - (claimed or clock)).total_seconds(), 0.0),
+        heartbeat_age_s=age,
+        lease_left_s=left,
+        stale=left > 0 and age > STALE_FRACTION * lease_s,
+        expired=left <= 0,
+    )
+
+
+def _as_dt(value: Any) -> dt.datetime | None:
+    if value is None or isinstance(value, dt.datetime):
+        return value
+    return dt.datetime.fromisoformat(str(value))
+
+
+def _iso(value: dt.datetime) -> str:
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ")

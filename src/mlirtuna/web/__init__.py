@@ -1,0 +1,1 @@
+"""`mlirtuna serve`: a read-only web dashboard over the farm's database (docs/dashboard.md)."""

@@ -1,0 +1,203 @@
+"""The dashboard's routes: a JSON API under /api/ and the pages that draw it.
+
+Handlers only read parameters, call the API modules (farm, explore, compare, jobs, sessions) and
+return their objects; the pages are shells whose script fetches the same /api/ answers that
+scripts and monitoring read (docs/dashboard.md lists them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import FileResponse, HTMLResponse
+
+from mlirtuna import compare, explore, farm, jobs, sessions
+from mlirtuna.db import Database
+from mlirtuna.errors import UserError
+from mlirtuna.web.app import plotly_js
+
+api = APIRouter(prefix="/api")
+pages = APIRouter()
+
+TABLE_LIMIT = 100  # rows of a compare table a page shows at first
+
+
+def _db(request: Request) -> Database:
+    return request.app.state.db
+
+
+# ---------------------------------------------------------------- the JSON API
+
+
+@api.get("/farm")
+def api_farm(request: Request, offset: int = 0, limit: int = farm.DEFAULT_PAGE) -> dict[str, Any]:
+    """Sessions (newest first, one page) with progress, and every worker busy now."""
+    db = _db(request)
+    out = farm.farm(db, offset, limit).as_dict()
+    out["workers"] = [w.as_dict() for w in farm.workers(db)]
+    return out
+
+
+@api.get("/sessions")
+def api_sessions(
+    request: Request, offset: int = 0, limit: int = farm.DEFAULT_PAGE
+) -> dict[str, Any]:
+    """Sessions, newest first, with context, counts by state, jobs/min and ETA."""
+    return farm.farm(_db(request), offset, limit).as_dict()
+
+
+@api.get("/workers")
+def api_workers(request: Request, session: int | None = None) -> list[dict[str, Any]]:
+    """Jobs held now: machine, GPU, problem, runtime, heartbeat age, stale/expired flags."""
+    return [w.as_dict() for w in farm.workers(_db(request), session)]
+
+
+@api.get("/sessions/{session_id}")
+def api_session(request: Request, session_id: int) -> dict[str, Any]:
+    return farm.session_progress(_db(request), session_id).as_dict()
+
+
+@api.get("/sessions/{session_id}/winners")
+def api_winners(
+    request: Request,
+    session_id: int,
+    op: str | None = None,
+    tag: str | None = None,
+    data_type: str | None = None,
+    q: str | None = Query(None, description="substring of the test vector or perf config"),
+    sort: str = "test_vector",
+    desc: bool = False,
+    offset: int = 0,
+    limit: int = 50,
+) -> dict[str, Any]:
+    """One page of the session's winners, filtered and sorted on the server."""
+    where = explore.WinnerFilter(op or None, tag or None, data_type or None, q or None, sort, desc)
+    return explore.winners_page(_db(request), session_id, where, offset, limit).as_dict()
+
+
+@api.get("/sessions/{session_id}/facets")
+def api_facets(request: Request, session_id: int) -> dict[str, Any]:
+    """The ops, data types and tags the winners can be filtered by."""
+    return explore.facets(_db(request), session_id).as_dict()
+
+
+@api.get("/sessions/{session_id}/tflops")
+def api_tflops(request: Request, session_id: int) -> dict[str, Any]:
+    """The winners' TFlops, binned."""
+    return explore.tflops_distribution(_db(request), session_id).as_dict()
+
+
+@api.get("/sessions/{session_id}/job-times")
+def api_job_times(request: Request, session_id: int) -> dict[str, Any]:
+    """Seconds per completed job, binned."""
+    return explore.job_times(_db(request), session_id).as_dict()
+
+
+@api.get("/sessions/{session_id}/errors")
+def api_errors(request: Request, session_id: int) -> list[dict[str, Any]]:
+    """Failed jobs grouped by the first line of their error, most frequent first."""
+    return [g.__dict__ for g in explore.error_groups(_db(request), session_id)]
+
+
+@api.get("/jobs/{job_id}")
+def api_job(request: Request, job_id: int) -> dict[str, Any]:
+    """A job with its whole text and every attempt (as `mlirtuna jobs show`)."""
+    return jobs.show(_db(request), job_id).as_dict()
+
+
+@api.get("/problems/{problem_id}")
+def api_problem(request: Request, problem_id: int) -> dict[str, Any]:
+    db = _db(request)
+    out = explore.problem(db, problem_id).as_dict()
+    out["session_ids"] = explore.sessions_of_problem(db, problem_id)
+    return out
+
+
+@api.get("/problems/{problem_id}/trend")
+def api_trend(request: Request, problem_id: int) -> list[dict[str, Any]]:
+    """The winner in every session that tuned the problem, oldest first, with its context."""
+    return [p.__dict__ for p in explore.trend(_db(request), problem_id)]
+
+
+@api.get("/problems/{problem_id}/candidates")
+def api_candidates(request: Request, problem_id: int, session: int) -> dict[str, Any]:
+    """Every perf config tried in one session: valid ones best first, invalid ones apart."""
+    found = explore.candidates(_db(request), session, problem_id)
+    out = found.as_dict()
+    out["invalid_reasons"] = explore.error_reasons(found)
+    return out
+
+
+@api.get("/compare")
+def api_compare(
+    request: Request, a: int, b: int, threshold: str = "5%", limit: int = TABLE_LIMIT
+) -> dict[str, Any]:
+    """Session A against session B: the numbers of `mlirtuna compare`, improvements, and every
+    common problem's TFlops pair (the scatter)."""
+    db = _db(request)
+    side_a, side_b = compare.load_sides(str(a), str(b), None, lambda: db)
+    cut = compare.parse_threshold(threshold)
+    result = compare.compare(side_a, side_b, cut)
+    out = result.as_dict()
+    out["regressions_total"] = len(result.regressions)
+    out["regressions"] = out["regressions"][: max(limit, 0)]
+    better = compare.improvements(side_a, side_b, cut)
+    out["improvements_total"] = len(better)
+    out["improvements"] = [r.__dict__ for r in better[: max(limit, 0)]]
+    points = compare.pairs(side_a, side_b)
+    out["points"] = {
+        "tflops_a": [p.tflops_a for p in points],
+        "tflops_b": [p.tflops_b for p in points],
+        "test_vector": [p.test_vector for p in points],
+    }
+    return out
+
+
+# ---------------------------------------------------------------- pages
+
+
+def _page(request: Request, name: str, **context: Any) -> HTMLResponse:
+    templates = request.app.state.templates
+    context["poll_ms"] = request.app.state.poll_ms
+    return templates.TemplateResponse(request, name, context)
+
+
+@pages.get("/", response_class=HTMLResponse)
+def page_farm(request: Request) -> HTMLResponse:
+    return _page(request, "farm.html")
+
+
+@pages.get("/sessions/{session_id}", response_class=HTMLResponse)
+def page_session(request: Request, session_id: int) -> HTMLResponse:
+    info = sessions.get(_db(request), session_id)
+    return _page(request, "session.html", session=info)
+
+
+@pages.get("/problems/{problem_id}", response_class=HTMLResponse)
+def page_problem(request: Request, problem_id: int, session: int | None = None) -> HTMLResponse:
+    db = _db(request)
+    info = explore.problem(db, problem_id)
+    return _page(request, "problem.html", problem=info, chosen=session)
+
+
+@pages.get("/jobs/{job_id}", response_class=HTMLResponse)
+def page_job(request: Request, job_id: int) -> HTMLResponse:
+    return _page(request, "job.html", job=jobs.show(_db(request), job_id))
+
+
+@pages.get("/compare", response_class=HTMLResponse)
+def page_compare(
+    request: Request, a: str | None = None, b: str | None = None, threshold: str = "5%"
+) -> HTMLResponse:
+    for value in (a, b):
+        if value and not value.isdigit():
+            raise UserError(f"compare takes session ids, not {value!r} (import a .tsv first)")
+    return _page(request, "compare.html", a=a or "", b=b or "", threshold=threshold)
+
+
+@pages.get("/assets/plotly.min.js", include_in_schema=False)
+def plotly_asset() -> FileResponse:
+    return FileResponse(
+        plotly_js(), media_type="text/javascript", headers={"Cache-Control": "max-age=86400"}
+    )

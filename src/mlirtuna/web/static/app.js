@@ -1,0 +1,297 @@
+// mlirtuna dashboard: every page draws what /api/ answers (docs/dashboard.md). No build step.
+"use strict";
+
+const $ = (sel) => document.querySelector(sel);
+const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => (
+  { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+const num = (v, digits = 3) => (v === null || v === undefined ? "–" : Number(v).toFixed(digits));
+const PLOT_CONFIG = { displaylogo: false, responsive: true };
+
+async function api(path) {
+  const res = await fetch(path, { headers: { Accept: "application/json" } });
+  const body = await res.json();
+  if (!res.ok) throw new Error(body.error || res.statusText);
+  return body;
+}
+
+function duration(s) {
+  if (s === null || s === undefined) return "–";
+  s = Math.max(0, Math.round(s));
+  const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), sec = s % 60;
+  return h ? `${h}h${String(m).padStart(2, "0")}m` : m ? `${m}m${String(sec).padStart(2, "0")}s` : `${sec}s`;
+}
+
+// columns: [{key, label, html(row) -> string, sort}]
+function table(el, columns, rows, sort) {
+  const head = columns.map((c) => {
+    const mark = sort && c.sort && sort.key === c.sort ? (sort.desc ? " ▼" : " ▲") : "";
+    return `<th${c.sort ? ` data-sort="${c.sort}"` : ""}>${esc(c.label)}${mark}</th>`;
+  }).join("");
+  const body = rows.map((r) => `<tr>${columns.map((c) =>
+    `<td class="${c.cls || ""}">${c.html ? c.html(r) : esc(r[c.key])}</td>`).join("")}</tr>`).join("");
+  el.innerHTML = `<thead><tr>${head}</tr></thead><tbody>${body}</tbody>`;
+}
+
+function showError(err) {
+  let box = $("#load-error");
+  if (!box) {
+    box = document.createElement("p");
+    box.id = "load-error";
+    box.className = "error";
+    $("main").prepend(box);
+  }
+  box.textContent = String(err.message || err);
+}
+
+function histogram(el, h, xTitle) {
+  const mids = h.counts.map((_, i) => (h.edges[i] + h.edges[i + 1]) / 2);
+  const widths = h.counts.map((_, i) => h.edges[i + 1] - h.edges[i]);
+  Plotly.newPlot(el, [{ type: "bar", x: mids, y: h.counts, width: widths, marker: { color: "#3b6ea5" } }],
+    { margin: { t: 10, r: 10 }, xaxis: { title: { text: xTitle } }, yaxis: { title: { text: "count" } },
+      height: 280 }, PLOT_CONFIG);
+}
+
+// ------------------------------------------------------------------ farm
+
+function progressBar(p) {
+  const pct = p.total ? (100 * p.done) / p.total : 0;
+  const err = p.total ? (100 * p.counts.error) / p.total : 0;
+  return `<div class="bar" title="${p.done}/${p.total}"><div class="ok" style="width:${pct - err}%"></div>` +
+    `<div class="bad" style="width:${err}%"></div></div><span class="muted">${p.done}/${p.total}</span>`;
+}
+
+function context(s) {
+  return `${esc(s.arch_full)} · ${s.num_cu} CU · ${s.num_chiplets} chiplet(s)<br>` +
+    `<span class="muted">ROCm ${esc(s.rocm_v || "–")} · rocMLIR ${esc(s.mlir_v || "–")} · ${esc(s.tuning_space)} · ${esc(s.tuner)}</span>`;
+}
+
+const SESSION_COLUMNS = [
+  { label: "session", html: (p) => `<a href="/sessions/${p.session.id}">${p.session.id}</a>` },
+  { label: "context", html: (p) => context(p.session) },
+  { label: "reason", html: (p) => `${esc(p.session.reason)}${p.session.ticket ? ` <span class="muted">${esc(p.session.ticket)}</span>` : ""}` },
+  { label: "new", html: (p) => p.counts.new, cls: "n" },
+  { label: "running", html: (p) => p.counts.running, cls: "n" },
+  { label: "completed", html: (p) => p.counts.completed, cls: "n" },
+  { label: "error", html: (p) => p.counts.error, cls: "n" },
+  { label: "cancelled", html: (p) => p.counts.cancelled, cls: "n" },
+  { label: "progress", html: progressBar },
+  { label: "jobs/min", html: (p) => (p.active ? num(p.per_minute, 1) : ""), cls: "n" },
+  { label: "ETA", html: (p) => (p.active ? duration(p.eta_s) : ""), cls: "n" },
+];
+
+const WORKER_COLUMNS = [
+  { label: "machine", key: "machine_name" },
+  { label: "GPU", html: (w) => (w.gpu_id >= 0 ? w.gpu_id : `cpu (pid ${w.pid})`) },
+  { label: "session", html: (w) => `<a href="/sessions/${w.session_id}">${w.session_id}</a>` },
+  { label: "problem", html: (w) => `<a href="/problems/${w.problem_id}?session=${w.session_id}">${esc(w.test_vector)}</a>`, cls: "vector" },
+  { label: "running", html: (w) => duration(w.running_s), cls: "n" },
+  { label: "heartbeat", html: (w) => `${num(w.heartbeat_age_s, 1)} s ago`, cls: "n" },
+  { label: "status", html: (w) => (w.expired ? '<span class="bad-text">lease expired</span>'
+    : w.stale ? '<span class="warn-text">stale heartbeat</span>' : "ok") },
+];
+
+function farmPage() {
+  let offset = 0;
+  const limit = 50;
+  async function refresh() {
+    try {
+      const farm = await api(`/api/farm?offset=${offset}&limit=${limit}`);
+      $("#clock").textContent = farm.now;
+      table($("#sessions"), SESSION_COLUMNS, farm.sessions);
+      table($("#workers"), WORKER_COLUMNS, farm.workers);
+      $("#no-workers").hidden = farm.workers.length > 0;
+      const last = Math.min(offset + limit, farm.total_sessions);
+      $("#range").textContent = `sessions ${farm.total_sessions ? offset + 1 : 0}–${last} of ${farm.total_sessions}`;
+      $("#prev").disabled = offset === 0;
+      $("#next").disabled = last >= farm.total_sessions;
+      document.body.dataset.updated = String(Number(document.body.dataset.updated || 0) + 1);
+      $("#load-error")?.remove(); // the database is back
+    } catch (err) {
+      showError(err);
+    }
+  }
+  $("#prev").onclick = () => { offset = Math.max(0, offset - limit); refresh(); };
+  $("#next").onclick = () => { offset += limit; refresh(); };
+  refresh();
+  setInterval(refresh, Number(document.body.dataset.pollMs) || 2000);
+}
+
+// ------------------------------------------------------------------ session
+
+const WINNER_COLUMNS = [
+  { label: "problem", sort: "test_vector", html: (r) => `<a href="/problems/${r.problem_id}?session=${SESSION}">${esc(r.test_vector)}</a>`, cls: "vector" },
+  { label: "op", key: "op", sort: "op" },
+  { label: "type", key: "data_type", sort: "data_type" },
+  { label: "perf config", key: "perf_config", sort: "perf_config", cls: "vector" },
+  { label: "TFlops", html: (r) => num(r.tflops), sort: "tflops", cls: "n" },
+  { label: "time (µs)", html: (r) => num(r.kernel_time === null ? null : r.kernel_time / 1000, 2), sort: "kernel_time", cls: "n" },
+  { label: "candidates", key: "candidates", sort: "candidates", cls: "n" },
+  { label: "job", html: (r) => (r.job_id ? `<a href="/jobs/${r.job_id}">${r.job_id}</a>` : "") },
+];
+let SESSION = null;
+
+function sessionPage() {
+  SESSION = document.body.dataset.session;
+  const state = { sort: { key: "test_vector", desc: false }, offset: 0, limit: 50 };
+  const form = $("#filters");
+  async function loadWinners() {
+    const params = new URLSearchParams(new FormData(form));
+    for (const [k, v] of [...params]) if (!v) params.delete(k);
+    params.set("sort", state.sort.key);
+    params.set("desc", state.sort.desc);
+    params.set("offset", state.offset);
+    params.set("limit", state.limit);
+    try {
+      const page = await api(`/api/sessions/${SESSION}/winners?${params}`);
+      table($("#winners"), WINNER_COLUMNS, page.rows, state.sort);
+      const last = Math.min(state.offset + state.limit, page.total);
+      $("#range").textContent = `winners ${page.total ? state.offset + 1 : 0}–${last} of ${page.total}`;
+      $("#prev").disabled = state.offset === 0;
+      $("#next").disabled = last >= page.total;
+      $("#winners").dataset.total = page.total;
+    } catch (err) {
+      showError(err);
+    }
+  }
+  $("#winners").addEventListener("click", (ev) => {
+    const th = ev.target.closest("th[data-sort]");
+    if (!th) return;
+    const key = th.dataset.sort;
+    state.sort = { key, desc: state.sort.key === key ? !state.sort.desc : key === "tflops" };
+    state.offset = 0;
+    loadWinners();
+  });
+  let typing = null;
+  form.addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => { state.offset = 0; loadWinners(); }, 250);
+  });
+  form.addEventListener("submit", (ev) => ev.preventDefault());
+  $("#prev").onclick = () => { state.offset = Math.max(0, state.offset - state.limit); loadWinners(); };
+  $("#next").onclick = () => { state.offset += state.limit; loadWinners(); };
+
+  api(`/api/sessions/${SESSION}/facets`).then((f) => {
+    for (const [name, values] of [["op", f.ops], ["data_type", f.data_types], ["tag", f.tags]]) {
+      const sel = form.elements[name];
+      for (const v of values) sel.add(new Option(v, v));
+    }
+  }).catch(showError);
+  api(`/api/sessions/${SESSION}`).then((p) => {
+    $("#progress").innerHTML = progressBar(p) +
+      (p.active ? ` <span class="muted">${num(p.per_minute, 1)} jobs/min · ETA ${duration(p.eta_s)}</span>` : "");
+  }).catch(showError);
+  api(`/api/sessions/${SESSION}/tflops`).then((h) => histogram($("#tflops-plot"), h, "TFlops")).catch(showError);
+  api(`/api/sessions/${SESSION}/job-times`).then((h) => {
+    histogram($("#times-plot"), h, "seconds per job");
+    $("#times-summary").textContent = h.count
+      ? `${h.count} jobs · median ${num(h.median, 2)} s · mean ${num(h.mean, 2)} s · total ${duration(h.total)}` : "";
+  }).catch(showError);
+  api(`/api/sessions/${SESSION}/errors`).then((groups) => {
+    table($("#errors"), [
+      { label: "jobs", key: "count", cls: "n" },
+      { label: "first line of the error", key: "first_line", cls: "vector" },
+      { label: "job", html: (g) => g.job_ids.map((id) => `<a href="/jobs/${id}">${id}</a>`).join(" ") },
+    ], groups);
+    $("#no-errors").hidden = groups.length > 0;
+  }).catch(showError);
+  loadWinners();
+}
+
+// ------------------------------------------------------------------ problem
+
+function problemPage() {
+  const id = document.body.dataset.problem;
+  api(`/api/problems/${id}/trend`).then((points) => {
+    const byContext = new Map();
+    for (const p of points) {
+      if (!byContext.has(p.context)) byContext.set(p.context, []);
+      byContext.get(p.context).push(p);
+    }
+    const traces = [...byContext].map(([ctx, ps]) => ({
+      type: "scatter", mode: "lines+markers", name: ctx,
+      x: ps.map((p) => p.created_at), y: ps.map((p) => p.tflops),
+      text: ps.map((p) => `session ${p.session_id}<br>rocMLIR ${p.mlir_v || "?"}<br>${p.perf_config}`),
+      hovertemplate: "%{y:.3f} TFlops<br>%{text}<extra></extra>",
+    }));
+    Plotly.newPlot($("#trend-plot"), traces, { margin: { t: 10 }, height: 320, showlegend: true,
+      legend: { orientation: "h" }, yaxis: { title: { text: "TFlops" } } }, PLOT_CONFIG);
+    table($("#history"), [
+      { label: "session", html: (p) => `<a href="/sessions/${p.session_id}">${p.session_id}</a>` },
+      { label: "opened", key: "created_at" },
+      { label: "context", key: "context" },
+      { label: "ROCm", key: "rocm_v" },
+      { label: "rocMLIR", key: "mlir_v" },
+      { label: "perf config", key: "perf_config", cls: "vector" },
+      { label: "TFlops", html: (p) => num(p.tflops), cls: "n" },
+    ], [...points].reverse());
+  }).catch(showError);
+
+  const choice = $("#session-choice");
+  api(`/api/problems/${id}`).then((info) => {
+    for (const sid of info.session_ids) choice.add(new Option(`${sid}`, sid));
+    if (document.body.dataset.chosen) choice.value = document.body.dataset.chosen;
+    if (choice.value) loadCandidates(choice.value);
+  }).catch(showError);
+  choice.onchange = () => loadCandidates(choice.value);
+
+  async function loadCandidates(sid) {
+    try {
+      const c = await api(`/api/problems/${id}/candidates?session=${sid}`);
+      const isWinner = c.valid.map((v) => v.perf_config === c.winner);
+      Plotly.newPlot($("#candidates-plot"), [{
+        type: "scatter", mode: "markers", name: "valid",
+        x: c.valid.map((v) => v.perf_config), y: c.valid.map((v) => v.tflops),
+        marker: { size: isWinner.map((w) => (w ? 12 : 7)), color: isWinner.map((w) => (w ? "#c0392b" : "#3b6ea5")) },
+        hovertemplate: "%{x}<br>%{y:.3f} TFlops<extra></extra>",
+      }], { margin: { t: 10, b: 40 }, height: 340, xaxis: { showticklabels: false, title: { text: `${c.valid.length} valid perf configs, best first` } },
+        yaxis: { title: { text: "TFlops" } } }, PLOT_CONFIG);
+      table($("#invalid"), [
+        { label: "perf config", key: "perf_config", cls: "vector" },
+        { label: "why", key: "error", cls: "vector" },
+      ], c.invalid);
+      $("#no-invalid").hidden = c.invalid.length > 0;
+    } catch (err) {
+      showError(err);
+    }
+  }
+}
+
+// ------------------------------------------------------------------ compare
+
+const CHANGE_COLUMNS = [
+  { label: "problem", key: "test_vector", cls: "vector" },
+  { label: "A perf config", key: "perf_config_a", cls: "vector" },
+  { label: "B perf config", key: "perf_config_b", cls: "vector" },
+  { label: "A TFlops", html: (r) => num(r.tflops_a), cls: "n" },
+  { label: "B TFlops", html: (r) => num(r.tflops_b), cls: "n" },
+  { label: "B/A", html: (r) => num(r.ratio), cls: "n" },
+];
+
+function comparePage() {
+  const { a, b, threshold } = document.body.dataset;
+  if (!a || !b) return;
+  api(`/api/compare?a=${a}&b=${b}&threshold=${encodeURIComponent(threshold)}`).then((c) => {
+    const rows = [
+      ["A", c.a], ["B", c.b], ["common problems", c.common],
+      ["same winner", c.same_winner_pct === null ? "–" : `${c.same_winner} (${num(c.same_winner_pct, 1)} %)`],
+      ["geomean B/A", num(c.geomean_ratio)], ["min / max B/A", `${num(c.min_ratio)} / ${num(c.max_ratio)}`],
+      ["only in A", c.only_a], ["only in B", c.only_b],
+    ];
+    $("#summary").innerHTML = rows.map(([k, v]) => `<tr><th>${esc(k)}</th><td>${esc(v)}</td></tr>`).join("");
+    const all = c.points.tflops_a.concat(c.points.tflops_b);
+    const lo = Math.min(...all), hi = Math.max(...all);
+    Plotly.newPlot($("#compare-plot"), [
+      { type: "scatter", mode: "markers", name: "problems", x: c.points.tflops_a, y: c.points.tflops_b,
+        text: c.points.test_vector, hovertemplate: "%{text}<br>A %{x:.3f} · B %{y:.3f}<extra></extra>" },
+      { type: "scatter", mode: "lines", name: "B = A", x: [lo, hi], y: [lo, hi], line: { dash: "dot", color: "#888" }, hoverinfo: "skip" },
+    ], { margin: { t: 10 }, height: 480, xaxis: { type: "log", title: { text: "A TFlops" } },
+      yaxis: { type: "log", title: { text: "B TFlops" } }, showlegend: false }, PLOT_CONFIG);
+    table($("#regressions"), CHANGE_COLUMNS, c.regressions);
+    table($("#improvements"), CHANGE_COLUMNS, c.improvements);
+    $("#reg-count").textContent = `${c.regressions_total} below ${num(100 * (1 - c.threshold), 1)} %`;
+    $("#imp-count").textContent = `${c.improvements_total} above ${num(100 * (1 + c.threshold), 1)} %`;
+  }).catch(showError);
+}
+
+const PAGES = { farm: farmPage, session: sessionPage, problem: problemPage, compare: comparePage };
+document.addEventListener("DOMContentLoaded", () => (PAGES[document.body.dataset.page] || (() => {}))());

@@ -1,0 +1,263 @@
+"""Driving every era of tuningRunner (E2, E2.5, E3, E4) through the stand-in: each era gets
+exactly its flags, E4's session settings pass through, its GPU-run timeouts and Discarded
+candidates are recorded as such, sessions refuse what a build lacks, and the `.debug` export of
+the recorded candidates reads back exactly."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sys
+
+import pytest
+import sqlalchemy as sa
+from clitools import cli
+from debug_reader import best_per_problem, read_debug
+from test_rocmlir_tuner import FAKE, GEMM, calls, context, tuner, tuning_calls
+from test_rocmlir_worker import rocmlir_session, work
+
+from mlirtuna import export, keys, sessions
+from mlirtuna.errors import TunerError, UserError
+from mlirtuna.export import ExportQuery
+from mlirtuna.models import Candidate, Job, Result
+from mlirtuna.problems import parse
+from mlirtuna.sessions import SessionSpec
+from mlirtuna.tuners import rocmlir
+
+ALL_ERAS = ["E2", "E2.5", "E3", "E4"]
+SPACES = {
+    "E2": ("quick", "full", "exhaustive"),
+    "E2.5": ("quick", "full", "greedy", "exhaustive"),
+    "E3": ("quick", "full", "greedy", "exhaustive"),
+    "E4": ("quick", "full", "greedy", "exhaustive", "lfbo"),
+}
+COMMON = {"--op", "--config", "--tuning-space", "--mlir-build-dir", "--output", "--debug"}
+FLAGS = {
+    "E2": COMMON | {"--tflops", "--rocmlir_gen_flags"},
+    "E2.5": COMMON | {"--tflops", "--rocmlir_gen_flags"},
+    "E3": COMMON | {"--gpus", "--timeout", "--abort-on-error"},
+    "E4": COMMON | {"--gpus", "--timeout", "--abort-on-error"},
+}
+E4_SETTINGS = dict(rep_ms=50, warmup_ms=10, gpu_run_timeout_s=30, lfbo_effort="full")
+
+
+@pytest.fixture
+def build(tmp_path, monkeypatch):
+    """A private copy of the stand-in build dir, a clean environment, argv logged."""
+    build = tmp_path / "build"
+    shutil.copytree(FAKE, build)
+    for name in list(os.environ):
+        if name.startswith(("FAKE_", "MLIRTUNA_ROCMLIR")) or name.endswith("_VISIBLE_DEVICES"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_LOG", str(tmp_path / "argv.jsonl"))
+    monkeypatch.setenv("MLIRTUNA_ROCMLIR_PYTHON", sys.executable)
+    return build
+
+
+def flag_names(argv: list[str]) -> set[str]:
+    return {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+
+
+# --- the tuner -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("era", ALL_ERAS)
+def test_every_era_is_detected_with_its_spaces(build, monkeypatch, era) -> None:
+    detected = tuner(build, era, monkeypatch).era
+    assert (detected.name, detected.tuning_spaces) == (era, SPACES[era])
+
+
+@pytest.mark.parametrize("era", ALL_ERAS)
+def test_each_era_gets_exactly_its_flags(build, monkeypatch, era) -> None:
+    t = tuner(build, era, monkeypatch)
+    settings = E4_SETTINGS if era == "E4" else {}
+    t.tune(parse("gemm", GEMM), context(tuning_space="quick", **settings))
+    (call,) = tuning_calls(build)
+    want = FLAGS[era] | (
+        {"--rep", "--warmup", "--gpu-run-timeout", "--lfbo-effort"} if settings else set()
+    )
+    assert flag_names(call["argv"]) == want
+    assert flag_names(call["argv"]) <= t.era.flags  # never a flag this version lacks
+    if era == "E4":
+        assert {"--rep=50", "--warmup=10", "--gpu-run-timeout=30", "--lfbo-effort=full"} <= set(
+            call["argv"]
+        )
+
+
+@pytest.mark.parametrize("era", ["E2", "E2.5", "E3"])
+def test_a_setting_the_era_lacks_is_an_error_not_dropped(build, monkeypatch, era) -> None:
+    with pytest.raises(TunerError, match=f"{era}.*no --rep"):
+        tuner(build, era, monkeypatch).tune(parse("gemm", GEMM), context(rep_ms=50))
+    assert tuning_calls(build) == []
+
+
+def test_e25_written_error_line_is_the_job_error(build, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_FAULT", "fail")
+    with pytest.raises(
+        TunerError, match=r"Tuning failed for '-t f16.*rocmlir-tuning-driver failed"
+    ):
+        tuner(build, "E2.5", monkeypatch).tune(parse("gemm", GEMM), context())
+
+
+def test_e4_gpu_run_timeout_is_said_so(build, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_FAULT", "gpu_timeout")
+    with pytest.raises(TunerError, match=r"^GPU run timed out") as info:
+        tuner(build, "E4", monkeypatch).tune(parse("gemm", GEMM), context())
+    assert "Exit code: 3" in (info.value.detail or "")
+
+
+def test_e4_candidates_discarded_named_and_split_k(build, monkeypatch) -> None:
+    problem = parse("gemm", GEMM)
+    outcome = tuner(build, "E4", monkeypatch).tune(problem, context(tuning_space="full"))
+    discarded = [c for c in outcome.candidates if c.error == rocmlir.DISCARDED]
+    not_applicable = [c for c in outcome.candidates if c.error and "N/A" in c.error]
+    assert discarded and not_applicable and len(outcome.candidates) == 40
+    assert all(keys.perf_config_family(c.perf_config) == "gemm:named" for c in outcome.candidates)
+    assert outcome.winner.valid and outcome.notes == []  # its "-supportsSplitK true" key matched
+
+
+# --- sessions: spaces and settings against the build ---------------------------------------------
+
+
+def spec(build_dir, space="full", **changes) -> SessionSpec:
+    values = dict(
+        tuner="rocmlir",
+        tuning_space=space,
+        arch_full="gfx942:sramecc+:xnack-",
+        num_cu=304,
+        num_chiplets=8,
+        rocm_v="7.0",
+        mlir_v="abc",
+        mlir_build_dir=str(build_dir),
+    )
+    values.update(changes)
+    return SessionSpec(**values)
+
+
+@pytest.mark.parametrize(("era", "form"), [("E3", "plain"), ("E4", "split-k")])
+def test_session_records_its_build_key_form_and_lfbo(db, build, monkeypatch, era, form) -> None:
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", era)
+    made = sessions.create(db, spec(build))
+    assert made.key_form == form
+    if era == "E4":
+        lfbo = sessions.create(db, spec(build, "lfbo", lfbo_effort="quick", rep_ms=40))
+        assert (lfbo.tuning_space, lfbo.lfbo_effort, lfbo.rep_ms) == ("lfbo", "quick", 40)
+
+
+def test_session_new_refuses_what_the_build_lacks(db, db_url, build, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E3")
+    with pytest.raises(UserError, match=r"tuning space 'lfbo' is not offered .*\(E3; it has: "):
+        sessions.create(db, spec(build, "lfbo"))
+    with pytest.raises(UserError, match=r"\(E3\) has no --rep, --gpu-run-timeout"):
+        sessions.create(db, spec(build, rep_ms=10, gpu_run_timeout_s=5))
+    run = cli(
+        db_url,
+        "session",
+        "new",
+        "--tuner",
+        "rocmlir",
+        "--arch-full",
+        "gfx942:sramecc+:xnack-",
+        "--num-cu",
+        "304",
+        "--num-chiplets",
+        "8",
+        "--tuning-space",
+        "smart",
+        "--mlir-build-dir",
+        str(build),
+        env={
+            "FAKE_TUNINGRUNNER_ERA": "E3",
+            "MLIRTUNA_ROCMLIR_PYTHON": shutil.which("python3") or "python3",
+        },
+    )
+    assert run.code == 2 and run.stderr.count("\n") == 1
+    assert "tuning space 'smart' is not offered" in run.stderr
+    assert sessions.list_all(db) == []
+
+
+# --- a worker drives each era end to end; the .debug export reads back ----------------------------
+
+
+@pytest.mark.parametrize("era", ALL_ERAS)
+def test_worker_drives_each_era_and_debug_export_reads_back(db, tmp_path, build, monkeypatch, era):
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", era)
+    sid = rocmlir_session(db, tmp_path, "gemm", "quick" if era != "E4" else "full")
+    if era == "E4":
+        with db.session() as s:  # the E4 settings of this session, passed through
+            from mlirtuna.models import TuningSession
+
+            s.get(TuningSession, sid).rep_ms = 60
+    assert work(db, sid, build).stats.completed == 1
+    argv = next(c["argv"] for c in calls(build) if c["argv"] != ["--help"])
+    assert flag_names(argv) == FLAGS[era] | ({"--rep"} if era == "E4" else set())
+    with db.session() as s:
+        result = s.scalars(sa.select(Result).where(Result.session_id == sid)).one()
+        cands = list(s.scalars(sa.select(Candidate).where(Candidate.session_id == sid)))
+        family = {"E2": "v2", "E2.5": "v2", "E3": "v4", "E4": "gemm:named"}[era]
+        assert result.perf_family == family and {c.perf_family for c in cands} == {family}
+        if era == "E4":
+            assert any(c.error == rocmlir.DISCARDED for c in cands)
+        recorded = {c.perf_config: c.tflops for c in cands}
+
+    out = tmp_path / "gemm.debug"
+    done = export.export(db, ExportQuery(sessions=(sid,)), "debug", str(out))
+    rows = read_debug(str(out))
+    assert done.rows == len(rows) == len(recorded)
+    assert {r["Chip"] for r in rows} == {"gfx942"} and {r["numCU"] for r in rows} == {"304"}
+    problem = {
+        (r["DataType"], r["OutDataType"], r["TransA"], r["TransB"], r["G"], r["M"], r["K"], r["N"])
+        for r in rows
+    }
+    assert problem == {("f16", "f16", "False", "False", "1", "1024", "768", "512")}
+    for r in rows:
+        want = recorded[r["PerfConfig"]]
+        if want is None:
+            assert math.isnan(r["TFlops"])
+        else:
+            assert r["TFlops"] == want  # repr of the double: exact
+    best = best_per_problem(rows, ["DataType", "M", "N", "K"])
+    assert list(best.values()) == [result.tflops]
+
+
+def test_e4_gpu_timeout_through_a_worker(db, tmp_path, build, monkeypatch):
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E4")
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_FAULT", "gpu_timeout")
+    sid = rocmlir_session(db, tmp_path, "gemm")
+    assert work(db, sid, build).stats.failed == 1
+    with db.session() as s:
+        job = s.scalars(sa.select(Job).where(Job.session_id == sid)).one()
+    assert job.state == "error" and "failed: GPU run timed out" in job.result.splitlines()[0]
+
+
+def test_debug_export_of_mixed_ops_needs_op(db, tmp_path, build, monkeypatch):
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E3")
+    a = rocmlir_session(db, tmp_path, "gemm")
+    b = rocmlir_session(db, tmp_path, "attention")
+    work(db, a, build)
+    work(db, b, build)
+    with pytest.raises(UserError, match=r"hold ops attention, gemm: .* give --op"):
+        export.render(db, ExportQuery(sessions=(a, b)), "debug")
+    text = export.render(db, ExportQuery(sessions=(a, b), op="attention"), "debug").text
+    assert text.splitlines()[0].split("\t")[:4] == ["Chip", "numCU", "DataType", "TransQ"]
+
+
+@pytest.mark.parametrize("op", ["gemm", "conv", "attention"])
+def test_debug_export_problem_columns_are_the_tools(db, tmp_path, build, monkeypatch, op):
+    """The problem columns of the export, by name, hold what the stand-in's own .debug rows
+    (perfRunner's table_entry()) hold for the same problem."""
+    from test_rocmlir_tuner import STAND_IN
+    from test_rocmlir_worker import LINES
+
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E3")
+    sid = rocmlir_session(db, tmp_path, op)
+    work(db, sid, build)
+    out = tmp_path / f"{op}.debug"
+    export.export(db, ExportQuery(sessions=(sid,)), "debug", str(out))
+    rows = read_debug(str(out))
+    tools, _ = STAND_IN.describe(op, parse(op, LINES[op]).canonical(), STAND_IN.Gpu(), "E3")
+    shared = [c for c in tools if c in rows[0] and c not in ("PerfConfig", "TFlops")]
+    assert len(shared) >= {"gemm": 9, "conv": 20, "attention": 19}[op]
+    for row in rows:
+        assert {c: row[c] for c in shared} == {c: str(tools[c]) for c in shared}

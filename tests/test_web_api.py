@@ -1,0 +1,292 @@
+"""The dashboard's JSON API and pages through FastAPI's test client, on every backend, over a farm
+made by real tuning (tests/webfarm.py). Expected values come from the database and the CLI."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sqlite3
+import subprocess
+import time
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from clitools import cli, mlirtuna_argv, subprocess_env
+from fastapi.testclient import TestClient
+from webfarm import Farm, make
+
+from mlirtuna import compare, jobs, queue, results
+from mlirtuna.db import Database
+from mlirtuna.errors import DatabaseError
+from mlirtuna.models import Candidate, Job, Result
+from mlirtuna.web.app import create_app, open_read_only
+
+PAGES = ("/", "/sessions/{a}", "/problems/{p}?session={g}", "/jobs/{j}", "/compare?a={a}&b={b}")
+
+
+@pytest.fixture
+def farm(db: Database, tmp_path) -> Farm:
+    return make(db, tmp_path)
+
+
+@pytest.fixture
+def client(db_url, farm) -> TestClient:
+    ro = open_read_only(db_url)
+    yield TestClient(create_app(ro))
+    ro.dispose()
+
+
+def get(client: TestClient, path: str, status: int = 200):
+    res = client.get(path)
+    assert res.status_code == status, (path, res.text)
+    return res.json() if path.startswith("/api/") else res.text
+
+
+def test_sessions_and_farm_match_the_queue(client, db, farm):
+    listed = get(client, "/api/sessions")
+    assert listed["total_sessions"] == 4
+    ids = [p["session"]["id"] for p in listed["sessions"]]
+    assert ids == sorted([farm.cpu_a, farm.cpu_b, farm.gpu, farm.failed], reverse=True)
+    counts = jobs.counts(db)
+    for p in listed["sessions"]:
+        sid = p["session"]["id"]
+        assert p["counts"] == counts[sid] and p["total"] == 3 and p["done"] == 3
+        assert not p["active"]
+    gpu = next(p for p in listed["sessions"] if p["session"]["id"] == farm.gpu)["session"]
+    assert (gpu["arch_full"], gpu["num_cu"], gpu["mlir_v"], gpu["ticket"]) == (
+        "gfx942:sramecc+:xnack-", 304, "abc1234", "TKT-1"
+    )  # fmt: skip
+    assert get(client, "/api/farm")["workers"] == [] == get(client, "/api/workers")
+    paged = get(client, "/api/sessions?offset=1&limit=2")
+    assert [p["session"]["id"] for p in paged["sessions"]] == ids[1:3]
+
+
+def test_winners_page_filters_sorts_and_pages_on_the_server(client, db, farm):
+    every = {w.test_vector: w for w in results.winners(db, farm.cpu_a)}
+    page = get(client, f"/api/sessions/{farm.cpu_a}/winners")
+    assert page["total"] == 3 and len(page["rows"]) == 3
+    for row in page["rows"]:
+        w = every[row["test_vector"]]
+        assert (row["perf_config"], row["tflops"], row["candidates"]) == (
+            w.perf_config, w.tflops, w.candidates
+        )  # fmt: skip
+    by_tflops = get(client, f"/api/sessions/{farm.cpu_a}/winners?sort=tflops&desc=true")["rows"]
+    assert [r["tflops"] for r in by_tflops] == sorted(
+        (w.tflops for w in every.values()), reverse=True
+    )
+    first = get(client, f"/api/sessions/{farm.cpu_a}/winners?sort=tflops&limit=2")
+    rest = get(client, f"/api/sessions/{farm.cpu_a}/winners?sort=tflops&limit=2&offset=2")
+    assert first["total"] == rest["total"] == 3 and len(first["rows"]) == 2
+    assert [r["tflops"] for r in first["rows"] + rest["rows"]] == sorted(
+        w.tflops for w in every.values()
+    )
+    f16 = get(client, f"/api/sessions/{farm.cpu_a}/winners?data_type=f16")["rows"]
+    assert [r["test_vector"] for r in f16] == [v for v in every if v.startswith("-t f16")]
+    found = get(client, f"/api/sessions/{farm.cpu_a}/winners?q=-g%202")["rows"]
+    assert [r["test_vector"] for r in found] == [v for v in every if "-g 2 " in v]
+    assert get(client, f"/api/sessions/{farm.cpu_a}/winners?tag=web")["total"] == 3
+    assert get(client, f"/api/sessions/{farm.cpu_a}/winners?tag=other")["total"] == 0
+    assert get(client, f"/api/sessions/{farm.cpu_a}/winners?op=conv")["total"] == 0
+    assert get(client, f"/api/sessions/{farm.cpu_a}/winners?q=100%25_")["total"] == 0
+    facets = get(client, f"/api/sessions/{farm.cpu_a}/facets")
+    assert facets == {"ops": ["gemm"], "data_types": ["f16", "f32"], "tags": ["web"]}
+    bad = get(client, f"/api/sessions/{farm.cpu_a}/winners?sort=nonsense", 400)
+    assert "unknown sort" in bad["error"]
+
+
+def test_distributions_and_errors(client, db, farm):
+    hist = get(client, f"/api/sessions/{farm.cpu_a}/tflops")
+    assert hist["count"] == 3 and sum(hist["counts"]) == 3
+    assert len(hist["edges"]) == len(hist["counts"]) + 1
+    times = get(client, f"/api/sessions/{farm.cpu_a}/job-times")
+    assert times["count"] == 3 and times["total"] > 0
+    assert get(client, f"/api/sessions/{farm.cpu_a}/errors") == []
+    failed = jobs.list_jobs(db, farm.failed, state="error")
+    # The same failure after a different number of attempts is still one group.
+    with db.session() as s:
+        text = failed[-1].result.replace("attempt 1/1 failed:", "attempt 3/3 failed:", 1)
+        s.execute(sa.update(Job).where(Job.id == failed[-1].id).values(result=text))
+    groups = get(client, f"/api/sessions/{farm.failed}/errors")
+    assert len(groups) == 1 and groups[0]["count"] == 3
+    assert failed[0].first_line == f"attempt 1/1 failed: {groups[0]['first_line']}"
+    assert groups[0]["job_ids"] == [j.id for j in failed]
+    job = get(client, f"/api/jobs/{failed[0].id}")
+    assert job["state"] == "error" and len(job["attempts"]) == 1 and job["result"]
+    page = get(client, f"/sessions/{farm.failed}")
+    assert "Errors" in page
+
+
+def test_problem_trend_and_candidates(client, db, farm):
+    pid = farm.problems[0]
+    info = get(client, f"/api/problems/{pid}")
+    assert info["op"] == "gemm" and info["tags"] == ["web"]
+    assert sorted(info["session_ids"]) == sorted([farm.cpu_a, farm.cpu_b, farm.gpu])
+    trend = get(client, f"/api/problems/{pid}/trend")
+    with db.session() as s:
+        stmt = sa.select(Result.session_id, Result.tflops).where(Result.problem_id == pid)
+        winners = {sid: tflops for sid, tflops in s.execute(stmt)}
+    assert {p["session_id"]: p["tflops"] for p in trend} == winners
+    assert len({p["context"] for p in trend}) == 2  # the CPU and the GPU context
+    cands = get(client, f"/api/problems/{pid}/candidates?session={farm.gpu}")
+    with db.session() as s:
+        rows = s.execute(
+            sa.select(Candidate.perf_config, Candidate.error).where(
+                Candidate.session_id == farm.gpu, Candidate.problem_id == pid
+            )
+        ).all()
+    assert len(cands["valid"]) + len(cands["invalid"]) == len(rows)
+    assert len(cands["invalid"]) == sum(e is not None for _, e in rows) > 0
+    assert sum(cands["invalid_reasons"].values()) == len(cands["invalid"])
+    tflops = [c["tflops"] for c in cands["valid"]]
+    assert tflops == sorted(tflops, reverse=True)
+    assert cands["winner"] == cands["valid"][0]["perf_config"]
+    get(client, f"/api/problems/{pid}/candidates?session=999", 404)
+    get(client, "/api/problems/999999/trend", 404)
+
+
+def test_compare_gives_the_numbers_of_the_cli(client, db, db_url, farm):
+    answer = get(client, f"/api/compare?a={farm.cpu_a}&b={farm.cpu_b}&threshold=5%25")
+    run = cli(db_url, "compare", str(farm.cpu_a), str(farm.cpu_b), "--json")
+    assert run.code == 0, run.stderr
+    expected = run.json()
+    for key in ("common", "same_winner", "same_winner_pct", "geomean_ratio", "only_a", "only_b"):
+        assert answer[key] == expected[key], key
+    assert answer["regressions"] == expected["regressions"]
+    assert len(answer["points"]["tflops_a"]) == expected["with_tflops"] == 3
+    side_a, side_b = compare.load_sides(str(farm.cpu_a), str(farm.cpu_b), None, lambda: db)
+    better = compare.improvements(side_a, side_b, 0.05)
+    assert answer["improvements_total"] == len(better)
+    assert all(r["ratio"] > 1.05 for r in answer["improvements"])
+    assert get(client, "/api/compare?a=1&b=999", 404)["error"].startswith("no session 999")
+
+
+def test_pages_render_and_say_where_things_are_missing(client, farm):
+    ids = {"a": farm.cpu_a, "b": farm.cpu_b, "g": farm.gpu, "p": farm.problems[0], "j": 1}
+    for path in PAGES:
+        html = get(client, path.format(**ids))
+        assert "<table" in html and "/assets/plotly.min.js" in html and "/static/app.js" in html
+    js = client.get("/assets/plotly.min.js")
+    assert js.status_code == 200 and len(js.content) > 1_000_000 and b"plotly" in js.content[:2000]
+    assert client.get("/static/app.js").status_code == 200
+    missing = client.get("/sessions/999")
+    assert missing.status_code == 404 and "no session 999" in missing.text
+    assert client.get("/compare?a=x.tsv&b=1").status_code == 400
+
+
+def test_the_dashboard_cannot_write(db_url, farm):
+    ro = open_read_only(db_url)
+    try:
+        with pytest.raises(sa.exc.DBAPIError), ro.session() as s:
+            s.execute(sa.delete(Job))
+    finally:
+        ro.dispose()
+
+
+def test_stale_heartbeat_is_flagged_before_the_lease_expires(db, db_url, farm):
+    sid = farm.cpu_a
+    with db.session() as s:  # one job of a finished session back in the queue, to be held
+        first = s.scalar(sa.select(sa.func.min(Job.id)).where(Job.session_id == sid))
+        s.execute(sa.update(Job).where(Job.id == first).values(state="new"))
+    lease = queue.claim(db, sid, queue.Claimant("node7", 3, 4242), lease_s=3600)
+    assert lease is not None
+    ro = open_read_only(db_url)
+    client = TestClient(create_app(ro))
+    (busy,) = get(client, "/api/workers")
+    assert (busy["machine_name"], busy["gpu_id"], busy["pid"]) == ("node7", 3, 4242)
+    assert busy["job_id"] == lease.job_id and not busy["stale"] and not busy["expired"]
+    assert busy["lease_left_s"] > 3000
+    # The worker goes quiet: its last heartbeat is 40 minutes old, the lease has 20 left.
+    clock = _db_clock(db)
+    with db.session() as s:
+        s.execute(
+            sa.update(Job)
+            .where(Job.id == lease.job_id)
+            .values(heartbeat_at=clock - _minutes(40), lease_expires_at=clock + _minutes(20))
+        )
+    (busy,) = get(client, "/api/farm")["workers"]
+    assert busy["stale"] and not busy["expired"] and busy["heartbeat_age_s"] >= 40 * 60 - 5
+    progress = get(client, f"/api/sessions/{sid}")
+    assert progress["active"] and progress["counts"]["running"] == 1
+    # Two jobs finished minutes ago (the farm was just tuned): a rate, and an ETA for the third.
+    assert progress["per_minute"] > 0 and progress["eta_s"] > 0
+    ro.dispose()
+
+
+def _minutes(n: int):
+    import datetime as dt
+
+    return dt.timedelta(minutes=n)
+
+
+def _db_clock(db: Database):
+    from mlirtuna import farm as farm_module
+
+    with db.session() as s:
+        return farm_module.now(s)
+
+
+def test_password_never_reaches_a_page_or_an_answer(db_url, farm, request):
+    if not db_url.startswith("postgresql"):
+        pytest.skip(
+            "PostgreSQL only: its test server trusts local users, so a password can ride along"
+        )
+    secret = "s3cr3t-Passw0rd"
+    with_pw = re.sub(r"://([^@/:]+)@", rf"://\1:{secret}@", db_url)
+    ro = open_read_only(with_pw)
+    try:
+        client = TestClient(create_app(ro))
+        ids = {"a": farm.cpu_a, "b": farm.cpu_b, "g": farm.gpu, "p": farm.problems[0], "j": 1}
+        paths = [p.format(**ids) for p in PAGES] + [
+            "/api/farm",
+            f"/api/sessions/{farm.cpu_a}/winners",
+            "/api/openapi.json",
+            "/sessions/999",
+            "/api/sessions/999",
+        ]
+        for path in paths:
+            assert secret not in client.get(path).text, path
+        assert "***" in client.get("/").text
+    finally:
+        ro.dispose()
+
+
+def test_serve_needs_an_existing_database_and_writes_nothing(tmp_path):
+    path = tmp_path / "none.db"
+    with pytest.raises(DatabaseError, match="no database file"):
+        open_read_only(f"sqlite:///{path}")
+    run = cli(f"sqlite:///{path}", "serve", "--port", "1")
+    assert run.code == 2 and "no database file" in run.stderr and not path.exists()
+    path.touch()  # an empty file: other commands would create the schema in it, serve does not
+    with pytest.raises(DatabaseError, match=r"has no mlirtuna schema.*mlirtuna db upgrade"):
+        open_read_only(f"sqlite:///{path}")
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("SELECT count(*) FROM sqlite_master").fetchone() == (0,)
+
+
+def test_serve_command_binds_localhost_and_prints_its_url(db, db_url, tmp_path):
+    if not db_url.startswith("sqlite"):
+        pytest.skip("one backend is enough for the command itself")
+    port = 18765 + os.getpid() % 1000
+    proc = subprocess.Popen(
+        mlirtuna_argv("serve", "--port", str(port)),
+        env=subprocess_env(db_url),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stderr.readline()
+        assert f"at http://127.0.0.1:{port}/" in line and "read-only" in line
+        for _ in range(100):
+            try:
+                res = httpx.get(f"http://127.0.0.1:{port}/api/sessions", timeout=2)
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        assert res.status_code == 200 and res.json()["total_sessions"] == 0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        proc.stderr.close()

@@ -1,0 +1,86 @@
+"""A small farm for the dashboard tests, made by real tuning: the CPU tuner twice over three
+GEMMs, the fake tuningRunner (invalid candidates, another context), and a failing tuningRunner
+(jobs in error). Every number the tests expect is read back from the database, never typed in.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlirtuna import configs, jobs, sessions
+from mlirtuna.db import Database
+from mlirtuna.problems import ExpandOptions
+from mlirtuna.sessions import SessionSpec
+from mlirtuna.worker import Worker, WorkerSettings
+
+FAKE = Path(__file__).parent / "fake_rocmlir"
+GEMMS = (
+    "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 32 -n 64 -k 32\n"
+    "-t f16 -out_datatype f16 -transA false -transB true -g 1 -m 64 -n 32 -k 32\n"
+    "-t f32 -out_datatype f32 -transA false -transB false -g 2 -m 16 -n 32 -k 64\n"
+)
+TAG = "web"
+
+
+@dataclass(frozen=True)
+class Farm:
+    cpu_a: int  # CPU tuner
+    cpu_b: int  # CPU tuner again: compare a with b
+    gpu: int  # fake tuningRunner: invalid candidates, another context
+    failed: int  # failing tuningRunner: every job in error
+    problems: list[int]
+
+
+def make(db: Database, tmp_path: Path) -> Farm:
+    path = tmp_path / "gemm-configs"
+    path.write_text(GEMMS)
+    configs.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag=TAG)
+    cpu_a, cpu_b = (_tune(db, SessionSpec(tuner="cpu", tuning_space="quick")) for _ in "ab")
+    build = tmp_path / "build"
+    shutil.copytree(FAKE, build)
+    gpu_spec = SessionSpec(
+        tuner="rocmlir",
+        tuning_space="quick",
+        arch_full="gfx942:sramecc+:xnack-",
+        num_cu=304,
+        num_chiplets=8,
+        rocm_v="6.4",
+        mlir_v="abc1234",
+        reason="nightly",
+        ticket="TKT-1",
+    )
+    saved = {k: os.environ.get(k) for k in ("MLIRTUNA_ROCMLIR_PYTHON", "FAKE_TUNINGRUNNER_FAULT")}
+    os.environ["MLIRTUNA_ROCMLIR_PYTHON"] = sys.executable
+    try:
+        gpu = _tune(db, gpu_spec, build)
+        os.environ["FAKE_TUNINGRUNNER_FAULT"] = "fail"
+        failed = _tune(db, gpu_spec, build)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    problems = sorted(w.problem_id for w in jobs.list_jobs(db, cpu_a))
+    return Farm(cpu_a, cpu_b, gpu, failed, problems)
+
+
+def _tune(db: Database, spec: SessionSpec, build: Path | None = None) -> int:
+    sid = sessions.create(db, spec).id
+    jobs.load(db, sid, tag=TAG)
+    settings = WorkerSettings(
+        session_id=sid,
+        tuner=spec.tuner,
+        gpu_id=0 if build else -1,
+        until_empty=True,
+        mlir_build_dir=str(build) if build else None,
+        max_retries=1,
+        backoff_s=0,
+        job_timeout_s=120,
+    )
+    Worker(db, settings).run()
+    return sid
