@@ -22,7 +22,7 @@ from test_worker import _states, _wait_for, make_session, start_worker, stderr_o
 from mlirtuna import db as dbmod
 from mlirtuna import queue, worker
 from mlirtuna.db import ROLLED_BACK, UNAVAILABLE, Database, fault_of
-from mlirtuna.errors import DatabaseError, DatabaseUnavailable
+from mlirtuna.errors import DatabaseUnavailable
 from mlirtuna.models import Attempt, Job
 from mlirtuna.queue import Claimant
 from mlirtuna.tuners.sleep import SleepTuner
@@ -243,10 +243,12 @@ def test_a_worker_waits_for_a_database_that_is_not_up_yet(tmp_path):
         server.close()
 
 
-def test_database_error_is_a_user_error_with_one_line(db):
-    with pytest.raises(DatabaseError) as info, db.session() as s:
-        s.execute(sa.text("SELECT * FROM no_such_table_i11"))
-    assert "\n" not in str(info.value) and "no_such_table_i11" in str(info.value)
+def test_a_missing_table_is_one_line_for_a_command(db, db_url):
+    with db.engine.begin() as conn:
+        conn.exec_driver_sql("ALTER TABLE job RENAME TO job_gone")
+    run = run_cli(db_url, "status")
+    assert run.code == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert run.stderr.startswith("error: database error on ") and "job" in run.stderr
 
 
 @pytest.mark.parametrize(

@@ -196,10 +196,8 @@ class Database:
                     f"cannot reach the database {self.display_url}: {_first_line(exc.orig)}"
                 ) from exc
             # Anything else (a missing table, a refused login, a read-only file) waiting will
-            # not cure: one line naming the database, the driver's error kept as the cause.
-            raise DatabaseError(
-                f"database error on {self.display_url}: {_first_line(exc.orig)}"
-            ) from exc
+            # not cure: it goes up as it is; the CLI prints it as one line (error_line).
+            raise
 
     def ensure_schema(self) -> None:
         """Create a new database (SQLite file) or stop when the schema is not at head."""
@@ -235,8 +233,10 @@ class Database:
         for attempt in range(1, tries + 1):
             try:
                 return write()
-            except DatabaseError as exc:
-                conflict = isinstance(exc.__cause__, sa.exc.IntegrityError)
+            except (DatabaseError, DBAPIError) as exc:
+                conflict = isinstance(exc, sa.exc.IntegrityError) or isinstance(
+                    exc.__cause__, sa.exc.IntegrityError
+                )
                 if attempt == tries or not (conflict or fault_of(exc) == ROLLED_BACK):
                     raise
                 time.sleep(random.uniform(0.0, 0.05 * attempt))
@@ -388,6 +388,12 @@ def wrong_url(url: URL) -> str | None:
         if pq.PGconn.ping(make_conninfo(**kwargs).encode()) == pq.Ping.OK:
             return "the server is up but refused this user, password or database"
     return None
+
+
+def error_line(display_url: str | None, exc: DBAPIError) -> DatabaseError:
+    """A database error as the one line a command prints (the URL masked)."""
+    where = f" on {display_url}" if display_url else ""
+    return DatabaseError(f"database error{where}: {_first_line(exc.orig)}")
 
 
 def _first_line(exc: BaseException | None) -> str:
