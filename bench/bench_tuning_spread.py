@@ -6,8 +6,10 @@ where those are missing, the tier-1 lists in tests/data filtered to CPU-sized pr
 space; every candidate is verified against a reference and timed (median of 5 runs). The ratios
 say how much slower the median and the worst perf config are than the winner: the spread that
 tuning removes. No database is involved. --smoke tunes the smallest problem of each op once.
+Fusion problems are the rocMLIR test modules in tests/data/fusion (every one). --ops and --space
+narrow a run (e.g. `--ops fusion,gemm_gemm,conv_gemm --space quick` on a busy machine).
 
-    python bench/bench_tuning_spread.py [--smoke] [--out FILE]
+    python bench/bench_tuning_spread.py [--smoke] [--ops OP,...] [--space SPACE] [--out FILE]
 """
 
 from __future__ import annotations
@@ -30,7 +32,12 @@ TIER1_FLOPS = (1e7, 1e8)
 TIER1_PER_OP = 4
 
 
+FUSION = ROOT / "tests" / "data" / "fusion"
+
+
 def config_file(op: str) -> Path:
+    if op == "fusion":
+        return FUSION
     example = ROOT / "examples" / f"{op}-small"
     return example if example.exists() else ROOT / "tests" / "data" / f"tier1-{op}-configs"
 
@@ -38,6 +45,13 @@ def config_file(op: str) -> Path:
 def pick(op: str, smoke: bool) -> list[Problem]:
     """The problems to tune for `op`, smallest first."""
     path = config_file(op)
+    if op == "fusion":
+        from mlirtuna import fusion
+
+        found = [fusion.read_problem(m) for m in fusion.module_files([str(FUSION / "resnet50"),
+                 str(FUSION / "mixr-gemm")])]  # fmt: skip
+        ranked = sorted(found, key=lambda p: (p.flops(), p.file_name))
+        return ranked[:1] if smoke else ranked
     entries = read_config_list(str(path), op, ExpandOptions(expand=False)).entries
     unique = {e.problem.canonical(): e.problem for e in entries}.values()
     ranked = sorted(unique, key=lambda p: (p.flops(), p.canonical()))
@@ -81,6 +95,8 @@ DEFAULTS = {
 
 def short(problem: Problem) -> str:
     """The test vector without flags that hold their default, to keep the table narrow."""
+    if problem.op == "fusion":
+        return f"{problem.file_name} ({problem.key_op})"
     tokens = problem.canonical().split()
     defaults = DEFAULTS.get(problem.op, {})
     kept: list[str] = []
@@ -99,11 +115,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--smoke", action="store_true", help="the smallest problem per op, 1 repeat")
     p.add_argument("--out", type=Path, help="also write the Markdown to this file")
+    p.add_argument("--ops", default=",".join(OPS), help="comma-separated ops [all]")
+    p.add_argument("--space", default="full", help="tuning space [full]")
     args = p.parse_args()
+    ops = args.ops.split(",")
     tuner = CpuTuner(repeats=1 if args.smoke else 5)
-    ctx = TuneContext("cpu", "cpu", 1, 1, "full", gpu_id=-1)
+    ctx = TuneContext("cpu", "cpu", 1, 1, args.space, gpu_id=-1)
     rows = []
-    for op in OPS:
+    for op in ops:
         for problem in pick(op, args.smoke):
             common.status(f"tuning {op} {problem.canonical()}")
             t0 = time.perf_counter()
@@ -111,10 +130,10 @@ def main() -> None:
             rows.append(spread_row(problem, outcome, time.perf_counter() - t0))
     headers = ["op", "problem", "flops", "valid/tried", "best ms", "median ms", "worst ms",
                "median/best", "worst/best", "tuning s"]  # fmt: skip
-    sources = ", ".join(str(config_file(op).relative_to(ROOT)) for op in OPS)
+    sources = ", ".join(str(config_file(op).relative_to(ROOT)) for op in ops)
     text = "\n\n".join(
         [
-            "### Does tuning matter? CPU tuner, `full` space",
+            f"### Does tuning matter? CPU tuner, `{args.space}` space",
             common.machine_line(),
             f"Problems from {sources}, as written. Times are each candidate's median of "
             f"{tuner.repeats} verified runs (NumPy {np.__version__}); `valid/tried` counts the "

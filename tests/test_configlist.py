@@ -124,7 +124,9 @@ def test_bad_line_is_reported_at_file_and_line(
 def test_file_and_option_errors_are_user_errors(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no such file"):
         read_config_list(str(tmp_path / "missing"), "gemm")
-    with pytest.raises(UserError, match="unknown op 'fusion'"):
+    with pytest.raises(UserError, match="unknown op 'winograd'"):
+        read_config_list(str(DATA / "tier1-gemm-configs"), "winograd")
+    with pytest.raises(UserError, match=r"^fusion problems are \.mlir modules"):  # no line blamed
         read_config_list(str(DATA / "tier1-gemm-configs"), "fusion")
     bad = ExpandOptions(data_types=("f64",))
     with pytest.raises(UserError) as caught:

@@ -19,7 +19,7 @@ from types import ModuleType
 
 import pytest
 
-from mlirtuna.errors import TunerError, TunerTimeout, UserError
+from mlirtuna.errors import TunerError, TunerTimeout, Unsupported, UserError
 from mlirtuna.problems import parse
 from mlirtuna.tuners import rocmlir
 from mlirtuna.tuners.base import Candidate, TuneContext
@@ -212,7 +212,7 @@ def test_attention_is_not_verified(build: Path, monkeypatch: pytest.MonkeyPatch,
 
 def test_e2_has_no_greedy_space(build: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     t = tuner(build, "E2", monkeypatch)
-    with pytest.raises(TunerError, match=r"E2.*no tuning space 'greedy'"):
+    with pytest.raises(Unsupported, match=r"E2.*no tuning space 'greedy'"):  # never retried
         t.tune(parse("gemm", GEMM), context(tuning_space="greedy"))
     assert tuning_calls(build) == []
 

@@ -22,9 +22,25 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 def test_examples_are_valid_config_lists():
     from mlirtuna.problems.configlist import read_config_list
 
-    for op in ("gemm", "conv", "attention"):
+    for op in ("gemm", "conv", "attention", "gemm_gemm", "conv_gemm"):
         listed = read_config_list(str(EXAMPLES / f"{op}-small"), op)
         assert listed.entries and not listed.warnings
+
+
+def test_fusion_example_modules_import_and_auto_detects_ops(db):
+    from mlirtuna import flow, fusion
+
+    report = fusion.import_modules(db, [str(EXAMPLES / "fusion-small")])
+    assert report.new == report.lines == 4
+    ops = {op: len(paths) for op, paths in flow.files_by_op("auto", [
+        str(EXAMPLES / name) for name in (
+            "fusion-small", "gemm-small", "conv-small", "attention-small", "gemm_gemm-small",
+            "conv_gemm-small",
+        )
+    ]).items()}  # fmt: skip
+    assert ops == dict.fromkeys(
+        ["fusion", "gemm", "conv", "attention", "gemm_gemm", "conv_gemm"], 1
+    )
 
 
 def test_run_end_to_end_twice(db_url, tmp_path):
@@ -76,15 +92,15 @@ def _machine() -> str:
 
 
 def test_run_interrupted_then_resumed(db_url, tmp_path):
-    lines = "".join(
-        f"-t f32 -out_datatype f32 -transA false -transB false -g 1 -m {m} -n 8 -k 8\n"
-        for m in range(1, 7)
-    )
+    """The session remembers what run was asked: `run --session N` alone resumes exactly that
+    (the expansion flags included: no jobs for data types the user left out)."""
+    lines = "".join(f"-transA false -transB false -g 1 -m {m} -n 8 -k 8\n" for m in range(1, 7))
     configs = tmp_path / "gemm"
     configs.write_text(lines)
     argv = mlirtuna_argv(
-        "run", "--op", "gemm", "--tuner", "sleep:0.7", "-o", str(tmp_path / "t.tsv"), str(configs)
-    )
+        "run", "--op", "gemm", "--tuner", "sleep:0.7", "--data-type", "f32",
+        "-o", str(tmp_path / "t.tsv"), str(configs),
+    )  # fmt: skip
     proc = subprocess.Popen(
         argv, env=subprocess_env(db_url), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -99,25 +115,16 @@ def test_run_interrupted_then_resumed(db_url, tmp_path):
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130
-        assert "interrupted: resume with `mlirtuna run --op gemm --session 1" in err
+        assert "interrupted: resume with `mlirtuna run --session 1`\n" in err
         assert "Traceback" not in err
         left = jobs.counts(d, 1)[1]
         assert left["running"] == 0 and left["new"] >= 1 and left["completed"] >= 1
-        resumed = run_cli(
-            db_url,
-            "run",
-            "--op",
-            "gemm",
-            "--session",
-            "1",
-            "--json",
-            "-o",
-            str(tmp_path / "t.tsv"),
-            str(configs),
-            timeout=120,
-        )
+        resumed = run_cli(db_url, "run", "--session", "1", "--json", timeout=120)
         assert resumed.code == 0, resumed.stderr
-        assert resumed.json()["counts"]["completed"] == 6
+        summary = resumed.json()
+        assert summary["counts"]["completed"] == 6 and summary["tuner"] == "sleep:0.7"
+        assert summary["output"] == str(tmp_path / "t.tsv")
+        assert {w["test_vector"].split()[1] for w in summary["winners"]} == {"f32"}
     finally:
         d.dispose()
 
@@ -271,9 +278,10 @@ def test_debug_shows_the_traceback(db_url):
 
 def test_runtime_failure_is_exit_1(db_url, tmp_path):
     path = tmp_path / "g"
-    path.write_text("-t fp8 -out_datatype f32 -transA false -transB false -g 1 -m 8 -n 8 -k 8\n")
+    path.write_text("-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 8 -n 8 -k 8\n")
     run = run_cli(
-        db_url, "run", "--op", "gemm", "--quiet", "--max-retries", "1", str(path), timeout=120
-    )
+        db_url, "run", "--op", "gemm", "--quiet", "--max-retries", "1",
+        "--job-timeout", "0.000001", str(path), timeout=120,
+    )  # fmt: skip
     assert run.code == 1
     assert "1 errors" in run.stderr and "jobs list --session 1 --state error" in run.stderr

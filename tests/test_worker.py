@@ -28,7 +28,9 @@ from mlirtuna.sessions import SessionSpec
 TESTS = str(Path(__file__).parent)
 
 
-def make_session(db: Database, tmp_path: Path, n: int) -> int:
+def make_session(
+    db: Database, tmp_path: Path, n: int, tuner: str = "plugins.claimlog:Logging"
+) -> int:
     path = tmp_path / "gemm"
     path.write_text(
         "".join(
@@ -37,7 +39,7 @@ def make_session(db: Database, tmp_path: Path, n: int) -> int:
         )
     )
     configs.import_files(db, "gemm", [str(path)], tag="w")
-    sess = sessions.create(db, SessionSpec(tuner="sleep"))
+    sess = sessions.create(db, SessionSpec(tuner=tuner))  # its workers run this tuner
     jobs.load(db, sess.id, tag="w")
     return sess.id
 
@@ -48,9 +50,10 @@ def env_for(db_url: str, log: Path, sleep_s: float = 0.0) -> dict[str, str]:
     return env
 
 
-def start_worker(db_url, sid, log, *extra, sleep_s=0.0, tuner="plugins.claimlog:Logging"):
-    """A worker process; its stderr goes to a file next to the log (`stderr_of(proc)`)."""
-    argv = mlirtuna_argv("worker", "--session", str(sid), "--tuner", tuner, *extra)
+def start_worker(db_url, sid, log, *extra, sleep_s=0.0):
+    """A worker process running the session's tuner; its stderr goes to a file next to the log
+    (`stderr_of(proc)`)."""
+    argv = mlirtuna_argv("worker", "--session", str(sid), *extra)
     errlog = log.with_name(f"worker-{time.monotonic_ns()}.err")
     with open(errlog, "w") as err:
         proc = subprocess.Popen(
@@ -192,18 +195,10 @@ def test_first_signal_finishes_the_job_second_gives_it_back(db, db_url, tmp_path
 
 
 def test_failing_tuner_retries_with_backoff_then_errors(db, db_url, tmp_path):
-    sid = make_session(db, tmp_path, 2)
+    sid = make_session(db, tmp_path, 2, tuner="plugins.claimlog:Failing")
     log = tmp_path / "claims.log"
     w = start_worker(
-        db_url,
-        sid,
-        log,
-        "--until-empty",
-        "--max-retries",
-        "3",
-        "--retry-backoff",
-        "0.3",
-        tuner="plugins.claimlog:Failing",
+        db_url, sid, log, "--until-empty", "--max-retries", "3", "--retry-backoff", "0.3"
     )
     finish([w])
     assert _states(db, sid) == {"error": 2}

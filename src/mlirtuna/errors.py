@@ -63,3 +63,8 @@ class TunerError(MlirtunaError):
 
 class TunerTimeout(TunerError):
     """The tuner ran past the job timeout and was stopped."""
+
+
+class Unsupported(TunerError):
+    """The tuner cannot run this problem at all (data type, op, layout, size): retrying cannot
+    help, so the job ends in error at once."""

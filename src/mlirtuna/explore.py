@@ -316,8 +316,9 @@ def error_groups(db: Database, session_id: int) -> list[ErrorGroup]:
     return sorted(groups.values(), key=lambda g: (-g.count, g.first_line))
 
 
-# queue.fail writes "attempt 2/3 failed: <why>"; the count is not part of what went wrong.
-_ATTEMPT = re.compile(r"^attempt \d+/\d+ failed: ")
+# queue.fail writes "attempt 2/3 failed: <why>" (or "attempt failed, not retried: <why>" for a
+# failure retrying cannot fix); the count is not part of what went wrong.
+_ATTEMPT = re.compile(r"^attempt (?:\d+/\d+ failed|failed, not retried): ")
 
 
 def _first_line(text: str | None) -> str:

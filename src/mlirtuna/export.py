@@ -4,7 +4,8 @@
   chip name or the exact arch_full) narrowed by num_cu, num_chiplets and tuning space. Unnamed
   sessions must then share one context (arch_full, num_cu, num_chiplets, tuning space): writing
   an MI300X winner next to an MI308 one (both gfx942) into one file is the mistake rocMLIR
-  PR #2248 guards against, so we refuse and say which flag narrows it.
+  PR #2248 guards against, so we refuse and say which flag narrows it. Retired sessions
+  (`session retire`) are never picked this way, only when named.
 - Per problem, the newest session wins (created_at, then id). Only counted results
   (results.counted: completed jobs, or imported rows).
 - The `arch` column is the session's arch_full: perfRunner looks rows up by the exact
@@ -42,7 +43,7 @@ from sqlalchemy.orm import Session
 from mlirtuna import debugexport, keys, results, tuningdb
 from mlirtuna.db import Database
 from mlirtuna.errors import NotFound, UserError
-from mlirtuna.models import Candidate, Job, Problem, Result, TuningSession
+from mlirtuna.models import Candidate, FusionConfig, Job, Problem, Result, TuningSession
 
 FORMATS = ("v3", "v2", "t4", "debug")
 T4_SCHEMA_VERSION = "1.0.0"  # Kernel Tuner's kernel_tuner/schema/T4/1.0.0/results-schema.json
@@ -69,6 +70,7 @@ class Exported:
     rows: int
     sessions: list[int] = field(default_factory=list)
     format: str = "v3"
+    notes: list[str] = field(default_factory=list)  # e.g. which of two equal keys was written
 
     def as_dict(self) -> dict[str, Any]:
         return {"rows": self.rows, "sessions": self.sessions, "format": self.format}
@@ -97,7 +99,8 @@ def render(db: Database, query: ExportQuery, fmt: str = "v3") -> Exported:
             text, count = debugexport.render(s, chosen, query.op)
             return Exported(text, count, sorted(x.id for x in chosen), fmt)
         form = query.key_format or chosen[0].key_form or keys.PLAIN
-        rows, used = winner_rows(s, chosen, query.op, form)
+        notes: list[str] = []
+        rows, used = winner_rows(s, chosen, query.op, form, notes)
     if not rows:
         raise UserError(f"no completed results in session(s) {_ids(chosen)}{_op_text(query)}")
     text = io.StringIO()
@@ -105,7 +108,7 @@ def render(db: Database, query: ExportQuery, fmt: str = "v3") -> Exported:
         tuningdb.write_v3(rows, text)
     else:
         _write_v2(rows, text)
-    return Exported(text.getvalue(), len(rows), sorted(used), fmt)
+    return Exported(text.getvalue(), len(rows), sorted(used), fmt, notes)
 
 
 # --- Sessions ---------------------------------------------------------------------------------
@@ -117,8 +120,9 @@ def select_sessions(s: Session, query: ExportQuery) -> list[TuningSession]:
         return _named_sessions(s, query)
     if not query.arch:
         raise UserError("give --arch (or name sessions with --session)")
-    stmt = sa.select(TuningSession).where(*_filters(query)).order_by(*_newest_first())
-    found = list(s.scalars(stmt))
+    # A retired session is history, never picked by a context (only when named).
+    stmt = sa.select(TuningSession).where(*_filters(query), TuningSession.retired_at.is_(None))
+    found = list(s.scalars(stmt.order_by(*_newest_first())))
     if not found:
         raise UserError(
             f"no session matches {_describe(query)}: `mlirtuna session list` shows them"
@@ -210,16 +214,23 @@ def _op_text(query: ExportQuery) -> str:
 
 
 def winner_rows(
-    s: Session, chosen: Sequence[TuningSession], op: str | None = None, form: str = keys.PLAIN
+    s: Session,
+    chosen: Sequence[TuningSession],
+    op: str | None = None,
+    form: str = keys.PLAIN,
+    notes: list[str] | None = None,
 ) -> tuple[list[tuningdb.TuningRow], set[int]]:
     """One row per problem from the newest of `chosen` (newest first) that has it, and the
-    sessions that gave rows; one query."""
+    sessions that gave rows; one query. A fusion winner is written under its tuning key (where
+    perfRunner's fusion lookup searches); see _one_per_key for two problems with one key."""
     rank = {x.id: i for i, x in enumerate(chosen)}
     stmt = (
         sa.select(
             Result.session_id,
             Result.problem_id,
-            Problem.test_vector,
+            Problem.op,
+            FusionConfig.file_name,
+            sa.func.coalesce(FusionConfig.tuning_key, Problem.test_vector).label("test_vector"),
             Result.perf_config,
             Result.tflops,
             Result.tuned_at,
@@ -230,6 +241,7 @@ def winner_rows(
             Result.key_suffix,
         )
         .join(Problem, Problem.id == Result.problem_id)
+        .outerjoin(FusionConfig, FusionConfig.id == Problem.id)
         .outerjoin(Job, Job.id == Result.job_id)
         .where(Result.session_id.in_(list(rank)), results.counted())
     )
@@ -240,11 +252,39 @@ def winner_rows(
         held = best.get(r.problem_id)
         if held is None or rank[r.session_id] < rank[held.session_id]:
             best[r.problem_id] = r
+    best = _one_per_key(best, rank, notes if notes is not None else [])
     # Session columns read once per session, not through the ORM once per row.
     columns = {x.id: _SessionColumns.of(x) for x in chosen}
     rows = [columns[r.session_id].row(r, form) for r in best.values()]
     rows.sort(key=lambda row: row.test_vector)
     return rows, {r.session_id for r in best.values()}
+
+
+def _one_per_key(best: dict[int, Any], rank: dict[int, int], notes: list[str]) -> dict[int, Any]:
+    """A fusion's key can equal a plain problem's test vector (a fused kernel's key is the
+    standalone problem's) or another fusion's. perfRunner keeps one perf config per key, so one
+    row is written: the plain problem's (tuned on exactly the kernel the key names), else the
+    newest session's fusion, else the first module by file name. Each drop is one note."""
+    by_key: dict[str, Any] = {}
+    for r in sorted(
+        best.values(), key=lambda r: (r.op == "fusion", rank[r.session_id], r.file_name or "")
+    ):
+        kept = by_key.get(r.test_vector)
+        if kept is None:
+            by_key[r.test_vector] = r
+            continue
+        winner = f"{kept.op} problem {kept.problem_id}" + (
+            f" ({kept.file_name})" if kept.file_name else ""
+        )
+        why = (
+            "a plain problem is tuned on exactly that kernel"
+            if kept.op != "fusion"
+            else ("newer session or first file name")
+        )
+        notes.append(
+            f"key {r.test_vector!r}: writing {winner}'s winner, not fusion {r.file_name}'s ({why})"
+        )
+    return {r.problem_id: r for r in by_key.values()}
 
 
 def _rows(s: Session, stmt: sa.Select) -> Any:
@@ -454,6 +494,15 @@ def _t4_meta(x: TuningSession) -> dict[str, Any]:
 
 
 # --- Writing ----------------------------------------------------------------------------------
+
+
+def fusion_file_name(db: Database, session_ids: Sequence[int]) -> str:
+    """`tuning_fusion_<chip>.tsv`, rocMLIR's weekly job's name for its fusion tuning DB."""
+    with db.session() as s:
+        chips = set(
+            s.scalars(sa.select(TuningSession.arch).where(TuningSession.id.in_(session_ids)))
+        )
+    return f"tuning_fusion_{'_'.join(sorted(chips)) or 'unknown'}.tsv"
 
 
 def write_text(path: str, text: str) -> None:

@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-from mlirtuna import configs, export, jobs, manager, results, sessions, tuners
+import sqlalchemy as sa
+
+from mlirtuna import configs, export, fusion, jobs, manager, results, sessions, tuners
 from mlirtuna.db import Database
 from mlirtuna.errors import UserError
-from mlirtuna.problems import ExpandOptions
+from mlirtuna.models import Problem as ProblemRow
+from mlirtuna.problems import ExpandOptions, Problem, problem_class
 from mlirtuna.sessions import Session, SessionSpec
+from mlirtuna.tuners.base import TuneContext
 from mlirtuna.worker import WorkerSettings
 
 RUNNER = Path("bin") / "tuningRunner.py"
@@ -24,7 +29,7 @@ RUNNER = Path("bin") / "tuningRunner.py"
 
 @dataclass
 class RunPlan:
-    op: str
+    op: str | None
     files: Sequence[str]
     options: ExpandOptions = field(default_factory=ExpandOptions)
     tuner: str = "auto"
@@ -38,6 +43,47 @@ class RunPlan:
     settings: WorkerSettings = field(default_factory=lambda: WorkerSettings(session_id=0))
     session_flags: dict = field(default_factory=dict)  # --arch, --num-cu, … for a new session
 
+    def spec(self, tuner: str) -> dict[str, Any]:
+        """What the session remembers of this run, for `run --session N` (see resumed)."""
+        o = self.options
+        return {
+            "op": self.op,
+            "files": [str(Path(f).resolve()) for f in self.files],
+            "data_types": list(o.data_types) if o.data_types is not None else None,
+            "directions": list(o.directions) if o.directions is not None else None,
+            "layouts": list(o.layouts) if o.layouts is not None else None,
+            "expand": o.expand,
+            "tuner": tuner,
+            "tuning_space": self.tuning_space,
+            "output": str(Path(self.output).resolve()) if self.output else None,
+            "mlir_build_dir": self.mlir_build_dir,
+        }
+
+
+def resumed(plan: RunPlan, session: Session) -> RunPlan:
+    """`run --session N` without files: exactly what that session's run was asked."""
+    spec = session.run_spec
+    if not spec:
+        raise UserError(
+            f"session {session.id} was not opened by `mlirtuna run`: give --op and the "
+            "config lists to load into it"
+        )
+    if plan.op is not None and plan.op != spec["op"]:
+        raise UserError(f"session {session.id} was run for op {spec['op']}, not {plan.op}")
+
+    def opt(key: str) -> tuple[str, ...] | None:
+        return tuple(spec[key]) if spec[key] is not None else None
+
+    return replace(
+        plan,
+        op=spec["op"],
+        files=spec["files"],
+        options=ExpandOptions(opt("data_types"), opt("directions"), opt("layouts"), spec["expand"]),
+        tuning_space=spec["tuning_space"],
+        output=plan.output or spec["output"],
+        mlir_build_dir=plan.mlir_build_dir or spec["mlir_build_dir"],
+    )
+
 
 @dataclass
 class Prepared:
@@ -47,6 +93,8 @@ class Prepared:
     imported: configs.ImportReport
     loaded: jobs.LoadReport
     tag: str
+    plan: RunPlan  # as run: a resumed plan holds what the session remembered
+    skipped: dict[str, list[str]] = field(default_factory=dict)  # why -> test vectors
 
 
 @dataclass
@@ -58,6 +106,9 @@ class RunSummary:
     exported_rows: int
     interrupted: bool
     winners: list[results.Winner]
+    exported_what: str = ""  # which rows the tuning DB holds
+    skipped: int = 0
+    notes: list[str] = field(default_factory=list)  # export's (which of two equal keys)
 
     def as_dict(self) -> dict:
         return {
@@ -66,57 +117,181 @@ class RunSummary:
             "counts": self.counts,
             "output": self.output,
             "exported": self.exported_rows,
+            "exported_what": self.exported_what,
+            "skipped": self.skipped,
             "interrupted": self.interrupted,
             "winners": [w.as_dict() for w in self.winners],
+            "notes": self.notes,
         }
 
 
 def choose_tuner(tuner: str, build_dir: str | None) -> tuple[str, str]:
-    """(tuner, why): `auto` means rocmlir when a build dir with bin/tuningRunner.py is known."""
+    """(tuner, why): `auto` means rocmlir when a build dir is given (flag or env var), cpu when
+    none is. A build dir given without bin/tuningRunner.py is an error, never a quiet cpu run."""
     build_dir = build_dir or os.environ.get(sessions.ENV_BUILD_DIR)
+    if build_dir and tuner in ("auto", "rocmlir") and not (Path(build_dir) / RUNNER).is_file():
+        raise UserError(
+            f"rocMLIR build dir {build_dir} has no {RUNNER} (from --mlir-build-dir or "
+            f"{sessions.ENV_BUILD_DIR}): point it at a rocMLIR build, or leave it out for the "
+            "cpu tuner"
+        )
     if tuner != "auto":
         return tuner, f"tuner {tuner} (asked for)"
-    if build_dir and (Path(build_dir) / RUNNER).is_file():
+    if build_dir:
         return "rocmlir", f"tuner rocmlir ({Path(build_dir) / RUNNER})"
-    where = f"no {RUNNER} in {build_dir}" if build_dir else "no rocMLIR build dir given"
-    return "cpu", f"tuner cpu ({where}; --mlir-build-dir or MLIRTUNA_ROCMLIR_BUILD selects rocmlir)"
+    return "cpu", (
+        "tuner cpu (no rocMLIR build dir given; --mlir-build-dir or "
+        f"{sessions.ENV_BUILD_DIR} selects rocmlir)"
+    )
 
 
 def prepare(db: Database, plan: RunPlan) -> Prepared:
     """Everything up to the workers: files are read before anything is written."""
-    tuner, why = choose_tuner(plan.tuner, plan.mlir_build_dir)
+    existing = sessions.get(db, plan.session_id) if plan.session_id is not None else None
+    if existing is not None and not plan.files:
+        plan = resumed(plan, existing)
+    if plan.op is None or not plan.files:
+        raise UserError("give --op and config lists (or --session N alone to resume a run)")
+    if existing is not None:
+        if plan.tuner != "auto" and sessions.tuner_name(plan.tuner) != existing.tuner_name:
+            raise UserError(
+                f"session {existing.id} was opened for tuner {existing.tuner}, not {plan.tuner}"
+            )
+        tuner, why = existing.tuner, f"tuner {existing.tuner} (session {existing.id})"
+        if tuner == "rocmlir":
+            choose_tuner(tuner, plan.mlir_build_dir)
+    else:
+        tuner, why = choose_tuner(plan.tuner, plan.mlir_build_dir)
     if tuner == "rocmlir":  # a missing build dir stops here, before anything is written
         tuners.make("rocmlir", mlir_build_dir=plan.mlir_build_dir)
-    for path in plan.files:
-        if not Path(path).is_file():
-            raise UserError(f"cannot read config list {path}: no such file")
-    if plan.session_id is not None:
-        session = sessions.get(db, plan.session_id)
-        if session.tuner != tuner and plan.tuner != "auto":
-            raise UserError(
-                f"session {session.id} was opened for tuner {session.tuner}, not {tuner}"
-            )
-        tuner, why = session.tuner, f"tuner {session.tuner} (session {session.id})"
-    else:
-        # Parse the lists first: a bad line must not leave an empty session behind.
-        from mlirtuna.problems.configlist import read_config_list
-
-        for path in plan.files:
-            read_config_list(path, plan.op, plan.options)
-        session = sessions.create(
-            db,
-            SessionSpec(
-                tuner=tuner.partition(":")[0],  # the name; sleep:SECONDS is a worker setting
-                tuning_space=plan.tuning_space,
-                reason=plan.reason or "mlirtuna run",
-                mlir_build_dir=plan.mlir_build_dir,
-                **plan.session_flags,
-            ),
-        )
+    # Parse the lists first: a bad line must not leave an empty session behind.
+    parsed = _parse(plan)
+    space = existing.tuning_space if existing else plan.tuning_space
+    skipped = _cannot_run(tuner, space, plan, parsed)
+    if parsed and sum(map(len, skipped.values())) == len(parsed):
+        raise UserError(f"the {tuner} tuner can run none of these problems: {next(iter(skipped))}")
+    session = existing or sessions.create(
+        db,
+        SessionSpec(
+            tuner=tuner,
+            tuning_space=plan.tuning_space,
+            reason=plan.reason or "mlirtuna run",
+            mlir_build_dir=plan.mlir_build_dir,
+            **plan.session_flags,
+        ),
+        run_spec=plan.spec(tuner),
+    )
     tag = f"session-{session.id}"
-    imported = configs.import_files(db, plan.op, list(plan.files), plan.options, tag)
-    loaded = jobs.load(db, session.id, tag=tag, op=plan.op)
-    return Prepared(session, tuner, why, imported, loaded, tag)
+    imported = configs.ImportReport()
+    for op, paths in files_by_op(plan.op, plan.files).items():
+        if op == "fusion":
+            part = fusion.import_modules(db, paths, tag, plan.mlir_build_dir)
+        else:
+            part = configs.import_files(db, op, paths, plan.options, tag)
+        for name in ("lines", "problems", "new", "existing"):
+            setattr(imported, name, getattr(imported, name) + getattr(part, name))
+        imported.warnings.extend(part.warnings)
+    exclude = _problem_ids(db, one_op(plan), [v for vs in skipped.values() for v in vs])
+    loaded = jobs.load(db, session.id, tag=tag, op=one_op(plan), exclude=exclude)
+    return Prepared(session, tuner, why, imported, loaded, tag, plan, skipped)
+
+
+def one_op(plan: RunPlan) -> str | None:
+    """The op of a run, None for `--op auto` (several)."""
+    return None if plan.op == "auto" else plan.op
+
+
+def detect_op(path: str) -> str:
+    """What `--op auto` takes a file for: a directory or .mlir file is fusion; a config list
+    is recognised by the flags of its first config line."""
+    if Path(path).is_dir() or path.endswith(".mlir"):
+        return "fusion"
+    try:
+        with open(path, encoding="utf-8") as lines:
+            first = next(
+                (x.split() for x in lines if x.strip() and not x.strip().startswith("#")), []
+            )
+    except (OSError, UnicodeDecodeError):
+        raise UserError(f"cannot read config list {path}") from None
+    flags = set(first)
+    if "-gemmO" in flags:
+        return "conv_gemm" if "-c" in flags else "gemm_gemm"
+    if "-seq_len_q" in flags or "-seq_len" in flags:
+        return "attention"
+    if (first and first[0].startswith("conv")) or "-c" in flags:
+        return "conv"
+    if "-m" in flags:
+        return "gemm"
+    raise UserError(f"{path}: cannot tell the op from its flags: give --op")
+
+
+def files_by_op(op: str | None, files: Sequence[str]) -> dict[str, list[str]]:
+    """{op: files}; `auto` decides per file. Missing files stop here."""
+    for path in files:
+        if not Path(path).is_file() and not (Path(path).is_dir() and op in ("fusion", "auto")):
+            raise UserError(f"cannot read config list {path}: no such file")
+    if op != "auto":
+        problem_class(op or "")  # an unknown op is a UserError
+        return {op or "": list(files)}
+    by_op: dict[str, list[str]] = {}
+    for path in files:
+        by_op.setdefault(detect_op(path), []).append(path)
+    return by_op
+
+
+def _parse(plan: RunPlan) -> list[Problem]:
+    from mlirtuna.problems.configlist import read_config_list
+
+    found: dict[str, Problem] = {}
+    for op, paths in files_by_op(plan.op, plan.files).items():
+        for path in paths:
+            if op == "fusion":
+                for module in fusion.module_files([path]):
+                    problem = fusion.read_problem(module)
+                    found.setdefault(problem.canonical(), problem)
+                continue
+            for entry in read_config_list(path, op, plan.options).entries:
+                found.setdefault(entry.problem.canonical(), entry.problem)
+    return list(found.values())
+
+
+def _cannot_run(
+    tuner: str, tuning_space: str, plan: RunPlan, problems: Sequence[Problem]
+) -> dict[str, list[str]]:
+    """{why: test vectors} of the problems the cpu tuner can never run (fp8, 3-D conv, …):
+    `run` leaves them out and says so, instead of failing each as a job."""
+    if tuner != "cpu":
+        return {}
+    from mlirtuna.tuners.cpu import unsupported
+
+    # What the cpu tuner checks depends on the problem, the space and the memory limit only.
+    ctx = TuneContext(
+        arch="cpu",
+        arch_full="cpu",
+        num_cu=1,
+        num_chiplets=1,
+        tuning_space=tuning_space,
+        gpu_id=-1,
+        cpu_mem_limit=plan.settings.cpu_mem_limit,
+    )
+    out: dict[str, list[str]] = {}
+    for p in problems:
+        why = unsupported(p, ctx)
+        if why is not None:
+            out.setdefault(why, []).append(p.canonical())
+    return out
+
+
+def _problem_ids(db: Database, op: str | None, vectors: Sequence[str]) -> set[int]:
+    ids: set[int] = set()
+    with db.session() as s:
+        for i in range(0, len(vectors), 500):
+            chunk = vectors[i : i + 500]
+            stmt = sa.select(ProblemRow.id).where(ProblemRow.test_vector.in_(chunk))
+            if op is not None:
+                stmt = stmt.where(ProblemRow.op == op)
+            ids.update(s.scalars(stmt))
+    return ids
 
 
 def run_workers(
@@ -127,6 +302,7 @@ def run_workers(
     quiet: bool = False,
 ) -> bool:
     """Local workers until the session is drained; True when interrupted by a signal."""
+    plan = prepared.plan
     settings = plan.settings
     settings.session_id = prepared.session.id
     settings.tuner = prepared.tuner
@@ -140,12 +316,35 @@ def run_workers(
 
 
 def finish(db: Database, plan: RunPlan, prepared: Prepared, interrupted: bool) -> RunSummary:
-    sid = prepared.session.id
+    """Counts, winners, and the tuning DB: what `export --arch` writes for the session's
+    context (the newest winners of every op), so an earlier run's rows are never dropped."""
+    plan, sess = prepared.plan, prepared.session
+    sid = sess.id
     counts = jobs.counts(db, sid)[sid]
-    output, rows = None, 0
+    output, rows, what, notes = None, 0, "", []
     if counts["completed"] and not interrupted:
-        output = plan.output or f"mlir_tuning_{prepared.session.arch}.tsv"
-        done = export.export(db, export.ExportQuery(sessions=(sid,), op=plan.op), "v3", output)
-        rows = done.rows
-    winners = results.winners(db, sid, plan.op)
-    return RunSummary(sid, prepared.tuner, counts, output, rows, interrupted, winners)
+        # rocMLIR's weekly job writes its fusion tuning DB to a file of its own.
+        fused = plan.op == "fusion"
+        name = "tuning_fusion" if fused else "mlir_tuning"
+        output = plan.output or f"{name}_{sess.arch}.tsv"
+        query = export.ExportQuery(
+            arch=sess.arch_full,
+            num_cu=sess.num_cu,
+            num_chiplets=sess.num_chiplets,
+            tuning_space=sess.tuning_space,
+            op="fusion" if fused else None,
+        )
+        done = export.export(db, query, "v3", output)
+        rows, notes = done.rows, done.notes
+        what = (
+            f"the newest {'fusion ' if fused else ''}winners of every "
+            f"{'module' if fused else 'op'} for {sess.arch_full}, {sess.num_cu} CUs, "
+            f"{sess.num_chiplets} chiplet(s), {sess.tuning_space}, from session(s) "
+            f"{', '.join(map(str, done.sessions))}, as `mlirtuna export --arch "
+            f"{sess.arch_full}{' --op fusion' if fused else ''}` writes them"
+        )
+    winners = results.winners(db, sid, one_op(plan))
+    skipped = sum(len(v) for v in prepared.skipped.values())
+    return RunSummary(
+        sid, prepared.tuner, counts, output, rows, interrupted, winners, what, skipped, notes
+    )

@@ -6,13 +6,14 @@ The worker-side operations (claim, heartbeat, fenced record) are in queue.py.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from mlirtuna import configs, sessions
+from mlirtuna import configs, fusion, sessions
 from mlirtuna.db import Database, db_now
 from mlirtuna.errors import NotFound, UserError
 from mlirtuna.models import (
@@ -23,6 +24,7 @@ from mlirtuna.models import (
     RUNNING,
     Attempt,
     Candidate,
+    FusionConfig,
     Job,
     Problem,
     ProblemTag,
@@ -51,22 +53,28 @@ def load(
     file: str | None = None,
     all_problems: bool = False,
     options: ExpandOptions | None = None,
+    exclude: Collection[int] = (),
 ) -> LoadReport:
-    """One `new` job per selected problem of the session (idempotent)."""
+    """One `new` job per selected problem of the session (idempotent), but none for the
+    problem ids in `exclude` (those the tuner cannot run)."""
     if sum(x is not None and x is not False for x in (tag, file, all_problems or None)) != 1:
         raise UserError("choose the problems with exactly one of --tag, --file or --all")
     sessions.get(db, session_id)
     # Another `jobs load` of the same session may race this one: the loser tries again.
     return db.retrying_conflicts(
-        lambda: _load(db, session_id, op, tag, file, all_problems, options)
+        lambda: _load(db, session_id, op, tag, file, all_problems, options, exclude)
     )
 
 
-def _load(db: Database, session_id: int, op, tag, file, all_problems, options) -> LoadReport:
+def _load(
+    db: Database, session_id: int, op, tag, file, all_problems, options, exclude
+) -> LoadReport:
     with db.session(immediate=True) as s:
         selected = _select(s, op=op, tag=tag, file=file, all_problems=all_problems, options=options)
         if not selected and tag is not None:
             raise UserError(f"no problems carry the tag {tag!r}: import them with --tag {tag}")
+        for pid in exclude:
+            selected.pop(pid, None)
         have = set(s.scalars(sa.select(Job.problem_id).where(Job.session_id == session_id)))
         rows = [
             {
@@ -89,6 +97,10 @@ def _select(s: Session, *, op, tag, file, all_problems, options) -> dict[int, in
     if file is not None:
         if op is None:
             raise UserError("--file needs --op (the op of the config list)")
+        if op == "fusion":  # a module or a directory of them
+            found = [fusion.read_problem(p) for p in fusion.module_files([file])]
+            ids, _ = configs.ensure_problems(s, op, found)
+            return {ids[p.canonical()]: 0 for p in found}
         parsed = read_config_list(file, op, options or ExpandOptions())
         ids, _ = configs.ensure_problems(s, op, [e.problem for e in parsed.entries])
         return {ids[e.problem.canonical()]: e.priority for e in parsed.entries}
@@ -173,7 +185,7 @@ _JOB_COLUMNS = (
     Job.session_id,
     Job.problem_id,
     Problem.op,
-    Problem.test_vector,
+    fusion.label_column().label("test_vector"),  # a fusion module shows file, function, key
     Job.state,
     Job.retries,
     Job.priority,
@@ -194,6 +206,7 @@ def list_jobs(
     stmt = (
         sa.select(*_JOB_COLUMNS)
         .join(Problem, Problem.id == Job.problem_id)
+        .outerjoin(FusionConfig, FusionConfig.id == Problem.id)
         .where(Job.session_id == session_id)
         .order_by(Job.id)
     )
@@ -211,6 +224,7 @@ def show(db: Database, job_id: int) -> JobInfo:
         row = s.execute(
             sa.select(*_JOB_COLUMNS)
             .join(Problem, Problem.id == Job.problem_id)
+            .outerjoin(FusionConfig, FusionConfig.id == Problem.id)
             .where(Job.id == job_id)
         ).first()
         if row is None:

@@ -166,7 +166,77 @@ class AttentionConfig(Base):
     kernel_repeats: Mapped[int] = _int()
 
 
-CONFIG_TABLES = {"conv": ConvConfig, "gemm": GemmConfig, "attention": AttentionConfig}
+class GemmGemmConfig(Base):
+    __tablename__ = "gemm_gemm_config"
+
+    id: Mapped[int] = _problem_id()
+    data_type: Mapped[str] = _str()
+    trans_a: Mapped[bool] = _bool()
+    trans_b: Mapped[bool] = _bool()
+    trans_c: Mapped[bool] = _bool()
+    trans_o: Mapped[bool] = _bool()
+    group_size: Mapped[int] = _int()
+    m: Mapped[int] = _int()
+    k: Mapped[int] = _int()
+    n: Mapped[int] = _int()
+    gemm_o: Mapped[int] = _int()
+
+
+class ConvGemmConfig(Base):
+    __tablename__ = "conv_gemm_config"
+
+    id: Mapped[int] = _problem_id()
+    data_type: Mapped[str] = _str()
+    fil_layout: Mapped[str] = _str()
+    in_layout: Mapped[str] = _str()
+    trans_c: Mapped[bool] = _bool()
+    trans_o: Mapped[bool] = _bool()
+    batchsize: Mapped[int] = _int()
+    in_channels: Mapped[int] = _int()
+    in_h: Mapped[int] = _int()
+    in_w: Mapped[int] = _int()
+    out_channels: Mapped[int] = _int()
+    fil_h: Mapped[int] = _int()
+    fil_w: Mapped[int] = _int()
+    pad_h: Mapped[int] = _int()
+    pad_w: Mapped[int] = _int()
+    conv_stride_h: Mapped[int] = _int()
+    conv_stride_w: Mapped[int] = _int()
+    dilation_h: Mapped[int] = _int()
+    dilation_w: Mapped[int] = _int()
+    group_size: Mapped[int] = _int()
+    gemm_o: Mapped[int] = _int()
+
+
+# A fusion module can be large (MIGraphX dumps): MEDIUMTEXT on MySQL/MariaDB (TEXT is 64 KiB).
+LongText = Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+
+
+class FusionConfig(Base):
+    """A fusion module (`--op fusion`): its text travels in the database, so a worker on another
+    machine needs no shared file system. problem.test_vector is `sha256:<hex>` of the text."""
+
+    __tablename__ = "fusion_config"
+
+    id: Mapped[int] = _problem_id()
+    file_name: Mapped[str] = _str(255)
+    function: Mapped[str] = _str(255)
+    sha256: Mapped[str] = _str(64)
+    # The conv or gemm canonical string rocMLIR's tuning DB stores the module's winner under.
+    tuning_key: Mapped[str] = _str(700)
+    key_op: Mapped[str] = _str()  # conv | gemm
+    key_source: Mapped[str] = _str()  # rocmlir-gen | migraphx (derived by mlirtuna)
+    module_text: Mapped[str] = mapped_column(LongText)
+
+
+CONFIG_TABLES = {
+    "conv": ConvConfig,
+    "gemm": GemmConfig,
+    "attention": AttentionConfig,
+    "gemm_gemm": GemmGemmConfig,
+    "conv_gemm": ConvGemmConfig,
+    "fusion": FusionConfig,
+}
 
 
 class TuningSession(Base):
@@ -185,7 +255,8 @@ class TuningSession(Base):
     ticket: Mapped[str] = _str(64)
     docker: Mapped[str] = _str(200)
     tuning_space: Mapped[str] = mapped_column(String(16))
-    tuner: Mapped[str] = mapped_column(String(16))  # rocmlir | cpu | sleep | imported
+    # rocmlir | cpu | sleep[:SECONDS] | imported | a plugin's module.path:factory
+    tuner: Mapped[str] = mapped_column(String(200))
     host: Mapped[str] = _str(200)  # where it was opened (for cpu sessions: the CPU model)
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
     # The key form the session's perfRunner reads (keys.KEY_FORMS): export's default.
@@ -195,6 +266,10 @@ class TuningSession(Base):
     warmup_ms: Mapped[int | None] = mapped_column(Integer, nullable=True)
     gpu_run_timeout_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
     lfbo_effort: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    # Set by `session retire`: kept for history, never picked by export --arch or run.
+    retired_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    # What `mlirtuna run` was asked (op, files, expansion, tuner, space), as JSON: for resume.
+    run_spec: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class Job(Base):

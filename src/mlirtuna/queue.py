@@ -251,19 +251,27 @@ def _naive_utc(when: dt.datetime | None) -> dt.datetime | None:
 
 
 def fail(
-    db: Database, lease: Lease, message: str, *, max_retries: int, backoff_s: float
+    db: Database,
+    lease: Lease,
+    message: str,
+    *,
+    max_retries: int,
+    backoff_s: float,
+    final: bool = False,
 ) -> str | None:
-    """Count a failed attempt: back to `new` after a backoff, or `error` once retries run out.
+    """Count a failed attempt: back to `new` after a backoff, or `error` once retries run out
+    or at once when `final` (a deterministic failure: retrying cannot help).
 
     Returns the job's new state, or None when the lease was already lost (nothing written).
     """
     retries = lease.retries + 1
-    state = ERROR if retries >= max_retries else NEW
+    state = ERROR if final or retries >= max_retries else NEW
     delay = min(backoff_s * 2 ** (retries - 1), MAX_BACKOFF_S)
+    what = "failed, not retried" if final else f"{retries}/{max_retries} failed"
     values: dict = {
         "state": state,
         "retries": retries,
-        "result": _cut(f"attempt {retries}/{max_retries} failed: {message}"),
+        "result": _cut(f"attempt {what}: {message}"),
         "compile_end": db_now(),
         "not_before": db_now(delay) if state == NEW else None,
         "finished_at": db_now() if state == ERROR else None,

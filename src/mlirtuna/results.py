@@ -12,10 +12,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.sql.elements import ColumnElement
 
-from mlirtuna import sessions
+from mlirtuna import fusion, sessions
 from mlirtuna.db import Database
 from mlirtuna.errors import UserError
-from mlirtuna.models import COMPLETED, Candidate, Job, Problem, Result
+from mlirtuna.models import COMPLETED, Candidate, FusionConfig, Job, Problem, Result
 from mlirtuna.problems import OPS
 
 FIELDS = ("test_vector", "perf_config", "tflops", "kernel_time", "candidates")
@@ -65,13 +65,14 @@ def winners(db: Database, session_id: int, op: str | None = None) -> list[Winner
         sa.select(
             Result.problem_id,
             Problem.op,
-            Problem.test_vector,
+            fusion.label_column(),  # a fusion module shows as file @function: key
             Result.perf_config,
             Result.tflops,
             Result.kernel_time,
             sa.func.coalesce(tried.c.n, 0),
         )
         .join(Problem, Problem.id == Result.problem_id)
+        .outerjoin(FusionConfig, FusionConfig.id == Problem.id)
         .outerjoin(tried, tried.c.job_id == Result.job_id)
         .where(Result.session_id == session_id)
         .order_by(Problem.op, Problem.test_vector)

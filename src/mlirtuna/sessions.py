@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import asdict, dataclass, fields
@@ -12,7 +13,7 @@ import sqlalchemy as sa
 from mlirtuna import keys, machine
 from mlirtuna.db import Database, utcnow
 from mlirtuna.errors import NotFound, UserError
-from mlirtuna.models import TUNING_SPACES, TuningSession
+from mlirtuna.models import RUNNING, TUNING_SPACES, Attempt, Candidate, Job, Result, TuningSession
 
 log = logging.getLogger(__name__)
 TUNERS = ("rocmlir", "cpu", "sleep")
@@ -44,12 +45,20 @@ class Session:
     warmup_ms: int | None = None
     gpu_run_timeout_s: int | None = None
     lfbo_effort: str | None = None
+    retired_at: str | None = None
+    run_spec: dict[str, Any] | None = None  # what `mlirtuna run` was asked (flow.py)
 
     @classmethod
     def from_row(cls, row: TuningSession) -> Session:
         values = {f.name: getattr(row, f.name) for f in fields(cls)}
-        values["created_at"] = row.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        values["created_at"] = _iso(row.created_at)
+        values["retired_at"] = _iso(row.retired_at) if row.retired_at else None
+        values["run_spec"] = json.loads(row.run_spec) if row.run_spec else None
         return cls(**values)
+
+    @property
+    def tuner_name(self) -> str:
+        return tuner_name(self.tuner)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -79,10 +88,34 @@ class SessionSpec:
     key_form: str | None = None  # None: the build's form (plain without a build)
 
 
+def _iso(when) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def tuner_name(spec: str) -> str:
+    """What a tuner spec names: `sleep:0.2` is the sleep tuner (the seconds are a worker
+    setting); a plugin `module.path:factory` is named by the whole spec."""
+    name, _, _ = spec.partition(":")
+    return spec if "." in name else name
+
+
+def check_tuner(spec: str) -> None:
+    """A session is opened for rocmlir, cpu, sleep[:SECONDS] or a plugin that loads."""
+    if spec in ("rocmlir", "cpu"):
+        return
+    if tuner_name(spec) == "sleep" or "." in spec.partition(":")[0]:
+        from mlirtuna import tuners
+
+        tuners.make(spec)  # a bad number or a plugin that does not load stops here
+        return
+    raise UserError(
+        f"unknown tuner {spec!r} (known: {', '.join(TUNERS)}, sleep:SECONDS, module.path:factory)"
+    )
+
+
 def detect(spec: SessionSpec) -> SessionSpec:
     """Fill what the flags left open from this machine; never guess what can't be read."""
-    if spec.tuner not in TUNERS:
-        raise UserError(f"unknown tuner {spec.tuner!r} (known: {', '.join(TUNERS)})")
+    check_tuner(spec.tuner)
     if spec.tuning_space not in TUNING_SPACES:
         raise UserError(
             f"unknown tuning space {spec.tuning_space!r} (known: {', '.join(TUNING_SPACES)})"
@@ -97,7 +130,7 @@ def detect(spec: SessionSpec) -> SessionSpec:
     )
     out.docker = spec.docker if spec.docker is not None else (machine.docker_image() or "")
     _check_settings(out, build_dir)
-    if spec.tuner in ("cpu", "sleep"):
+    if spec.tuner != "rocmlir":  # cpu, sleep and plugins describe this machine's CPU
         return _fill_cpu(out)
     return _fill_gpu(out)
 
@@ -199,7 +232,8 @@ _SETTING_FLAGS = (
 )
 
 
-def create(db: Database, spec: SessionSpec) -> Session:
+def create(db: Database, spec: SessionSpec, run_spec: dict[str, Any] | None = None) -> Session:
+    """Open a session; `run_spec` is what `mlirtuna run` was asked (kept for its resume)."""
     spec = detect(spec)
     row = TuningSession(
         arch=spec.arch,
@@ -220,6 +254,7 @@ def create(db: Database, spec: SessionSpec) -> Session:
         warmup_ms=spec.warmup_ms,
         gpu_run_timeout_s=spec.gpu_run_timeout_s,
         lfbo_effort=spec.lfbo_effort,
+        run_spec=json.dumps(run_spec, sort_keys=True) if run_spec is not None else None,
     )
     with db.session() as s:
         s.add(row)
@@ -229,7 +264,7 @@ def create(db: Database, spec: SessionSpec) -> Session:
 
 def _host(tuner: str) -> str:
     name = machine.machine_name()
-    return f"{name} ({machine.cpu_description()})" if tuner in ("cpu", "sleep") else name
+    return name if tuner == "rocmlir" else f"{name} ({machine.cpu_description()})"
 
 
 def get(db: Database, session_id: int) -> Session:
@@ -244,3 +279,61 @@ def list_all(db: Database) -> list[Session]:
     with db.session() as s:
         rows = s.scalars(sa.select(TuningSession).order_by(TuningSession.id))
         return [Session.from_row(r) for r in rows]
+
+
+def retire(db: Database, session_id: int) -> Session:
+    """Keep a session for history but never pick it again (export --arch, run's export)."""
+    with db.session() as s:
+        row = _row(s, session_id)
+        if row.retired_at is None:
+            row.retired_at = utcnow()
+        s.flush()
+        return Session.from_row(row)
+
+
+@dataclass(frozen=True)
+class Deleted:
+    session: int
+    jobs: int
+    attempts: int
+    results: int
+    candidates: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def delete(db: Database, session_id: int, *, force: bool = False) -> Deleted:
+    """A session with its jobs, attempts, results and candidates, in one transaction.
+
+    Refused while one of its jobs is running (a worker would record into nothing) unless
+    `force`; a worker that still holds such a job then finds its lease gone and writes nothing.
+    """
+    with db.session(immediate=True) as s:
+        _row(s, session_id)
+        running = s.scalar(
+            sa.select(sa.func.count()).where(Job.session_id == session_id, Job.state == RUNNING)
+        )
+        if running and not force:
+            raise UserError(
+                f"session {session_id} has {running} running job(s): stop its workers first, "
+                "or give --force"
+            )
+        in_session = Job.session_id == session_id
+        job_ids = sa.select(Job.id).where(in_session).scalar_subquery()
+        # Children first: candidates and results point at jobs, jobs at the session.
+        attempts = s.execute(sa.delete(Attempt).where(Attempt.job_id.in_(job_ids))).rowcount
+        candidates = s.execute(
+            sa.delete(Candidate).where(Candidate.session_id == session_id)
+        ).rowcount
+        results = s.execute(sa.delete(Result).where(Result.session_id == session_id)).rowcount
+        jobs = s.execute(sa.delete(Job).where(in_session)).rowcount
+        s.execute(sa.delete(TuningSession).where(TuningSession.id == session_id))
+        return Deleted(session_id, jobs, attempts, results, candidates)
+
+
+def _row(s, session_id: int) -> TuningSession:
+    row = s.get(TuningSession, session_id)
+    if row is None:
+        raise NotFound(f"no session {session_id}: `mlirtuna session list` shows them")
+    return row

@@ -20,9 +20,9 @@ from sqlalchemy import exc as sa_exc
 
 from mlirtuna import configs, jobs, machine, queue, sessions, tuners
 from mlirtuna.db import ROLLED_BACK, Database, fault_of
-from mlirtuna.errors import DatabaseError, TunerError
+from mlirtuna.errors import DatabaseError, TunerError, Unsupported, UserError
 from mlirtuna.queue import Claimant, Lease
-from mlirtuna.tuners.base import TuneContext, Tuner
+from mlirtuna.tuners.base import TuneContext, TuneOutcome, Tuner
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ DEFAULT_JOB_TIMEOUT_S = {"quick": 3600.0, "full": 4 * 3600.0, "greedy": 4 * 3600
 @dataclass
 class WorkerSettings:
     session_id: int
-    tuner: str = "cpu"
+    tuner: str | None = None  # None: the session's (a different one is refused)
     gpu_id: int = -1  # -1: a CPU worker
     lease_s: float = DEFAULT_LEASE_S
     job_timeout_s: float | None = None
@@ -137,10 +137,11 @@ class Worker:
     def __init__(self, db: Database, settings: WorkerSettings, tuner: Tuner | None = None) -> None:
         self.db = db
         self.settings = settings
-        self.tuner = tuner or tuners.make(settings.tuner, mlir_build_dir=settings.mlir_build_dir)
         self.stop_requested = threading.Event()
         self.current: Lease | None = None
         self.session = self._retrying(lambda: sessions.get(db, settings.session_id))
+        settings.tuner = session_tuner(self.session, settings.tuner)
+        self.tuner = tuner or tuners.make(settings.tuner, mlir_build_dir=settings.mlir_build_dir)
         self.claimant = Claimant(settings.machine_name, settings.gpu_id, os.getpid())
         self.stats = WorkerStats()
         self._next_sweep = 0.0
@@ -225,11 +226,11 @@ class Worker:
         self.current = lease
         try:
             with self.heartbeat.hold(lease) as lost:
-                outcome, error = self._tune(lease)
+                outcome, error, final = self._tune(lease)
                 if lost.is_set():
                     self.stats.lost += 1
                     return
-            self._finish(lease, outcome, error)
+            self._finish(lease, outcome, error, final)
         except GiveBack:
             self.stop_requested.set()
             # One try: a database that is away (restart, full disk) must not hold a worker told
@@ -256,20 +257,23 @@ class Worker:
             self.current = None
 
     def _tune(self, lease: Lease):
-        """(outcome, None) or (None, error text); a tuner failure never escapes as an exception."""
+        """(outcome, None, False) or (None, error text, final); a tuner failure never escapes
+        as an exception. `final`: the tuner cannot run this problem at all, so no retry."""
         problem = lease.problem or self._retrying(lambda: self._problem(lease.problem_id))
         timeout = self.job_timeout_s
         try:
             log.info("job %s: tuning %s", lease.job_id, problem.canonical())
             with _alarm(timeout + _grace_s(timeout)):
-                return self.tuner.tune(problem, self._context()), None
+                return self.tuner.tune(problem, self._context()), None, False
         except JobTimedOut:
-            return None, f"timed out after {timeout:g} s (the worker stopped the tuner)"
+            return None, f"timed out after {timeout:g} s (the worker stopped the tuner)", False
+        except Unsupported as exc:
+            return None, _error_text(exc), True
         except TunerError as exc:  # timeouts included
-            return None, _error_text(exc)
+            return None, _error_text(exc), False
         except Exception as exc:  # a tuner bug must cost one attempt, not the job
             log.exception("job %s: tuner crashed", lease.job_id)
-            return None, f"tuner crashed: {type(exc).__name__}: {exc}"
+            return None, f"tuner crashed: {type(exc).__name__}: {exc}", False
 
     @property
     def job_timeout_s(self) -> float:
@@ -284,7 +288,9 @@ class Worker:
         with self.db.session() as s:
             return configs.load_problem(s, problem_id)
 
-    def _finish(self, lease: Lease, outcome, error: str | None) -> None:
+    def _finish(self, lease: Lease, outcome, error: str | None, final: bool = False) -> None:
+        if outcome is not None and (wrong := foreign_perf_config(self.session, outcome)):
+            outcome, error, final = None, wrong, True
         if outcome is not None:
             for note in outcome.notes:
                 log.info("job %s: %s", lease.job_id, note)
@@ -306,6 +312,7 @@ class Worker:
                 error or "unknown error",
                 max_retries=self.settings.max_retries,
                 backoff_s=self.settings.backoff_s,
+                final=final,
             )
         )
         if state is None:
@@ -377,6 +384,35 @@ class Worker:
 def _grace_s(timeout: float) -> float:
     """How long past the job timeout a tuner may take to stop itself before the worker does."""
     return min(30.0, max(0.5, timeout / 4))
+
+
+def session_tuner(session: sessions.Session, asked: str | None) -> str:
+    """The tuner a worker of this session runs: the session decides; `asked` may only repeat
+    it (sleep:SECONDS may set the seconds of a sleep session)."""
+    if asked is None or asked == session.tuner:
+        return session.tuner
+    if sessions.tuner_name(asked) != session.tuner_name:
+        raise UserError(
+            f"--tuner {asked} differs from session {session.id}'s tuner {session.tuner}: "
+            f"leave --tuner out, or open a session for {asked}"
+        )
+    return asked
+
+
+def foreign_perf_config(session: sessions.Session, outcome: TuneOutcome) -> str | None:
+    """Why an outcome must not be recorded in this session (perf configs of another tuner's
+    family, e.g. cpu:… in a rocmlir session), or None."""
+    own = session.tuner_name
+    if own not in tuners.FAMILIES:
+        return None  # a plugin's perf configs are its own business
+    for c in [outcome.winner, *outcome.candidates]:
+        family = tuners.perf_config_family(c.perf_config)
+        if family != own:
+            return (
+                f"perf config {c.perf_config} is of the {family} tuner, not of session "
+                f"{session.id}'s tuner {own}: nothing recorded"
+            )
+    return None
 
 
 @contextlib.contextmanager

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from mlirtuna import configs
+from mlirtuna import configs, fusion
 from mlirtuna.cli import common
 
-OP_HELP = "conv, gemm or attention."
+OP_HELP = "conv, gemm, attention, gemm_gemm, conv_gemm or fusion (.mlir files / directories)."
 
 
 def data_type_opt():
@@ -37,7 +37,9 @@ def no_expand_opt():
 
 def import_(
     ctx: typer.Context,
-    files: list[str] = typer.Argument(..., metavar="FILE...", help="rocMLIR config lists."),
+    files: list[str] = typer.Argument(
+        ..., metavar="FILE...", help="rocMLIR config lists (fusion: .mlir modules or dirs)."
+    ),
     op: str = typer.Option(..., "--op", help=OP_HELP),
     data_type: str = data_type_opt(),
     direction: str = direction_opt(),
@@ -45,17 +47,28 @@ def import_(
     no_expand: bool = no_expand_opt(),
     tag: str = typer.Option(None, "--tag", help="Label the problems, for `jobs load --tag`."),
     as_json: bool = typer.Option(False, "--json", help="Print {lines, problems, new, existing}."),
+    mlir_build_dir: str = common.mlir_build_dir_opt(),
+    arch: str = typer.Option(
+        None, "--arch", help="Fusion with a build: the chip rocmlir-gen keys for [gfx942]."
+    ),
 ) -> None:
-    """Import rocMLIR config lists: one canonical problem per expanded line (idempotent)."""
-    options = common.expand_options(data_type, direction, layout, no_expand)
-    report = configs.import_files(common.database(ctx), op, files, options, tag)
+    """Import rocMLIR config lists: one canonical problem per expanded line (idempotent).
+
+    With --op fusion: each .mlir module (every *.mlir of a directory) is one problem, keyed by
+    rocmlir-gen --emit-tuning-key when a build is given, else from its MIGraphX ops."""
+    if op == "fusion":
+        report = fusion.import_modules(common.database(ctx), files, tag, mlir_build_dir, arch)
+    else:
+        options = common.expand_options(data_type, direction, layout, no_expand)
+        report = configs.import_files(common.database(ctx), op, files, options, tag)
     for warning in report.warnings:
         common.err(f"warning: {warning}")
     if as_json:
         common.print_json(report.as_dict())
     else:
         print(
-            f"{report.lines} lines read, {report.problems} problems after expansion: "
+            f"{report.lines} {'modules' if op == 'fusion' else 'lines'} read, "
+            f"{report.problems} problems{'' if op == 'fusion' else ' after expansion'}: "
             f"{report.new} new, {report.existing} already present"
             + (f" (tag {tag})" if tag else "")
         )

@@ -54,7 +54,11 @@ def export(
         "[the form of the newest session's build].",
     ),
     output: str = typer.Option(
-        ..., "-o", "--output", help="File to write (atomically); - for stdout."
+        None,
+        "-o",
+        "--output",
+        help="File to write (atomically); - for stdout. Required, except with --op fusion: "
+        "tuning_fusion_<arch>.tsv, as rocMLIR's weekly job names it.",
     ),
     as_json: bool = typer.Option(
         False, "--json", help="Print {rows, sessions, format} on stdout (not with -o -)."
@@ -72,7 +76,14 @@ def export(
         tuning_space=tuning_space,
         key_format=key_format,
     )
-    done = exporting.export(common.database(ctx), query, fmt, output)
+    if output is None and op != "fusion":
+        raise UserError("give -o FILE (or -o - for stdout)")
+    db = common.database(ctx)
+    done = exporting.render(db, query, fmt)
+    output = output or exporting.fusion_file_name(db, done.sessions)
+    exporting.write_text(output, done.text)
+    for note in done.notes:
+        common.err(f"note: {note}")
     if as_json:
         common.print_json(done.as_dict())
     else:

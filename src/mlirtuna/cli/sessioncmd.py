@@ -1,12 +1,15 @@
-"""`mlirtuna session …`: open, list and show tuning sessions."""
+"""`mlirtuna session …`: open, list, show, retire and delete tuning sessions."""
 
 from __future__ import annotations
+
+import sys
 
 import typer
 from rich.table import Table
 
 from mlirtuna import sessions
 from mlirtuna.cli import common
+from mlirtuna.errors import UserError
 
 app = typer.Typer(no_args_is_help=True, help="Tuning sessions: what the results depend on.")
 
@@ -14,7 +17,12 @@ app = typer.Typer(no_args_is_help=True, help="Tuning sessions: what the results 
 @app.command()
 def new(
     ctx: typer.Context,
-    tuner: str = typer.Option("cpu", "--tuner", help="rocmlir or cpu (sleep for tests)."),
+    tuner: str = typer.Option(
+        "cpu",
+        "--tuner",
+        help="rocmlir or cpu; sleep:SECONDS or module.path:factory for tests. Its workers "
+        "run this tuner.",
+    ),
     tuning_space: str = typer.Option(
         sessions.DEFAULT_TUNING_SPACE,
         "--tuning-space",
@@ -94,7 +102,7 @@ def list_(
             r.tuning_space,
             r.tuner,
             r.mlir_v[:12],
-            r.reason,
+            f"{r.reason} (retired)" if r.retired_at else r.reason,
         )
     common.out.print(table)
 
@@ -112,3 +120,43 @@ def show(
         return
     for key, value in row.as_dict().items():
         print(f"{key:14} {value}")
+
+
+@app.command()
+def retire(
+    ctx: typer.Context,
+    session_id: int = typer.Argument(..., metavar="ID"),
+    as_json: bool = typer.Option(False, "--json", help="Print the session as JSON."),
+) -> None:
+    """Keep a session for history, but never pick it again (export --arch, run)."""
+    row = sessions.retire(common.database(ctx), session_id)
+    if as_json:
+        common.print_json(row.as_dict())
+    else:
+        common.err(f"session {row.id}: retired at {row.retired_at}")
+
+
+@app.command()
+def delete(
+    ctx: typer.Context,
+    session_id: int = typer.Argument(..., metavar="ID"),
+    force: bool = typer.Option(False, "--force", help="Even while a job of it is running."),
+    yes: bool = typer.Option(False, "--yes", help="Do not ask (needed when stdin is no terminal)."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was deleted as JSON."),
+) -> None:
+    """Delete a session with its jobs, attempts, results and candidates (one transaction)."""
+    db = common.database(ctx)
+    sessions.get(db, session_id)  # a wrong id says so before asking anything
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UserError(f"deleting session {session_id} needs --yes (stdin is no terminal)")
+        if not typer.confirm(f"delete session {session_id} and all its jobs and results?"):
+            raise typer.Exit(1)
+    gone = sessions.delete(db, session_id, force=force)
+    if as_json:
+        common.print_json(gone.as_dict())
+    else:
+        common.err(
+            f"session {gone.session}: deleted with {gone.jobs} jobs, {gone.attempts} attempts, "
+            f"{gone.results} results, {gone.candidates} candidates"
+        )

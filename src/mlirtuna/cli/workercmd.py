@@ -16,6 +16,7 @@ from mlirtuna.worker import (
     DEFAULT_MAX_RETRIES,
     Worker,
     WorkerSettings,
+    session_tuner,
 )
 
 GIB = 1 << 30
@@ -32,7 +33,12 @@ def worker(
     ),
     workers: int = typer.Option(1, "--workers", help="Worker processes per GPU (or CPU workers)."),
     gpu_id: int = typer.Option(None, "--gpu-id", hidden=True),
-    tuner: str = typer.Option("cpu", "--tuner", help="rocmlir, cpu, or sleep:SECONDS (tests)."),
+    tuner: str = typer.Option(
+        None,
+        "--tuner",
+        help="The session's tuner (the default); another one is refused. sleep:SECONDS may "
+        "set a sleep session's seconds.",
+    ),
     until_empty: bool = typer.Option(
         False, "--until-empty", help="Exit once no job is new or running."
     ),
@@ -68,6 +74,7 @@ def worker(
     if not common.state(ctx).debug:
         logging.getLogger("mlirtuna").setLevel(logging.INFO)  # one line per job: a worker's log
     db = common.database(ctx, wait_s=wait_for_db)
+    tuner = session_tuner(sessions.get(db, session), tuner)
     settings = WorkerSettings(
         session_id=session,
         tuner=tuner,
@@ -107,8 +114,17 @@ def _run_here(db, settings: WorkerSettings, slot: manager.Slot) -> None:
 
 def run(
     ctx: typer.Context,
-    files: list[str] = typer.Argument(..., metavar="FILE...", help="rocMLIR config lists."),
-    op: str = typer.Option(..., "--op", help="conv, gemm or attention."),
+    files: list[str] = typer.Argument(
+        None,
+        metavar="FILE...",
+        help="rocMLIR config lists; fusion: .mlir modules or dirs (none with --session: resume).",
+    ),
+    op: str = typer.Option(
+        None,
+        "--op",
+        help="conv, gemm, attention, gemm_gemm, conv_gemm, fusion, or auto (per file: a "
+        "directory or .mlir is fusion, a config list is told by its flags).",
+    ),
     tuner: str = typer.Option(
         "auto",
         "--tuner",
@@ -120,9 +136,15 @@ def run(
     gpus: str = typer.Option("auto", "--gpus", help="auto or 0,1,…"),
     workers: int = typer.Option(1, "--workers", help="Worker processes per GPU (or CPU workers)."),
     output: str = typer.Option(
-        None, "-o", "--output", help="The tuning DB to write [default: mlir_tuning_<arch>.tsv]."
+        None,
+        "-o",
+        "--output",
+        help="The tuning DB to write [default: mlir_tuning_<arch>.tsv; fusion: "
+        "tuning_fusion_<arch>.tsv].",
     ),
-    session: int = typer.Option(None, "--session", help="Resume this session."),
+    session: int = typer.Option(
+        None, "--session", help="Resume this session: without FILEs, exactly its run."
+    ),
     mlir_build_dir: str = common.mlir_build_dir_opt(),
     data_type: str = data_type_opt(),
     direction: str = direction_opt(),
@@ -148,7 +170,7 @@ def run(
     }
     plan = flow.RunPlan(
         op=op,
-        files=files,
+        files=files or [],
         options=common.expand_options(data_type, direction, layout, no_expand),
         tuner=tuner,
         tuning_space=tuning_space,
@@ -168,6 +190,8 @@ def run(
             f"session {sid}: {prepared.tuner_why}; {prepared.imported.problems} problems, "
             f"{prepared.loaded.added} new jobs ({prepared.loaded.existing} already there)"
         )
+    for why, vectors in prepared.skipped.items():
+        common.err(f"warning: skipping {len(vectors)} problem(s): {why} (e.g. {vectors[0]})")
     live = not (quiet or as_json) and common.err_console.is_terminal
     with progress.LiveView(db, sid, common.err_console, enabled=live) as view:
         interrupted = flow.run_workers(db, plan, prepared, view.tick, quiet=live or as_json)
@@ -177,9 +201,9 @@ def run(
     else:
         _report(db, summary, plan)
     if interrupted:
-        common.err(
-            f"interrupted: resume with `mlirtuna run --op {op} --session {sid} {' '.join(files)}`"
-        )
+        # A session run opened remembers what it was asked; one opened otherwise needs the lists.
+        lists = "" if prepared.session.run_spec else f" --op {op} {' '.join(files or [])}"
+        common.err(f"interrupted: resume with `mlirtuna run --session {sid}{lists}`")
         raise typer.Exit(130)
     if summary.counts["error"]:
         raise typer.Exit(1)
@@ -198,10 +222,12 @@ def _report(db, summary: flow.RunSummary, plan: flow.RunPlan) -> None:
             else ""
         )
     )
+    for note in summary.notes:
+        common.err(f"note: {note}")
     if summary.output:
         common.err(
-            f"tuning DB: {summary.output} ({summary.exported_rows} rows); "
-            f"database: {db.display_url}"
+            f"tuning DB: {summary.output} ({summary.exported_rows} rows: "
+            f"{summary.exported_what}); database: {db.display_url}"
         )
 
 

@@ -19,19 +19,28 @@ from types import ModuleType
 from typing import Any, TypeAlias
 
 from mlirtuna.errors import UserError
-from mlirtuna.problems import attention, conv, gemm
+from mlirtuna.problems import attention, conv, conv_gemm, fusion, gemm, gemm_gemm
 from mlirtuna.problems.attention import AttentionProblem
 from mlirtuna.problems.conv import ConvProblem
+from mlirtuna.problems.conv_gemm import ConvGemmProblem
 from mlirtuna.problems.flags import ExpandOptions
+from mlirtuna.problems.fusion import FusionProblem
 from mlirtuna.problems.gemm import GemmProblem
+from mlirtuna.problems.gemm_gemm import GemmGemmProblem
 
-OPS = ("conv", "gemm", "attention")
+OPS = ("conv", "gemm", "attention", "gemm_gemm", "conv_gemm", "fusion")
+# Ops read from config lists (fusion problems are .mlir modules: mlirtuna.fusion reads them).
+CONFIG_LIST_OPS = OPS[:5]
 
 __all__ = [
+    "CONFIG_LIST_OPS",
     "OPS",
     "AttentionProblem",
+    "ConvGemmProblem",
     "ConvProblem",
     "ExpandOptions",
+    "FusionProblem",
+    "GemmGemmProblem",
     "GemmProblem",
     "Problem",
     "check_options",
@@ -43,9 +52,18 @@ __all__ = [
 ]
 
 
-Problem: TypeAlias = ConvProblem | GemmProblem | AttentionProblem
+Problem: TypeAlias = (
+    ConvProblem | GemmProblem | AttentionProblem | GemmGemmProblem | ConvGemmProblem | FusionProblem
+)
 
-_MODULES: dict[str, ModuleType] = {"conv": conv, "gemm": gemm, "attention": attention}
+_MODULES: dict[str, ModuleType] = {
+    "conv": conv,
+    "gemm": gemm,
+    "attention": attention,
+    "gemm_gemm": gemm_gemm,
+    "conv_gemm": conv_gemm,
+    "fusion": fusion,
+}
 
 
 def _module(op: str) -> ModuleType:

@@ -12,8 +12,26 @@ from mlirtuna.errors import UserError
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome, Tuner
 
 NAMES = ("rocmlir", "cpu", "sleep")
+# Tuners whose perf configs are told apart by their prefix (see perf_config_family).
+FAMILIES = ("rocmlir", "cpu", "sleep")
 
-__all__ = ["NAMES", "Candidate", "TuneContext", "TuneOutcome", "Tuner", "make"]
+__all__ = [
+    "FAMILIES",
+    "NAMES",
+    "Candidate",
+    "TuneContext",
+    "TuneOutcome",
+    "Tuner",
+    "make",
+    "perf_config_family",
+]
+
+
+def perf_config_family(perf_config: str) -> str:
+    """Which tuner wrote a perf config: `cpu:…` (cpu:v1, cpu:attn:v1), `sleep:…`, else
+    rocmlir (v2:…, v3:…, attn:v1:… and the bare comma lists of older rocMLIR)."""
+    prefix = perf_config.partition(":")[0]
+    return prefix if prefix in ("cpu", "sleep") else "rocmlir"
 
 
 def make(spec: str, *, mlir_build_dir: str | None = None) -> Tuner:

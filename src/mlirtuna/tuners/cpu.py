@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from mlirtuna.errors import TunerError, TunerTimeout
+from mlirtuna.errors import TunerError, TunerTimeout, Unsupported
 from mlirtuna.problems import Problem
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome
 from mlirtuna.tuners.cpu_kernels import Blocks, CpuOp, make_op
@@ -67,6 +67,31 @@ def space(op: CpuOp, tuning_space: str) -> list[Blocks]:
     raise TunerError(f"unknown tuning space {tuning_space!r} (one of {', '.join(SPACES)})")
 
 
+def _op(problem: Problem, ctx: TuneContext) -> CpuOp:
+    """The op to tune, or Unsupported: what the cpu tuner can never run (a data type, layout,
+    direction or size it lacks) fails at once and is not retried."""
+    try:
+        op = make_op(problem)  # checks the problem; allocates nothing
+    except TunerError as exc:
+        raise Unsupported(str(exc), exc.detail) from None
+    if ctx.tuning_space not in SPACES:
+        raise Unsupported(f"unknown tuning space {ctx.tuning_space!r} (one of {', '.join(SPACES)})")
+    need = op.mem_bytes()
+    if need > ctx.cpu_mem_limit:
+        limit = _gib(ctx.cpu_mem_limit)
+        raise Unsupported(f"problem needs ~{_gib(need)} GiB, over --cpu-mem-limit {limit} GiB")
+    return op
+
+
+def unsupported(problem: Problem, ctx: TuneContext) -> str | None:
+    """Why the cpu tuner cannot run this problem at all, or None: `run` skips those up front."""
+    try:
+        _op(problem, ctx)
+    except Unsupported as exc:
+        return str(exc)
+    return None
+
+
 class _Deadline:
     """Raises TunerTimeout once the job timeout has passed (a no-op without one)."""
 
@@ -105,15 +130,7 @@ class CpuTuner:
 
     def tune(self, problem: Problem, ctx: TuneContext) -> TuneOutcome:
         deadline = _Deadline(ctx.timeout_s)
-        op = make_op(problem)
-        if ctx.tuning_space not in SPACES:
-            raise TunerError(
-                f"unknown tuning space {ctx.tuning_space!r} (one of {', '.join(SPACES)})"
-            )
-        need = op.mem_bytes()
-        if need > ctx.cpu_mem_limit:
-            limit = _gib(ctx.cpu_mem_limit)
-            raise TunerError(f"problem needs ~{_gib(need)} GiB, over --cpu-mem-limit {limit} GiB")
+        op = _op(problem, ctx)
         compile_start = _now()
         op.setup(np.random.default_rng(self.seed))  # data + reference
         deadline.check(0)

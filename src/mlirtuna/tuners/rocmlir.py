@@ -23,6 +23,11 @@ Two eras of tuningRunner.py are in use and take different flags (reference: rocm
   card 0 whatever the worker pinned. It also gets a per-config `--timeout` and
   `--abort-on-error` (with one config it only makes failure explicit).
 
+Fusion modules travel in the database: the module is written into the job's temporary directory
+under its file name and tuned with `--op fusion --config FILE.mlir` (E3 and later), or, for E2,
+which only reads fusion tests from a directory, `--test_dir` naming a directory holding just that
+module. The result row is keyed by the module's tuning key.
+
 E2.5 (rocMLIR, late 2025) is driven as E2 (its flags are E2's plus the greedy space); it writes a
 `# commit:` line per run and a failed config as a `### ` line, which becomes the job's error.
 E4 (rocmlirTriton's "rocmlirTriton tuning runner", parts being ported back to rocMLIR) is driven
@@ -55,8 +60,9 @@ from pathlib import Path
 from typing import IO
 
 from mlirtuna import keys, tuningdb
-from mlirtuna.errors import InputError, TunerError, TunerTimeout, UserError
+from mlirtuna.errors import InputError, TunerError, TunerTimeout, Unsupported, UserError
 from mlirtuna.problems import Problem
+from mlirtuna.problems.fusion import parse_key
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome
 
 BUILD_DIR_ENV = "MLIRTUNA_ROCMLIR_BUILD"
@@ -203,6 +209,10 @@ class RocmlirTuner:
         self._check_context(ctx, era)
         with tempfile.TemporaryDirectory(prefix="mlirtuna-rocmlir-") as tmp:
             out = Path(tmp) / "tuning.tsv"
+            if problem.op == "fusion":
+                module = _module_path(out, problem)
+                module.parent.mkdir()
+                module.write_text(problem.module_text, encoding="utf-8")
             argv = self.command(problem, ctx, out)
             run = self._run(argv, self._env(ctx, era), ctx.timeout_s)
             return self._outcome(problem, ctx, out, run)
@@ -211,11 +221,17 @@ class RocmlirTuner:
         """The argument list for one config. Values are joined with `=` so that a config that
         starts with `-` (every gemm one) and `--device=0` are never taken for flags."""
         era = self.era
+        if problem.op != "fusion":
+            config = f"--config={problem.canonical()}"
+        elif era.name == "E2":  # E2 reads fusion modules from a directory only
+            config = f"--test_dir={_module_path(out, problem).parent}"
+        else:
+            config = f"--config={_module_path(out, problem)}"
         argv = [
             self.python,
             str(self.script),
             f"--op={problem.op}",
-            f"--config={problem.canonical()}",
+            config,
             f"--tuning-space={ctx.tuning_space}",
             f"--mlir-build-dir={self.build_dir}",
             f"--output={out}",
@@ -238,7 +254,7 @@ class RocmlirTuner:
         if ctx.gpu_id < 0:
             raise TunerError("the rocmlir tuner needs a GPU; this worker has none (gpu_id -1)")
         if era.tuning_spaces and ctx.tuning_space not in era.tuning_spaces:
-            raise TunerError(
+            raise Unsupported(  # the same for every job of the session: no retry
                 f"this tuningRunner.py ({era.name}) has no tuning space {ctx.tuning_space!r} "
                 f"(it has: {', '.join(era.tuning_spaces)})"
             )
@@ -408,12 +424,24 @@ def _result_row(problem: Problem, out: Path, run: _Run) -> tuple[tuningdb.Tuning
     if not rows:
         raise no_result
     row, notes = rows[-1], []
-    if keys.split_key(row.test_vector).plain != problem.canonical():
+    expected, written = problem.canonical(), keys.split_key(row.test_vector).plain
+    if problem.op == "fusion":  # the row is keyed by the module's tuning key
+        expected = problem.tuning_key
+        with contextlib.suppress(InputError):
+            written = parse_key(row.test_vector)[1]
+    if written != expected:
         notes.append(
             f"tuningRunner recorded the config as {row.test_vector!r}; "
-            f"mlirtuna's canonical form is {problem.canonical()!r}"
+            f"mlirtuna's canonical form is {expected!r}"
         )
     return row, notes
+
+
+def _module_path(out: Path, problem: Problem) -> Path:
+    """Where a fusion module is written for the tool: a directory of its own (E2's --test_dir
+    tunes every *.mlir of it). The name ends in .mlir whatever the file was called."""
+    name = Path(problem.file_name).name
+    return out.parent / "module" / (name if name.endswith(".mlir") else f"{name}.mlir")
 
 
 def _check_gpu(row: tuningdb.TuningRow, ctx: TuneContext) -> None:

@@ -30,6 +30,9 @@ Environment:
   FAKE_TUNINGRUNNER_STDERR_BYTES=N: first print N bytes of noisy stderr (invalid UTF-8, NUL),
   as a runaway compiler log does; the env logged also names which database secrets it got.
 
+--op fusion (both eras): `--config FILE.mlir` (E3) or `--test-dir/--test_dir DIR`; each module is
+keyed as rocmlir-gen --emit-tuning-key would key it and tuned as that conv/gemm (fake_fusion.py).
+
 Standard library only (the real tool needs numpy/pandas/tqdm; tests must not).
 """
 
@@ -45,6 +48,9 @@ import signal
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fake_fusion
 
 ERA = os.environ.get("FAKE_TUNINGRUNNER_ERA", "E3").upper()
 FAULT = os.environ.get("FAKE_TUNINGRUNNER_FAULT", "")
@@ -412,6 +418,8 @@ class Result:
 
 def tune(op: str, config: str, space: str, gpu: Gpu, era: str, debug: bool, progress) -> Result:
     """Run the "driver" over the space; entries are .debug rows (TFlops NaN when N/A)."""
+    if op == "fusion":  # a fused kernel is tuned as the conv/gemm its key names
+        op, config = fake_fusion.op_of(config), fake_fusion.strip_key_flags(config)
     problem, flops = describe(op, config, gpu, BASE_ERA[era])
     result = Result(config)
     for i, pc in enumerate(perf_configs(op, space, era)):
@@ -497,9 +505,12 @@ def open_output(path: str):
 def e2_main(argv: list[str]) -> int:
     gpu = Gpu()
     args = e2_parser().parse_args(argv)
-    if args.op not in ("conv", "gemm", "attention"):
+    if args.op not in ("conv", "gemm", "attention", "fusion"):
         raise RuntimeError("Tuning operation was not provided/found")
-    configs = args.config if args.config else read_configs_file(args.configs_file)
+    if args.op == "fusion":
+        configs = [key for _, key in fake_fusion.fusion_configs(None, args.test_dir)]
+    else:
+        configs = args.config if args.config else read_configs_file(args.configs_file)
     winners, all_entries = [], []
     for config in configs:
         print("Tuning:", config, file=sys.stderr)
@@ -666,10 +677,13 @@ def e3_main(argv: list[str]) -> int:
             "to select specific GPUs.".format(" and ".join(names))
         )
     gpu = Gpu()
-    if args.op not in ("conv", "gemm", "attention"):
-        log.error("the stand-in tunes conv, gemm and attention only")
+    if args.op not in ("conv", "gemm", "attention", "fusion"):
+        log.error("the stand-in tunes conv, gemm, attention and fusion only")
         return 1
-    configs = [args.config] if args.config else read_configs_file(args.configs_file)
+    if args.op == "fusion":
+        configs = [key for _, key in fake_fusion.fusion_configs(args.config, args.test_dir)]
+    else:
+        configs = [args.config] if args.config else read_configs_file(args.configs_file)
     context = f"{gpu.chip}/{gpu.num_cu}/{gpu.num_chiplets}/{args.tuning_space}"
     pending = configs if args.retune else [c for c in configs if not e3_already_tuned(args, gpu, c)]
     if len(pending) < len(configs):
