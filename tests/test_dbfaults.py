@@ -88,7 +88,7 @@ def test_sqlite_lock_past_the_busy_timeout_is_waited_out(tmp_path, monkeypatch, 
     monkeypatch.setattr(dbmod, "SQLITE_BUSY_TIMEOUT_MS", 100)
     url = f"sqlite:///{tmp_path / 'm.db'}"
     db = Database(url)
-    sid = make_session(db, tmp_path, 3)
+    sid = make_session(db, tmp_path, 3, tuner="sleep")
     w = _in_process_worker(db, sid, seconds=0.5)
     thread = threading.Thread(target=w.run)
     caplog.set_level(logging.INFO, logger="mlirtuna")
@@ -168,7 +168,7 @@ def lossy_replies(monkeypatch):
 
 
 def test_claim_and_record_whose_reply_was_lost_count_once(db, tmp_path, lossy_replies):
-    sid = make_session(db, tmp_path, 2)
+    sid = make_session(db, tmp_path, 2, tuner="sleep")
     w = _in_process_worker(db, sid, seconds=0.0)
     w.run()
     assert lossy_replies == {"claim": 0, "record": 0}

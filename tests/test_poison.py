@@ -106,11 +106,10 @@ def test_a_gigabyte_of_stderr_keeps_worker_memory_bounded(build, tmp_path, monke
 def test_a_tuner_that_ignores_the_timeout_is_stopped_by_the_worker(db, db_url, tmp_path):
     from test_worker import _states, make_session, start_worker, stderr_of
 
-    sid = make_session(db, tmp_path, 1)
+    sid = make_session(db, tmp_path, 1, tuner="plugins.stubborn:Stubborn")
     start = time.monotonic()
     w = start_worker(db_url, sid, tmp_path / "log", "--until-empty", "--job-timeout", "1",
-                     "--max-retries", "2", "--retry-backoff", "0",
-                     tuner="plugins.stubborn:Stubborn")  # fmt: skip
+                     "--max-retries", "2", "--retry-backoff", "0")  # fmt: skip
     assert w.wait(timeout=120) == 0, stderr_of(w)
     assert time.monotonic() - start < 60
     assert _states(db, sid) == {"error": 1}

@@ -50,9 +50,13 @@ def test_roles_prints_the_sql_and_applies_it(server_db, prefix, tmp_path):
     applied = cli(url, "db", "roles", "--prefix", prefix, "--apply")
     assert applied.code == 0, applied.stderr
 
-    sid = make_session(server_db, tmp_path, 3)
+    sid = make_session(server_db, tmp_path, 3, tuner="sleep")
     worker_db = _as(server_db, f"{prefix}_worker")
-    w = Worker(worker_db, WorkerSettings(session_id=sid, until_empty=True), tuner=SleepTuner(0))
+    w = Worker(
+        worker_db,
+        WorkerSettings(session_id=sid, tuner="sleep", until_empty=True),
+        tuner=SleepTuner(0),
+    )
     assert w.run().completed == 3  # a worker can tune: claim, heartbeat, record
     assert _states(server_db, sid) == {"completed": 3}
     for statement in (
