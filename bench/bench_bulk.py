@@ -14,7 +14,10 @@ Each repeat, per backend, on fresh databases:
   problems, one session, N results);
 - export: `export.export` of that session to a v3 file;
 - compare: `compare` of the session against the exported file, re-canonicalizing the file's
-  test vectors with --op gemm (both sides N results).
+  test vectors with --op gemm (both sides N results);
+- jobs load: `jobs.load` of the N imported problems into a new session (N jobs);
+- jobs list: `mlirtuna jobs list`'s query, its default page of 50 (and the total) out of N jobs;
+- jobs list --all: all N jobs, rendered as the plain table a pipe gets.
 `--profile STEP` runs that step once under cProfile and prints the top functions instead.
 """
 
@@ -35,11 +38,13 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from mlirtuna import compare, configs, export, history
+from mlirtuna import compare, configs, export, history, jobs, sessions
+from mlirtuna.cli import common, jobscmd
 from mlirtuna.db import Database, resolve_url
 from mlirtuna.problems import ExpandOptions
+from mlirtuna.sessions import SessionSpec
 
-STEPS = ("import", "import-tsv", "export", "compare")
+STEPS = ("import", "import-tsv", "export", "compare", "jobs load", "jobs list", "jobs list --all")
 ENV = {"postgresql": "MLIRTUNA_TEST_POSTGRES", "mysql": "MLIRTUNA_TEST_MYSQL"}
 TYPES = ("f32", "f16", "bf16", "i8")
 OUT_TYPE = {"i8": "i32"}
@@ -123,10 +128,23 @@ def one_round(
     seconds: dict[str, float] = {}
     with fresh_db(backend, urls, folder) as db:
         seconds["import"] = run_step("import", steps, db, profile)
+        sid = sessions.create(db, SessionSpec(tuner="sleep")).id
+        steps["jobs load"] = lambda db: jobs.load(db, sid, all_problems=True)
+        steps["jobs list"] = lambda db: jobs.page(db, sid, None, jobscmd.DEFAULT_LIST_LIMIT)
+        steps["jobs list --all"] = lambda db: list_all_jobs(db, sid)
+        for step in ("jobs load", "jobs list", "jobs list --all"):
+            seconds[step] = run_step(step, steps, db, profile)
     with fresh_db(backend, urls, folder) as db:
         for step in ("import-tsv", "export", "compare"):
             seconds[step] = run_step(step, steps, db, profile)
     return seconds
+
+
+def list_all_jobs(db: Database, session_id: int) -> str:
+    table = common.TextTable(*jobscmd.JOB_COLUMNS)
+    for job in jobs.page(db, session_id).jobs:
+        table.add_row(*jobscmd.job_row(job))
+    return common.plain_table(table)
 
 
 def run_step(

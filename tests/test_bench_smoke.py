@@ -73,8 +73,21 @@ def test_bulk_benchmark_runs() -> None:
         env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for step in ("import", "import-tsv", "export", "compare"):
+    for step in ("import", "import-tsv", "export", "compare", "jobs list"):
         assert f"| {step} |" in proc.stdout
+
+
+def test_quick_tuning_bench_runs(tmp_path: Path) -> None:
+    text = run_script("bench_quick_tuning", tmp_path)
+    for op in ("gemm", "conv"):
+        for space in ("exhaustive", "list:bench-0.93", "list:bench-0.97", "quick"):
+            assert f"| {op} | {space} |" in text
+    assert "18.07" in text  # rocMLIR's published A/B beside ours
+
+
+def test_startup_benchmark_runs(tmp_path: Path) -> None:
+    text = run_script("bench_startup", tmp_path)
+    assert "| mlirtuna --help |" in text and "| mlirtuna status |" in text
 
 
 def test_bench_dashboard_smoke(tmp_path):

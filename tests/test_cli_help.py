@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import click
 import typer
+from clitools import subprocess_env
+from typer.testing import CliRunner
 
+from mlirtuna import __version__
 from mlirtuna.cli import app
 
 README = (Path(__file__).parent.parent / "README.md").read_text()
@@ -49,3 +55,60 @@ def test_readme_names_every_top_level_command():
     root = typer.main.get_command(app)
     for name in root.commands:
         assert f"mlirtuna {name}" in README, f"README does not mention `mlirtuna {name}`"
+
+
+def _rendered_help(path: str) -> str:
+    result = CliRunner().invoke(app, [*path.split(), "--help"], catch_exceptions=True)
+    assert result.exception is None, f"`mlirtuna {path} --help`: {result.exception!r}"
+    assert result.exit_code == 0, f"`mlirtuna {path} --help` exit {result.exit_code}"
+    return " ".join(result.stdout.split())  # wrapping aside
+
+
+def test_every_help_page_renders_as_written_with_its_defaults():
+    """Brackets in help (`[detected]`, `[/opt/rocm/.info/version]`) are text, never Rich markup,
+    and every option's default is shown."""
+    root = typer.main.get_command(app)
+    pages = {"": root, **dict(_commands(root))}
+    for path, cmd in pages.items():
+        page = _rendered_help(path)
+        for param in cmd.params:
+            if not isinstance(param, click.Option) or param.hidden:
+                continue
+            for bracketed in re.findall(r"\[[^\]]*\]", param.help or ""):
+                assert bracketed in page, f"`mlirtuna {path} --help` lost {bracketed}"
+            if param.show_default and param.default not in (None, False, "") and not param.is_flag:
+                shown = f"[default: {param.default}]"
+                assert shown in page, f"`mlirtuna {path} --help` lacks {shown}"
+
+
+def test_session_new_help_names_where_each_field_comes_from():
+    page = _rendered_help("session new")
+    assert "[/opt/rocm/.info/version]" in page
+    assert "--num-chiplets INTEGER Chiplets (XCDs) [detected]." in page
+    assert "[default: cpu]" in page
+
+
+def test_version_and_shell_completion():
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.stdout.strip() == f"mlirtuna {__version__}"
+    # Run from bash, as a user would: Typer finds the shell among the process's parents.
+    shown = subprocess.run(
+        ["bash", "-c", '"$0" -m mlirtuna --show-completion; exit $?', sys.executable],
+        env=subprocess_env("sqlite:///unused.db"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "complete -o default -F _mlirtuna_completion mlirtuna" in shown.stdout
+    assert "--install-completion" in _rendered_help("")
+
+
+def test_docs_install_from_the_repository_not_an_index():
+    """mlirtuna is on no package index: no doc may tell to `pip install mlirtuna`."""
+    root = Path(__file__).parent.parent
+    for path in [root / "README.md", *root.glob("docs/*.md"), *root.glob("examples/*")]:
+        if path.is_file():
+            assert "pip install mlirtuna" not in path.read_text(), path
+    assert "pip install ./mlirtuna" in (root / "docs" / "ci.md").read_text()

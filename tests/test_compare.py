@@ -9,8 +9,9 @@ import pytest
 from clitools import cli
 from test_results import gemm, new_session, put_results, tune
 
-from mlirtuna import compare
+from mlirtuna import compare, configs, jobs
 from mlirtuna.errors import InputError, UserError
+from mlirtuna.problems import ExpandOptions
 
 V = [gemm(m) for m in (16, 32, 64, 128)]
 JSON_KEYS = {"common", "same_winner", "geomean_ratio", "regressions", "only_a", "only_b"}
@@ -64,13 +65,51 @@ def test_one_regression_between_sessions(db, db_url):
     assert [r["perf_config_b"] for r in strict["regressions"]] == ["pb", "pc2"]  # worst first
 
 
-def test_disjoint_problems(db, db_url, tmp_path):
+def test_disjoint_problems_are_an_error_not_a_pass(db, db_url, tmp_path):
     a = new_session(db)
     put_results(db, a, {V[0]: ("p", 1.0), V[1]: ("p", 1.0)})
     b = v3_file(tmp_path / "b.tsv", {V[2]: ("p", 1.0), V[3]: ("p", 1.0), gemm(256): ("p", 1.0)})
-    got = cli(db_url, "compare", str(a), b, "--json", "--fail-on-regression").json()
-    assert (got["common"], got["same_winner"], got["only_a"], got["only_b"]) == (0, 0, 2, 3)
-    assert got["geomean_ratio"] is None and got["regressions"] == []
+    for extra in ([], ["--json", "--fail-on-regression"]):
+        run = cli(db_url, "compare", str(a), b, *extra)
+        assert run.code == 2 and run.stdout == "", run.stdout
+        assert "no problem in common" in run.stderr and run.stderr.count("\n") == 1
+
+
+def test_problems_missing_from_b_fail_unless_allowed(db, db_url, tmp_path):
+    """A job of B that failed or was cancelled leaves a problem of A without a winner in B."""
+    a, b = new_session(db), new_session(db)
+    tune(db, tmp_path, a, V[:3])
+    tune(db, tmp_path, b, V[:2])
+    (tmp_path / "late").write_text(V[2] + "\n")
+    configs.import_files(db, "gemm", [str(tmp_path / "late")], ExpandOptions(expand=False), "t")
+    assert jobs.load(db, b, tag="t").added == 1 and jobs.cancel(db, b, None) == 1
+    got = cli(db_url, "compare", str(a), str(b), "--json").json()
+    assert got["missing_in_b"] == [V[2]] and got["regressions"] == [] and got["only_a"] == 1
+    run = cli(db_url, "compare", str(a), str(b), "--fail-on-regression")
+    assert run.code == 1 and V[2] in run.stdout and "1 problems of A missing" in run.stderr
+    allowed = cli(db_url, "compare", str(a), str(b), "--fail-on-regression", "--allow-missing")
+    assert allowed.code == 0, allowed.stderr
+    # B holding more than A is no loss.
+    assert cli(db_url, "compare", str(b), str(a), "--fail-on-regression").code == 0
+
+
+def test_same_winner_remeasured_is_counted_apart(db, db_url):
+    a, b = new_session(db), new_session(db)
+    put_results(db, a, {V[0]: ("same", 2.0), V[1]: ("old", 2.0), V[2]: ("same2", 1.0)})
+    put_results(db, b, {V[0]: ("same", 1.0), V[1]: ("old", 2.0), V[2]: ("same2", 1.0)})
+    got = cli(db_url, "compare", str(a), str(b), "--json").json()
+    assert (got["regressions_same_winner"], got["regressions_winner_changed"]) == (1, 0)
+    assert got["regressions"][0]["winner_changed"] is False
+    human = cli(db_url, "compare", str(a), str(b), "--fail-on-regression")
+    assert human.code == 1 and "same winner, lower TFlops" in human.stdout
+    assert "winner changed, worst first" not in human.stdout
+    only = ["--fail-on-regression", "--changed-winner-only"]
+    assert cli(db_url, "compare", str(a), str(b), *only).code == 0
+    c = new_session(db)  # as b, and a changed winner regresses too
+    put_results(db, c, {V[0]: ("same", 1.0), V[1]: ("new", 1.0), V[2]: ("same2", 1.0)})
+    got = cli(db_url, "compare", str(a), str(c), "--json").json()
+    assert (got["regressions_same_winner"], got["regressions_winner_changed"]) == (1, 1)
+    assert cli(db_url, "compare", str(a), str(c), *only).code == 1
 
 
 def test_two_files_recanonicalized_with_op(tmp_path):
@@ -83,8 +122,8 @@ def test_two_files_recanonicalized_with_op(tmp_path):
             "-transB false -transA false -t f32 -g 1 -m 32 -n 64 -k 32": ("q2", 1.0),
         },
     )
-    raw = compare.compare(*compare.load_sides(a, b, None, _no_db))
-    assert raw.common == 0  # as written, nothing matches
+    with pytest.raises(compare.NoCommonProblem):  # as written, nothing matches
+        compare.compare(*compare.load_sides(a, b, None, _no_db))
     got = compare.compare(*compare.load_sides(a, b, "gemm", _no_db))
     assert (got.common, got.same_winner, len(got.regressions)) == (2, 1, 1)
     assert got.regressions[0].ratio == 0.5 and math.isclose(got.geomean_ratio, math.sqrt(0.5))
@@ -112,9 +151,11 @@ def test_bad_inputs_are_one_line_exit_2(db, db_url, tmp_path):
 
 
 def test_threshold_parsing():
-    assert compare.parse_threshold("5%") == 0.05 and compare.parse_threshold("10") == 0.1
+    assert compare.parse_threshold("5%") == 0.05 and compare.parse_threshold("10 %") == 0.1
     assert compare.parse_threshold(" 0.5 % ") == 0.005
-    for bad in ("-1%", "100%", "x"):
+    # Without %, a number is a fraction (never 0.05%); one that cannot be a fraction is refused.
+    assert compare.parse_threshold("0.05") == 0.05 and compare.parse_threshold("0") == 0
+    for bad in ("-1%", "100%", "x", "5", "1", "-0.1"):
         with pytest.raises(UserError):
             compare.parse_threshold(bad)
 

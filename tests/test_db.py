@@ -21,6 +21,11 @@ def test_migrations_match_models(db):
         )
     assert diff == []
     assert migrations.current_revision(db.engine) == migrations.head_revision()
+    # The fast reads that spare every command an Alembic import agree with Alembic's own.
+    assert migrations.head_revision() == migrations.alembic_head_revision()
+    with db.engine.connect() as conn:
+        stamped = MigrationContext.configure(conn).get_current_revision()
+    assert migrations.current_revision(db.engine) == stamped
 
 
 def test_upgrade_twice_says_up_to_date(db):
@@ -114,3 +119,29 @@ def test_deadlocks_and_lock_timeouts_are_transient():
     assert not is_transient(wrapped(pymysql.err.OperationalError(1045, "Access denied")))
     assert not is_transient(wrapped(psycopg.errors.UndefinedTable("no such table")))
     assert not is_transient(ValueError("not a database error"))
+
+
+def test_0003_upgrades_a_database_with_sessions_in_place(empty_db_url):
+    db = Database(empty_db_url, check_schema=False)
+    migrations.upgrade(db.engine, "0002")
+    with db.engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO session (arch, arch_full, num_cu, num_chiplets, rocm_v, mlir_v, reason,"
+            " ticket, docker, tuning_space, tuner, host, created_at) VALUES ('gfx942', 'gfx942',"
+            " 304, 8, '', '', 'old', '', '', 'full', 'cpu', '', '2025-01-01 00:00:00')"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO problem (op, test_vector, created_at) VALUES ('gemm', '-m 1',"
+            " '2025-01-01 00:00:00')"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO result (session_id, problem_id, perf_config) VALUES (1, 1, 'pc')"
+        )
+    assert db.upgrade() == ("0002", migrations.head_revision())
+    with db.engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT reason, source_sha256 FROM session").all()
+        assert conn.exec_driver_sql("SELECT count(*) FROM result").scalar() == 1
+    assert [tuple(r) for r in rows] == [("old", None)]
+    indexes = {ix["name"] for ix in sa.inspect(db.engine).get_indexes("job")}
+    assert "ix_job_session_list" in indexes
+    db.dispose()

@@ -178,3 +178,30 @@ def test_bulk_rows_become_one_session(db, tmp_path):
     )
     report = history.import_tsv(db, "gemm", [str(path)])
     assert report.results == n and counts(db) == (1, n, n)
+
+
+def test_a_file_imported_before_is_said_so_and_adds_nothing(db, db_url, tmp_path):
+    path = tmp_path / "weekly.tsv"
+    path.write_text("".join(V3_EXAMPLE.read_text().splitlines(True)[:2]))
+    first = cli(db_url, "import-tsv", "--op", "gemm", str(path))
+    assert first.code == 0 and counts(db) == (1, 1, 1)
+    copy = tmp_path / "copy-of-weekly.tsv"  # the same bytes under another name
+    copy.write_bytes(path.read_bytes())
+    for name in (path, copy):
+        run = cli(db_url, "import-tsv", "--op", "gemm", str(name))
+        assert run.code == 0 and run.stdout == ""
+        assert f"{name}: already imported as session 1 (same content" in run.stderr
+        assert "--again" in run.stderr
+    assert counts(db) == (1, 1, 1)
+    report = cli(db_url, "import-tsv", "--op", "gemm", str(path), "--json").json()
+    assert report["sessions"] == [] and report["already"][0]["sessions"] == [1]
+    assert report["already"][0]["sha256"] == history.file_sha256(str(path))
+    forced = cli(db_url, "import-tsv", "--op", "gemm", str(path), "--again")
+    assert forced.code == 0 and "session 2:" in forced.stdout and counts(db) == (2, 2, 1)
+    # A new file next to an old one: the new one is imported, the old one named.
+    other = tmp_path / "other.tsv"
+    other.write_text(path.read_text().replace("perf_best", "perf_other"))
+    both = cli(db_url, "import-tsv", "--op", "gemm", str(path), str(other), "--json").json()
+    assert [x["file"] for x in both["already"]] == [str(path)]
+    assert both["already"][0]["sessions"] == [1, 2]
+    assert [x["file"] for x in both["sessions"]] == [str(other)] and counts(db)[0] == 3

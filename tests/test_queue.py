@@ -277,4 +277,5 @@ def test_cli_jobs_list_show_requeue_cancel(db_url, tmp_path):
     shown = cli(db_url, "jobs", "show", str(lease.job_id))
     assert "ERROR: boom" in shown.stdout and "failed" in shown.stdout
     assert cli(db_url, "jobs", "requeue", "--session", str(sid)).stdout.strip() == "1 jobs requeued"
-    assert cli(db_url, "jobs", "cancel", "--session", str(sid)).stdout.strip() == "2 jobs cancelled"
+    cancelled = cli(db_url, "jobs", "cancel", "--session", str(sid), "--all")
+    assert cancelled.stdout.strip() == "2 jobs cancelled"

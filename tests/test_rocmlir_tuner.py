@@ -217,6 +217,16 @@ def test_e2_has_no_greedy_space(build: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert tuning_calls(build) == []
 
 
+def test_a_list_space_runs_the_tools_quick_space(
+    build: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rocMLIR compiles its quick list in: a `list:NAME` session runs the tool's `quick` space."""
+    t = tuner(build, "E3", monkeypatch)
+    out = t.tune(parse("gemm", GEMM), context(tuning_space="list:mine", perf_configs=("v4:x",)))
+    (call,) = tuning_calls(build)
+    assert "--tuning-space=quick" in call["argv"] and out.winner.valid
+
+
 def test_a_cpu_worker_cannot_use_it(build: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(TunerError, match="needs a GPU"):
         tuner(build, "E3", monkeypatch).tune(parse("gemm", GEMM), context(gpu_id=-1))

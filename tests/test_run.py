@@ -187,11 +187,11 @@ def test_wait_exit_status_follows_the_outcome(db, db_url, tmp_path):
     from mlirtuna.tuners.base import Candidate, TuneOutcome
 
     sid = two_job_session(db, tmp_path)
-    assert cli(db_url, "wait", "--session", str(sid), "--timeout", "0.5", "--poll", "0.1").code == 1
+    assert cli(db_url, "wait", "--session", str(sid), "--timeout", "0.5", "--poll", "0.1").code == 3
     who = queue.Claimant("h", 0, 1)
     win = Candidate("pc", 10.0, 1.0)
     queue.record(db, queue.claim(db, sid, who, 60), TuneOutcome([win], win))
-    assert cli(db_url, "wait", "--session", str(sid), "--timeout", "0.3", "--poll", "0.1").code == 1
+    assert cli(db_url, "wait", "--session", str(sid), "--timeout", "0.3", "--poll", "0.1").code == 3
     lease = queue.claim(db, sid, who, 60)
     queue.fail(db, lease, "tool crashed", max_retries=1, backoff_s=0)
     run = cli(db_url, "wait", "--session", str(sid), "--poll", "0.1")

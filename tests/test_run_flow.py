@@ -123,4 +123,5 @@ def test_example_runs_as_the_readme_says(command, tmp_path):
         argv, cwd=workdir, env=env, capture_output=True, text=True, timeout=600, check=False
     )
     assert done.returncode == 0, done.stderr
-    assert list(workdir.glob("mlir_tuning_*.tsv")) and (workdir / "mlirtuna.db").exists()
+    written = "tuning_fusion_*.tsv" if "--op fusion" in command else "mlir_tuning_*.tsv"
+    assert list(workdir.glob(written)) and (workdir / "mlirtuna.db").exists()

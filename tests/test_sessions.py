@@ -119,7 +119,8 @@ def test_cli_bad_tuning_space_is_one_line(db_url):
     run = cli(db_url, "session", "new", "--tuning-space", "huge")
     assert run.code == 2
     assert run.stderr.strip() == (
-        "error: unknown tuning space 'huge' (known: quick, full, greedy, exhaustive, lfbo, smart)"
+        "error: unknown tuning space 'huge' (known: quick, full, greedy, exhaustive, lfbo, "
+        "smart, or list:NAME for a stored quick list)"
     )
 
 

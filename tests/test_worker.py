@@ -218,13 +218,16 @@ def test_workers_survive_killed_connections(db, db_url, tmp_path):
     n = 120
     sid = make_session(db, tmp_path, n)
     log = tmp_path / "claims.log"
+    # 0.2 s a job: about 8 s of work for three workers, so the last to start (on a loaded machine)
+    # still finds jobs to claim.
     procs = [
-        start_worker(db_url, sid, log, "--until-empty", "--lease", "10", sleep_s=0.05)
+        start_worker(db_url, sid, log, "--until-empty", "--lease", "10", sleep_s=0.2)
         for _ in range(3)
     ]
-    # Mid-run: once every worker is up and working (a worker that cannot reach the database at
-    # start-up stops at once with one line, by design), cut their connections, four times.
-    _wait_for(lambda: _states(db, sid).get("completed", 0) >= 10, timeout=60)
+    # Mid-run: once every worker has claimed a job, i.e. holds a connection and is past its
+    # start-up (a worker that cannot reach the database at start-up stops at once with one line
+    # and exit 2, by design), cut their connections, four times.
+    _wait_for(lambda: _claimants(db, sid) >= {p.pid for p in procs}, timeout=120)
     killed = 0
     for _ in range(4):
         killed += _kill_worker_connections(db)
@@ -269,6 +272,18 @@ def _kill_worker_connections(db: Database) -> int:
     return len(ids)
 
 
+def _claimants(db: Database, sid: int) -> set[int]:
+    """The pids of the workers that have claimed a job of the session."""
+    with db.session() as s:
+        return set(
+            s.scalars(
+                sa.select(Attempt.pid)
+                .join(Job, Job.id == Attempt.job_id)
+                .where(Job.session_id == sid)
+            )
+        )
+
+
 def _states(db: Database, sid: int) -> dict[str, int]:
     return {k: v for k, v in jobs.counts(db, sid)[sid].items() if v}
 
@@ -279,3 +294,25 @@ def _wait_for(cond, timeout: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         time.sleep(0.05)
+
+
+def test_a_worker_without_until_empty_says_once_that_it_is_idle(db, db_url, tmp_path):
+    sid = make_session(db, tmp_path, 1)
+    w = start_worker(db_url, sid, tmp_path / "claims.log")
+    try:
+        _wait_for(lambda: _states(db, sid) == {"completed": 1}, timeout=60)
+        time.sleep(1.5)  # several empty polls: still one line
+        more = tmp_path / "more"
+        more.write_text(
+            "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 99 -n 8 -k 8\n"
+        )
+        configs.import_files(db, "gemm", [str(more)], tag="more")
+        jobs.load(db, sid, tag="more")
+        _wait_for(lambda: _states(db, sid) == {"completed": 2}, timeout=60)
+        time.sleep(1.0)
+    finally:
+        w.send_signal(signal.SIGTERM)
+        assert w.wait(timeout=30) == 0
+    idle = [line for line in stderr_of(w).splitlines() if "idle: no job of session" in line]
+    assert len(idle) == 2, stderr_of(w)  # once per idle stretch
+    assert f"session {sid}" in idle[0] and "--until-empty" in idle[0]

@@ -16,6 +16,11 @@ Keying (decided here, documented in the CLI help):
 - A side is a session id when it is a whole number, else a path (write ./12 for a file named 12).
 - Ratios are TFlops B/A over the common problems where both sides have a positive TFlops;
   a regression is a ratio below 1 - threshold, listed worst first with both perf configs.
+  A regression whose winner is the same perf config on both sides is the same kernel measured
+  twice: it is counted apart (noise or a changed machine, not a worse tuning).
+- A problem of A that B lacks (its job failed or was cancelled) is a loss too: it fails
+  `--fail-on-regression` unless `--allow-missing`. Two sides with no problem in common are an
+  error, never "no regression".
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ class Regression:
     tflops_a: float
     tflops_b: float
     ratio: float
+    winner_changed: bool
 
 
 @dataclass
@@ -72,9 +78,25 @@ class Comparison:
     only_a: int = 0
     only_b: int = 0
     regressions: list[Regression] = field(default_factory=list)
+    regressions_winner_changed: int = 0
+    regressions_same_winner: int = 0
+    missing_in_b: list[str] = field(default_factory=list)  # A's vectors B has no winner for
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def counted_regressions(self, changed_winner_only: bool = False) -> list[Regression]:
+        """The regressions that fail a check (`--changed-winner-only`: a changed winner only)."""
+        return [r for r in self.regressions if r.winner_changed or not changed_winner_only]
+
+    def fails(self, *, changed_winner_only: bool = False, allow_missing: bool = False) -> bool:
+        """What `--fail-on-regression` exits 1 on: counted regressions, or problems lost in B."""
+        missing = bool(self.missing_in_b) and not allow_missing
+        return missing or bool(self.counted_regressions(changed_winner_only))
+
+
+class NoCommonProblem(UserError):
+    """The two sides share no problem: there is nothing to compare."""
 
 
 def is_session(spec: str) -> bool:
@@ -169,20 +191,38 @@ def _tflops(value: float | None) -> float | None:
 
 
 def parse_threshold(text: str) -> float:
-    """`5%`, `5` (both percent) or `0.5%`; a fraction of 1 afterwards."""
-    number = text.strip().removesuffix("%").strip()
+    """`5%` or `0.5%` (percent), `0.05` (a fraction: 5%); a fraction of 1 afterwards.
+
+    A bare number of 1 or more is refused: `5` might mean 5% or 500%, and reading `0.05` as
+    0.05% once let every regression through.
+    """
+    stripped = text.strip()
+    percent = stripped.endswith("%")
     try:
-        value = float(number)
+        value = float(stripped.removesuffix("%").strip())
     except ValueError:
         raise UserError(f"--threshold {text!r}: expected a percentage such as 5%") from None
+    if not percent:
+        if not 0 <= value < 1:
+            raise UserError(
+                f"--threshold {text!r}: a number without % is a fraction (0.05 = 5%); "
+                f"write {text.strip()}% for a percentage"
+            )
+        return value
     if not 0 <= value < 100:
         raise UserError(f"--threshold {text!r}: expected 0% to 100%")
     return value / 100
 
 
 def compare(a: Side, b: Side, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
-    out = Comparison(a.label, b.label, threshold)
     common = a.entries.keys() & b.entries.keys()
+    if not common:
+        raise NoCommonProblem(
+            f"no problem in common between A ({len(a.entries)} winners) and B "
+            f"({len(b.entries)} winners): nothing to compare (another op, or --op needed?)"
+        )
+    out = Comparison(a.label, b.label, threshold)
+    out.missing_in_b = sorted(a.entries.keys() - common)
     out.common, out.only_a, out.only_b = (
         len(common),
         len(a.entries) - len(common),
@@ -191,17 +231,21 @@ def compare(a: Side, b: Side, threshold: float = DEFAULT_THRESHOLD) -> Compariso
     ratios: list[float] = []
     for key in common:
         ea, eb = a.entries[key], b.entries[key]
-        out.same_winner += ea.perf_config == eb.perf_config
+        changed = ea.perf_config != eb.perf_config
+        out.same_winner += not changed
         if ea.tflops is None or eb.tflops is None:
             continue
         ratio = eb.tflops / ea.tflops
         ratios.append(ratio)
         if ratio < 1 - threshold:
             out.regressions.append(
-                Regression(key, ea.perf_config, eb.perf_config, ea.tflops, eb.tflops, ratio)
+                Regression(
+                    key, ea.perf_config, eb.perf_config, ea.tflops, eb.tflops, ratio, changed
+                )
             )
-    if common:
-        out.same_winner_pct = 100 * out.same_winner / out.common
+    out.same_winner_pct = 100 * out.same_winner / out.common
+    out.regressions_winner_changed = sum(r.winner_changed for r in out.regressions)
+    out.regressions_same_winner = len(out.regressions) - out.regressions_winner_changed
     if ratios:
         out.with_tflops = len(ratios)
         out.geomean_ratio = math.exp(math.fsum(map(math.log, ratios)) / len(ratios))
@@ -214,7 +258,15 @@ def pairs(a: Side, b: Side) -> list[Regression]:
     """Every common problem with TFlops on both sides (ratio B/A), lowest ratio first: the
     points of an A-vs-B plot; `compare` counts and thresholds the same ratios."""
     out = [
-        Regression(key, ea.perf_config, eb.perf_config, ea.tflops, eb.tflops, eb.tflops / ea.tflops)
+        Regression(
+            key,
+            ea.perf_config,
+            eb.perf_config,
+            ea.tflops,
+            eb.tflops,
+            eb.tflops / ea.tflops,
+            ea.perf_config != eb.perf_config,
+        )
         for key in a.entries.keys() & b.entries.keys()
         if (ea := a.entries[key]).tflops is not None and (eb := b.entries[key]).tflops is not None
     ]

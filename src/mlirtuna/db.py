@@ -152,9 +152,14 @@ def db_now(seconds: float | sa.ColumnElement = 0.0) -> DbNow:
 class Database:
     """One database: an engine plus the unit-of-work context manager every query runs in."""
 
-    def __init__(self, url: str | URL | None = None, *, check_schema: bool = True) -> None:
+    def __init__(
+        self, url: str | URL | None = None, *, check_schema: bool = True, create: bool = True
+    ) -> None:
+        """`create=False`: a SQLite file that does not exist is an error, never made (reads)."""
         self.url = url if isinstance(url, URL) else resolve_url(url)
         self.backend = self.url.get_backend_name()  # sqlite | postgresql | mysql | mariadb
+        if not create:
+            _require_sqlite_file(self.url)
         self.engine = _make_engine(self.url)
         if check_schema:
             try:
@@ -216,6 +221,13 @@ class Database:
             "run `mlirtuna db upgrade`"
         )
 
+    def current_revision(self) -> str | None:
+        """The schema revision the database is at (None: no mlirtuna schema)."""
+        from mlirtuna import migrations
+
+        with self._translate_errors():
+            return migrations.current_revision(self.engine)
+
     def upgrade(self) -> tuple[str | None, str]:
         """Apply every pending migration; returns (revision before, revision after)."""
         from mlirtuna import migrations
@@ -255,6 +267,17 @@ def _make_engine(url: URL) -> Engine:
         )
     except (NoSuchModuleError, ArgumentError) as exc:
         raise DatabaseError(f"unsupported database URL {mask(url)}: {exc}") from None
+
+
+def _require_sqlite_file(url: URL) -> None:
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return
+    path = Path(url.database).expanduser().absolute()
+    if not path.exists():
+        raise DatabaseError(
+            f"no database file {path}: `mlirtuna import`, `session new` or `run` "
+            "create one (or choose another with --db / MLIRTUNA_DB)"
+        )
 
 
 def _sqlite_engine(url: URL) -> Engine:

@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from mlirtuna import configs, export, fusion, jobs, manager, results, sessions, tuners
+from mlirtuna import configs, export, fusion, jobs, manager, results, reuse, sessions, tuners
 from mlirtuna.db import Database
 from mlirtuna.errors import UserError
 from mlirtuna.models import Problem as ProblemRow
@@ -42,6 +42,8 @@ class RunPlan:
     reason: str = ""
     settings: WorkerSettings = field(default_factory=lambda: WorkerSettings(session_id=0))
     session_flags: dict = field(default_factory=dict)  # --arch, --num-cu, … for a new session
+    skip_tuned: bool = False  # leave out what an equivalent session tuned (reuse.py)
+    reuse: bool = False  # and copy those results in (implies skip_tuned)
 
     def spec(self, tuner: str) -> dict[str, Any]:
         """What the session remembers of this run, for `run --session N` (see resumed)."""
@@ -91,7 +93,7 @@ class Prepared:
     tuner: str
     tuner_why: str
     imported: configs.ImportReport
-    loaded: jobs.LoadReport
+    loaded: jobs.LoadReport | reuse.ReuseReport
     tag: str
     plan: RunPlan  # as run: a resumed plan holds what the session remembered
     skipped: dict[str, list[str]] = field(default_factory=dict)  # why -> test vectors
@@ -192,7 +194,13 @@ def prepare(db: Database, plan: RunPlan) -> Prepared:
             setattr(imported, name, getattr(imported, name) + getattr(part, name))
         imported.warnings.extend(part.warnings)
     exclude = _problem_ids(db, one_op(plan), [v for vs in skipped.values() for v in vs])
-    loaded = jobs.load(db, session.id, tag=tag, op=one_op(plan), exclude=exclude)
+    if plan.skip_tuned or plan.reuse:
+        loaded = reuse.load(
+            db, session.id, skip_tuned=True, reuse=plan.reuse, tag=tag, op=one_op(plan),
+            exclude=exclude,
+        )  # fmt: skip
+    else:
+        loaded = jobs.load(db, session.id, tag=tag, op=one_op(plan), exclude=exclude)
     return Prepared(session, tuner, why, imported, loaded, tag, plan, skipped)
 
 

@@ -24,11 +24,14 @@ Rules (docs: rocmlir-interfaces §1d, §2a, §5):
   plain key's, the result keeps the suffix (`key_suffix`) and the session the key form
   (split-k if any of its rows had the flag), so export can write the file's form back.
 - Any bad row is `FILE:LINE: message` and nothing is written: the whole run is one transaction.
+- Each session keeps the SHA-256 of its file's bytes. A file whose hash some session already
+  has is not imported again (reported as `already`), unless `again=True` (`--again`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import math
 import os
 import re
@@ -87,6 +90,7 @@ class _Group:
 
     path: str
     context: Context
+    sha256: str
     winners: dict[str, _Winner] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)  # canonical -> the ### line's text
     lines: list[int] = field(default_factory=list)  # line numbers of its rows
@@ -122,6 +126,7 @@ class TsvImportReport:
     failed: int = 0  # E2.5 "### " lines kept as failed jobs
     errors_unmatched: list[str] = field(default_factory=list)  # FILE:LINE: text, no config
     sessions: list[ImportedSession] = field(default_factory=list)
+    already: list[AlreadyImported] = field(default_factory=list)  # files not imported again
 
     def as_dict(self) -> dict[str, Any]:
         d = {
@@ -138,7 +143,17 @@ class TsvImportReport:
             )
         }
         d["sessions"] = [vars(x) for x in self.sessions]
+        d["already"] = [vars(x) for x in self.already]
         return d
+
+
+@dataclass
+class AlreadyImported:
+    """A file whose exact content some sessions were imported from before."""
+
+    file: str
+    sha256: str
+    sessions: list[int]
 
 
 def import_tsv(
@@ -148,18 +163,30 @@ def import_tsv(
     *,
     reason: str | None = None,
     fill: Fill = Fill(),
+    again: bool = False,
 ) -> TsvImportReport:
-    """Read and check every file first; then one transaction writes everything or nothing."""
+    """Read and check every file first; then one transaction writes everything or nothing.
+
+    A file imported before (same bytes) is skipped and listed in `already`, unless `again`.
+    """
     problems.problem_class(op)  # an unknown op is a UserError before any file is read
     report = TsvImportReport(files=len(paths))
+    hashes = {path: file_sha256(path) for path in paths}
+    if not again:
+        report.already = _imported_before(db, hashes)
+    skip = {x.file for x in report.already}
     parser = _Parser(op, fill)
     groups: list[_Group] = []
     for path in paths:
+        if path in skip:
+            continue
         parsed = read_file(path)
         report.rows += len(parsed.rows)
-        groups.extend(parser.groups(parsed, report))
+        groups.extend(parser.groups(parsed, report, hashes[path]))
     report.results = sum(len(g.winners) for g in groups)
     report.failed = sum(len(g.failed) for g in groups)
+    if skip and not groups:
+        return report  # nothing new: every file was imported before
     if not report.results:
         raise UserError(
             f"nothing to import: no tuning rows with a perf config in {', '.join(paths)}"
@@ -173,6 +200,31 @@ def import_tsv(
 
     report.new_problems, report.sessions = db.retrying_conflicts(write)
     return report
+
+
+def file_sha256(path: str) -> str:
+    """The SHA-256 of a file's bytes (what makes two imports "the same file")."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory") from None
+    return digest.hexdigest()
+
+
+def _imported_before(db: Database, hashes: dict[str, str]) -> list[AlreadyImported]:
+    stmt = sa.select(TuningSession.source_sha256, TuningSession.id).where(
+        TuningSession.source_sha256.in_(set(hashes.values()))
+    )
+    with db.session() as s:
+        found: dict[str, list[int]] = {}
+        for sha, sid in s.execute(stmt.order_by(TuningSession.id)):
+            found.setdefault(sha, []).append(sid)
+    return [AlreadyImported(path, sha, found[sha]) for path, sha in hashes.items() if sha in found]
 
 
 def read_file(path: str) -> tuningdb.TuningFile:
@@ -194,7 +246,9 @@ class _Parser:
         self._vectors: dict[str, tuple[str, int]] = {}  # as written -> (canonical, flops)
         self._contexts: dict[tuple[Any, ...], Context] = {}  # row's own values -> context
 
-    def groups(self, parsed: tuningdb.TuningFile, report: TsvImportReport) -> list[_Group]:
+    def groups(
+        self, parsed: tuningdb.TuningFile, report: TsvImportReport, sha256: str
+    ) -> list[_Group]:
         by_context: dict[Context, _Group] = {}
         for row in parsed.rows:
             if no_winner(row):
@@ -207,7 +261,7 @@ class _Parser:
                 raise exc.at(parsed.path, row.lineno) from None
             group = by_context.get(context)
             if group is None:
-                group = by_context[context] = _Group(parsed.path, context)
+                group = by_context[context] = _Group(parsed.path, context, sha256)
             group.winners[winner.test_vector] = winner  # a later row wins, as in perfRunner
             group.lines.append(row.lineno)
         groups = list(by_context.values())
@@ -356,6 +410,7 @@ def _write_group(
         tuner=TUNER,
         host="",
         created_at=min(times) if times else utcnow(),
+        source_sha256=group.sha256,
         key_form=group.key_form,
     )
     s.add(row)

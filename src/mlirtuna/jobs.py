@@ -6,7 +6,8 @@ The worker-side operations (claim, heartbeat, fenced record) are in queue.py.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection
+import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,20 +55,25 @@ def load(
     all_problems: bool = False,
     options: ExpandOptions | None = None,
     exclude: Collection[int] = (),
+    keep: Callable[[Session, int, dict[int, int]], dict[int, int]] | None = None,
 ) -> LoadReport:
     """One `new` job per selected problem of the session (idempotent), but none for the
-    problem ids in `exclude` (those the tuner cannot run)."""
+    problem ids in `exclude` (those the tuner cannot run).
+
+    `keep(s, session_id, {problem_id: priority})` narrows the selection inside the same
+    transaction (reuse.py: skip what is already tuned, re-tune only what changed).
+    """
     if sum(x is not None and x is not False for x in (tag, file, all_problems or None)) != 1:
         raise UserError("choose the problems with exactly one of --tag, --file or --all")
     sessions.get(db, session_id)
     # Another `jobs load` of the same session may race this one: the loser tries again.
     return db.retrying_conflicts(
-        lambda: _load(db, session_id, op, tag, file, all_problems, options, exclude)
+        lambda: _load(db, session_id, op, tag, file, all_problems, options, exclude, keep)
     )
 
 
 def _load(
-    db: Database, session_id: int, op, tag, file, all_problems, options, exclude
+    db: Database, session_id: int, op, tag, file, all_problems, options, exclude, keep
 ) -> LoadReport:
     with db.session(immediate=True) as s:
         selected = _select(s, op=op, tag=tag, file=file, all_problems=all_problems, options=options)
@@ -75,6 +81,8 @@ def _load(
             raise UserError(f"no problems carry the tag {tag!r}: import them with --tag {tag}")
         for pid in exclude:
             selected.pop(pid, None)
+        if keep is not None:
+            selected = keep(s, session_id, selected)
         have = set(s.scalars(sa.select(Job.problem_id).where(Job.session_id == session_id)))
         rows = [
             {
@@ -200,22 +208,50 @@ _JOB_COLUMNS = (
 def list_jobs(
     db: Database, session_id: int, state: str | None = None, limit: int | None = None
 ) -> list[JobInfo]:
+    return page(db, session_id, state, limit).jobs
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """The first `limit` jobs of a session (by id) and how many there are in all."""
+
+    jobs: list[JobInfo]
+    total: int
+
+
+def page(
+    db: Database, session_id: int, state: str | None = None, limit: int | None = None
+) -> JobPage:
+    """A session's jobs by id, at most `limit` (None: all); `total` counts them all."""
     if state is not None and state not in JOB_STATES:
         raise UserError(f"unknown state {state!r} (known: {', '.join(JOB_STATES)})")
+    if limit is not None and limit < 0:
+        raise UserError(f"--limit {limit}: expected 0 or more")
     sessions.get(db, session_id)
+    stmt, where = page_query(session_id, state, limit)
+    with db.session() as s:
+        rows = [JobInfo(*row) for row in s.execute(stmt)]
+        total = len(rows)
+        if limit is not None and total == limit:
+            total = s.scalar(sa.select(sa.func.count()).select_from(Job).where(*where)) or 0
+    return JobPage(rows, total)
+
+
+def page_query(session_id: int, state: str | None, limit: int | None) -> tuple[sa.Select, list]:
+    """The page's statement (it walks ix_job_session_list in id order and stops at `limit`)
+    and its WHERE clauses (for the count)."""
+    where = [Job.session_id == session_id]
+    if state is not None:
+        where.append(Job.state == state)
     stmt = (
         sa.select(*_JOB_COLUMNS)
         .join(Problem, Problem.id == Job.problem_id)
         .outerjoin(FusionConfig, FusionConfig.id == Problem.id)
-        .where(Job.session_id == session_id)
+        .where(*where)
         .order_by(Job.id)
+        .limit(limit)
     )
-    if state is not None:
-        stmt = stmt.where(Job.state == state)
-    if limit is not None:
-        stmt = stmt.limit(limit)
-    with db.session() as s:
-        return [JobInfo(*row) for row in s.execute(stmt)]
+    return stmt, where
 
 
 def show(db: Database, job_id: int) -> JobInfo:
@@ -294,6 +330,49 @@ def cancel(db: Database, session_id: int, job_id: int | None = None) -> int:
         return done.rowcount
 
 
+@dataclass(frozen=True)
+class WaitOutcome:
+    """How `wait` ended: timed out (exit 3), some job in error (exit 1), else done (exit 0)."""
+
+    session_id: int
+    timed_out: bool
+    counts: dict[str, int]
+    errors: list[JobInfo]
+
+    @property
+    def exit_code(self) -> int:
+        return 3 if self.timed_out else 1 if self.errors else 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "timed_out": self.timed_out,
+            "exit_code": self.exit_code,
+            "counts": self.counts,
+            "errors": [{"id": j.id, "message": j.first_line} for j in self.errors],
+        }
+
+
+def wait(
+    db: Database, session_id: int, timeout_s: float | None = None, poll_s: float = 2.0
+) -> WaitOutcome:
+    """Block until no job of the session is new or running, or until the timeout."""
+    sessions.get(db, session_id)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    timed_out = False
+    while not is_drained(db, session_id):
+        if deadline is not None and time.monotonic() >= deadline:
+            timed_out = True
+            break
+        time.sleep(poll_s if deadline is None else min(poll_s, max(deadline - time.monotonic(), 0)))
+    return WaitOutcome(
+        session_id,
+        timed_out,
+        counts(db, session_id)[session_id],
+        [] if timed_out else list_jobs(db, session_id, ERROR),
+    )
+
+
 def _end_open_attempts(s: Session, where: list, outcome: str) -> None:
     """Close the attempt log of running jobs taken from their worker (whose fence now fails)."""
     held = sa.select(Job.lease_token).where(*where, Job.state == RUNNING)
@@ -306,12 +385,16 @@ def _end_open_attempts(s: Session, where: list, outcome: str) -> None:
 
 __all__ = [
     "JobInfo",
+    "JobPage",
     "LoadReport",
+    "WaitOutcome",
     "cancel",
     "counts",
     "is_drained",
     "list_jobs",
     "load",
+    "page",
     "requeue",
     "show",
+    "wait",
 ]

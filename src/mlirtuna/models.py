@@ -254,11 +254,14 @@ class TuningSession(Base):
     reason: Mapped[str] = _str(200)
     ticket: Mapped[str] = _str(64)
     docker: Mapped[str] = _str(200)
-    tuning_space: Mapped[str] = mapped_column(String(16))
+    # quick | full | greedy | exhaustive | list:NAME (a stored quick list, see QuickList)
+    tuning_space: Mapped[str] = mapped_column(String(64))
     # rocmlir | cpu | sleep[:SECONDS] | imported | a plugin's module.path:factory
     tuner: Mapped[str] = mapped_column(String(200))
     host: Mapped[str] = _str(200)  # where it was opened (for cpu sessions: the CPU model)
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
+    # import-tsv: SHA-256 of the file's bytes, so that importing it again is noticed.
+    source_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
     # The key form the session's perfRunner reads (keys.KEY_FORMS): export's default.
     key_form: Mapped[str] = mapped_column(String(16), default="plain", server_default="plain")
     # tuningRunner E4 settings that change results (None: the tool's default, flag not passed).
@@ -282,6 +285,8 @@ class Job(Base):
         Index("ix_job_claim", "session_id", "state", "priority", "id"),
         # Serves the sweep of expired leases.
         Index("ix_job_lease", "state", "lease_expires_at"),
+        # Serves `jobs list`: a session's jobs in id order, a page at a time.
+        Index("ix_job_session_list", "session_id", "id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -352,6 +357,8 @@ class Result(Base):
     # What the key had after the plain test vector (keys.Key.suffix): "" (plain),
     # "-supportsSplitK true|false", fusion words. Imported rows keep their file's form.
     key_suffix: Mapped[str] = _str(255)
+    # Copied by `jobs load --reuse` from this session (an equivalent context); None: tuned here.
+    reused_from: Mapped[int | None] = mapped_column(ForeignKey("session.id"), nullable=True)
 
 
 class Candidate(Base):
@@ -369,3 +376,24 @@ class Candidate(Base):
     tflops: Mapped[float | None] = mapped_column(Double, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)  # why it was invalid
     perf_family: Mapped[str] = _perf_family()
+
+
+class QuickList(Base):
+    """A stored quick-tuning list: the perf configs `--tuning-space list:NAME` tries, per
+    (arch, op, data type), built by `mlirtuna quick-list` from the history (quick.py)."""
+
+    __tablename__ = "quick_list"
+    __table_args__ = (UniqueConstraint("name", "arch", "op", "data_type"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(48))
+    arch: Mapped[str] = mapped_column(String(32))
+    op: Mapped[str] = mapped_column(String(16))
+    data_type: Mapped[str] = mapped_column(String(16))
+    # One perf config per line, in the order a tuner should try them.
+    perf_configs: Mapped[str] = mapped_column(
+        Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+    )
+    method: Mapped[str] = _str(200)  # how it was built (ilp/greedy, threshold, folds)
+    sessions: Mapped[str] = _str(200)  # the sessions whose history it was built from
+    created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)

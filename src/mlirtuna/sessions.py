@@ -12,13 +12,13 @@ import sqlalchemy as sa
 
 from mlirtuna import keys, machine
 from mlirtuna.db import Database, utcnow
+from mlirtuna.defaults import DEFAULT_TUNING_SPACE
 from mlirtuna.errors import NotFound, UserError
 from mlirtuna.models import RUNNING, TUNING_SPACES, Attempt, Candidate, Job, Result, TuningSession
 
 log = logging.getLogger(__name__)
 TUNERS = ("rocmlir", "cpu", "sleep")
 ENV_BUILD_DIR = "MLIRTUNA_ROCMLIR_BUILD"
-DEFAULT_TUNING_SPACE = "full"  # tuningRunner E3's default
 CPU_SPACES = ("quick", "full", "greedy", "exhaustive")
 
 
@@ -116,9 +116,14 @@ def check_tuner(spec: str) -> None:
 def detect(spec: SessionSpec) -> SessionSpec:
     """Fill what the flags left open from this machine; never guess what can't be read."""
     check_tuner(spec.tuner)
-    if spec.tuning_space not in TUNING_SPACES:
+    if spec.tuning_space.startswith("list:"):
+        from mlirtuna import quick
+
+        quick.check_name(spec.tuning_space.partition(":")[2])
+    elif spec.tuning_space not in TUNING_SPACES:
         raise UserError(
-            f"unknown tuning space {spec.tuning_space!r} (known: {', '.join(TUNING_SPACES)})"
+            f"unknown tuning space {spec.tuning_space!r} "
+            f"(known: {', '.join(TUNING_SPACES)}, or list:NAME for a stored quick list)"
         )
     build_dir = spec.mlir_build_dir or os.environ.get(ENV_BUILD_DIR)
     out = SessionSpec(**{f.name: getattr(spec, f.name) for f in fields(spec)})
@@ -147,7 +152,8 @@ def _check_settings(spec: SessionSpec, build_dir: str | None) -> None:
         value = getattr(spec, name)
         if value is not None and value <= 0:
             raise UserError(f"{flag} {value}: expected a positive number")
-    if spec.tuner == "cpu" and spec.tuning_space not in CPU_SPACES:
+    listed = spec.tuning_space.startswith("list:")  # a stored quick list (quick.py)
+    if spec.tuner == "cpu" and spec.tuning_space not in CPU_SPACES and not listed:
         raise UserError(
             f"the cpu tuner has no tuning space {spec.tuning_space!r} "
             f"(it has: {', '.join(CPU_SPACES)})"
@@ -172,9 +178,11 @@ def _check_settings(spec: SessionSpec, build_dir: str | None) -> None:
         log.warning("not checked against the build's tuningRunner.py: %s", exc)
         spec.key_form = spec.key_form or keys.PLAIN
         return
-    if era.tuning_spaces and spec.tuning_space not in era.tuning_spaces:
+    # A list: session runs the tool's quick space (tuners.rocmlir.tool_space).
+    space = "quick" if listed else spec.tuning_space
+    if era.tuning_spaces and space not in era.tuning_spaces:
         raise UserError(
-            f"tuning space {spec.tuning_space!r} is not offered by {tuner.script} ({era.name}; "
+            f"tuning space {space!r} is not offered by {tuner.script} ({era.name}; "
             f"it has: {', '.join(era.tuning_spaces)})"
         )
     lacking = [flag for flag in settings if flag not in era.flags]
@@ -235,6 +243,7 @@ _SETTING_FLAGS = (
 def create(db: Database, spec: SessionSpec, run_spec: dict[str, Any] | None = None) -> Session:
     """Open a session; `run_spec` is what `mlirtuna run` was asked (kept for its resume)."""
     spec = detect(spec)
+    _check_list(db, spec)
     row = TuningSession(
         arch=spec.arch,
         arch_full=spec.arch_full,
@@ -260,6 +269,17 @@ def create(db: Database, spec: SessionSpec, run_spec: dict[str, Any] | None = No
         s.add(row)
         s.flush()
         return Session.from_row(row)
+
+
+def _check_list(db: Database, spec: SessionSpec) -> None:
+    from mlirtuna import quick
+
+    name = quick.list_name(spec.tuning_space)
+    if name is not None and not quick.load_space(db, name, spec.arch or ""):
+        raise UserError(
+            f"no quick list {name!r} for {spec.arch}: make one with "
+            f"`mlirtuna quick-list --session … --name {name}`"
+        )
 
 
 def _host(tuner: str) -> str:
@@ -327,6 +347,10 @@ def delete(db: Database, session_id: int, *, force: bool = False) -> Deleted:
             sa.delete(Candidate).where(Candidate.session_id == session_id)
         ).rowcount
         results = s.execute(sa.delete(Result).where(Result.session_id == session_id)).rowcount
+        # Copies `jobs load --reuse` made from it stay where they are, no longer naming it.
+        s.execute(
+            sa.update(Result).where(Result.reused_from == session_id).values(reused_from=None)
+        )
         jobs = s.execute(sa.delete(Job).where(in_session)).rowcount
         s.execute(sa.delete(TuningSession).where(TuningSession.id == session_id))
         return Deleted(session_id, jobs, attempts, results, candidates)

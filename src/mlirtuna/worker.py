@@ -20,15 +20,13 @@ from sqlalchemy import exc as sa_exc
 
 from mlirtuna import configs, jobs, machine, queue, sessions, tuners
 from mlirtuna.db import ROLLED_BACK, Database, fault_of
+from mlirtuna.defaults import DEFAULT_BACKOFF_S, DEFAULT_LEASE_S, DEFAULT_MAX_RETRIES
 from mlirtuna.errors import DatabaseError, TunerError, Unsupported, UserError
 from mlirtuna.queue import Claimant, Lease
 from mlirtuna.tuners.base import TuneContext, TuneOutcome, Tuner
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LEASE_S = 120.0
-DEFAULT_MAX_RETRIES = 3
-DEFAULT_BACKOFF_S = 10.0
 # Idle polling: short, jittered and growing to a cap; never seconds-long random sleeps.
 POLL_MIN_S, POLL_MAX_S = 0.1, 2.0
 DB_RETRY_S = 1.0  # the first pause while the database is away; it doubles up to DB_RETRY_MAX_S
@@ -142,6 +140,7 @@ class Worker:
         self.session = self._retrying(lambda: sessions.get(db, settings.session_id))
         settings.tuner = session_tuner(self.session, settings.tuner)
         self.tuner = tuner or tuners.make(settings.tuner, mlir_build_dir=settings.mlir_build_dir)
+        self.quick_lists = _quick_lists(db, self.session)
         self.claimant = Claimant(settings.machine_name, settings.gpu_id, os.getpid())
         self.stats = WorkerStats()
         self._next_sweep = 0.0
@@ -164,6 +163,7 @@ class Worker:
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> WorkerStats:
         idle = POLL_MIN_S
+        said_idle = False  # an idle stretch is announced once, not at every poll
         while not self.stop_requested.is_set() and not self._enough():
             lease = self._claim()
             if lease is None:
@@ -171,10 +171,17 @@ class Worker:
                     lambda: jobs.is_drained(self.db, self.settings.session_id)
                 ):
                     break
+                if not said_idle:
+                    log.info(
+                        "idle: no job of session %s to claim; waiting for new ones "
+                        "(--until-empty exits instead)",
+                        self.settings.session_id,
+                    )
+                    said_idle = True
                 self.stop_requested.wait(random.uniform(idle / 2, idle))
                 idle = min(idle * 2, POLL_MAX_S)
                 continue
-            idle = POLL_MIN_S
+            idle, said_idle = POLL_MIN_S, False
             self._work(lease)
         return self.stats
 
@@ -264,7 +271,7 @@ class Worker:
         try:
             log.info("job %s: tuning %s", lease.job_id, problem.canonical())
             with _alarm(timeout + _grace_s(timeout)):
-                return self.tuner.tune(problem, self._context()), None, False
+                return self.tuner.tune(problem, self._context(problem)), None, False
         except JobTimedOut:
             return None, f"timed out after {timeout:g} s (the worker stopped the tuner)", False
         except Unsupported as exc:
@@ -321,8 +328,16 @@ class Worker:
             self.stats.failed += 1
             log.warning("job %s: %s -> %s", lease.job_id, _first_line(error), state)
 
-    def _context(self) -> TuneContext:
+    def _context(self, problem=None) -> TuneContext:
         sess = self.session
+        listed = None
+        if self.quick_lists is not None and problem is not None:
+            key = (problem.op, str(getattr(problem, "data_type", "") or "-"))
+            listed = self.quick_lists.get(key)
+            if listed is None:
+                raise TunerError(
+                    f"quick list {sess.tuning_space} has no list for {sess.arch} {' '.join(key)}"
+                )
         return TuneContext(
             arch=sess.arch,
             arch_full=sess.arch_full,
@@ -333,6 +348,7 @@ class Worker:
             timeout_s=self.job_timeout_s,
             mlir_build_dir=self.settings.mlir_build_dir,
             cpu_mem_limit=self.settings.cpu_mem_limit,
+            perf_configs=listed,
             rep_ms=getattr(sess, "rep_ms", None),
             warmup_ms=getattr(sess, "warmup_ms", None),
             gpu_run_timeout_s=getattr(sess, "gpu_run_timeout_s", None),
@@ -384,6 +400,14 @@ class Worker:
 def _grace_s(timeout: float) -> float:
     """How long past the job timeout a tuner may take to stop itself before the worker does."""
     return min(30.0, max(0.5, timeout / 4))
+
+
+def _quick_lists(db: Database, session: sessions.Session):
+    """The stored quick list of a `list:NAME` session, read once per worker (None otherwise)."""
+    from mlirtuna import quick
+
+    name = quick.list_name(session.tuning_space)
+    return quick.load_space(db, name, session.arch) if name is not None else None
 
 
 def session_tuner(session: sessions.Session, asked: str | None) -> str:

@@ -53,10 +53,18 @@ def _fail(ctx: click.Context, exc: Exception, code: int) -> None:
 app = typer.Typer(
     cls=_Group,
     no_args_is_help=True,
-    add_completion=False,
+    rich_markup_mode=None,  # plain help: `[default: …]` and bracketed paths stay as written
     pretty_exceptions_enable=False,
     help="mlirtuna: a tuning farm for rocMLIR kernels (problems, sessions, a job queue, results).",
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from mlirtuna import __version__
+
+        print(f"mlirtuna {__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
@@ -72,19 +80,29 @@ def _global(
         "(MLIRTUNA_DB or MLIRTUNA_DB_PASSWORD), not here.",
     ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks and debug logs."),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="Say which database is used; info logs."
+    ),
+    _version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version, exit."
+    ),
 ) -> None:
     ctx.obj = common.State(db_url=db, debug=debug)
+    if debug or verbose:
+        common.err(f"database: {common.describe_db(db)}")  # the first line, before anything
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if verbose and not debug:
+        logging.getLogger("mlirtuna").setLevel(logging.INFO)
 
 
 def _register() -> None:
-    from mlirtuna.cli import dbcmd, jobscmd, problemscmd, sessioncmd, workercmd
+    from mlirtuna.cli import dbcmd, jobscmd, problemscmd, quickcmd, sessioncmd, workercmd
 
-    for module in (problemscmd, jobscmd, workercmd):
+    for module in (problemscmd, jobscmd, workercmd, quickcmd):
         module.register(app)
     app.add_typer(dbcmd.app, name="db")
     app.add_typer(sessioncmd.app, name="session")

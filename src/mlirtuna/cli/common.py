@@ -1,22 +1,40 @@
-"""What every command shares: the database handle, output helpers, common option parsing."""
+"""What every command shares: the database handle, output helpers, common option parsing.
+
+Start-up: the command modules import this one and nothing heavy; the database layer
+(SQLAlchemy, Alembic), Rich and the API modules are imported inside the functions that use them,
+so that `mlirtuna --help` loads none of them (docs/benchmarks.md, "Start-up").
+"""
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import typer
-from rich.console import Console
 
-from mlirtuna.db import Database, connect, resolve_url
-from mlirtuna.errors import UserError
-from mlirtuna.problems import ExpandOptions
+from mlirtuna.errors import MlirtunaError, UserError
 
-out = Console(soft_wrap=True, highlight=False)
-err_console = Console(stderr=True, soft_wrap=True, highlight=False)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from mlirtuna.db import Database
+    from mlirtuna.problems import ExpandOptions
+
+
+def __getattr__(name: str) -> Any:
+    """`err_console`, the Rich console on stderr, made on first use (PEP 562)."""
+    if name == "err_console":
+        from rich.console import Console
+
+        console: Console = Console(stderr=True, soft_wrap=True, highlight=False)
+        globals()["err_console"] = console
+        return console
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -38,10 +56,17 @@ FARM_WAIT_FOR_DB_S = 60.0
 
 
 def database(
-    ctx: click.Context, *, check_schema: bool = True, wait_s: float | None = 0.0
+    ctx: click.Context,
+    *,
+    check_schema: bool = True,
+    create: bool = False,
+    wait_s: float | None = 0.0,
 ) -> Database:
-    """The command's database. `wait_s`: how long to wait for a server still away (workers);
-    None: the farm default (FARM_WAIT_FOR_DB_S for a server, nothing for SQLite)."""
+    """The command's database; only commands that write (`create=True`) may make a SQLite file.
+    `wait_s`: how long to wait for a server still away (workers); None: the farm default
+    (FARM_WAIT_FOR_DB_S for a server, nothing for SQLite)."""
+    from mlirtuna.db import Database, connect, resolve_url
+
     st = state(ctx)
     if st._db is None:
         url = resolve_url(st.db_url)
@@ -50,9 +75,19 @@ def database(
         if check_schema and wait_s > 0:
             st._db = connect(url, wait_s)
         else:
-            st._db = Database(url, check_schema=check_schema)
+            st._db = Database(url, check_schema=check_schema, create=create)
         ctx.find_root().call_on_close(st._db.dispose)  # no connection outlives the command
     return st._db
+
+
+def describe_db(db_url: str | None) -> str:
+    """The database a command will use, password masked (even for a URL that does not parse)."""
+    from mlirtuna.db import mask, mask_text, resolve_url
+
+    try:
+        return mask(resolve_url(db_url))
+    except MlirtunaError:
+        return mask_text(db_url or "")
 
 
 def err(message: str) -> None:
@@ -62,6 +97,71 @@ def err(message: str) -> None:
 
 def print_json(data: Any) -> None:
     print(json.dumps(data, indent=None, default=str), flush=True)
+
+
+# Past this many rows a table is printed as plain aligned text even on a terminal (Rich takes
+# minutes over 100,000 rows).
+RICH_TABLE_MAX_ROWS = 1000
+
+
+class TextTable:
+    """Rows of text under named columns, printed by `print_table` (Rich only on a terminal)."""
+
+    def __init__(self, *columns: str, title: str = "") -> None:
+        self.columns, self.title = columns, title
+        self.rows: list[tuple[str, ...]] = []
+
+    def add_row(self, *cells: object) -> None:
+        self.rows.append(tuple(map(str, cells)))
+
+
+def print_table(table: TextTable) -> None:
+    """A table on stdout that never cuts a perf config or a test vector: on a terminal a long
+    cell folds onto more lines; to a pipe or a file each row is one whole line of aligned text."""
+    if sys.stdout.isatty() and len(table.rows) <= RICH_TABLE_MAX_ROWS:
+        _print_rich(table)
+    else:
+        sys.stdout.write(plain_table(table))
+        sys.stdout.flush()
+
+
+def _print_rich(table: TextTable) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    rich = Table(title=table.title or None, title_justify="left")
+    for name in table.columns:
+        rich.add_column(name, overflow="fold")
+    for row in table.rows:
+        rich.add_row(*row)
+    Console(highlight=False, markup=False).print(rich)  # cells are data, never markup
+
+
+def plain_table(table: TextTable) -> str:
+    """Columns padded to their widest cell, two spaces apart; the title first, if any."""
+    columns = [[name, *(row[i] for row in table.rows)] for i, name in enumerate(table.columns)]
+    widths = [max(map(len, column)) for column in columns]
+    lines = table.title.splitlines()
+    for row in zip(*columns, strict=True):
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    return "".join(line + "\n" for line in lines)
+
+
+def print_csv(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> None:
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+
+
+def output_format(as_json: bool, as_csv: bool) -> str:
+    """json, csv or table; both flags at once is an error before any work."""
+    if as_json and as_csv:
+        raise UserError("choose one of --json and --csv")
+    return "json" if as_json else "csv" if as_csv else "table"
+
+
+def csv_opt():
+    return typer.Option(False, "--csv", help="Print CSV (a header line, then one line a row).")
 
 
 def split_list(value: str | None, flag: str) -> tuple[str, ...] | None:
@@ -76,6 +176,8 @@ def split_list(value: str | None, flag: str) -> tuple[str, ...] | None:
 def expand_options(
     data_type: str | None, direction: str | None, layout: str | None, no_expand: bool
 ) -> ExpandOptions:
+    from mlirtuna.problems import ExpandOptions
+
     return ExpandOptions(
         data_types=split_list(data_type, "--data-type"),
         directions=split_list(direction, "--direction"),

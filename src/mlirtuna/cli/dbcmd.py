@@ -10,23 +10,35 @@ app = typer.Typer(no_args_is_help=True, help="Create or upgrade the database sch
 
 
 @app.command()
-def upgrade(ctx: typer.Context) -> None:
+def upgrade(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="Print {database, before, after}."),
+) -> None:
     """Apply every pending migration (creates the schema on an empty database)."""
-    db = common.database(ctx, check_schema=False)
+    db = common.database(ctx, check_schema=False, create=True)
     before, after = db.upgrade()
-    if before == after:
+    if as_json:
+        common.print_json({"database": db.display_url, "before": before, "after": after})
+    elif before == after:
         common.err(f"{db.display_url}: schema up to date ({after})")
     else:
         common.err(f"{db.display_url}: upgraded {before or 'empty'} -> {after}")
 
 
 @app.command()
-def current(ctx: typer.Context) -> None:
+def current(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="Print {database, current, head}."),
+) -> None:
     """Print the schema revision of the database and the one this mlirtuna needs."""
     from mlirtuna import migrations
 
     db = common.database(ctx, check_schema=False)
-    print(f"{migrations.current_revision(db.engine) or 'none'} (head {migrations.head_revision()})")
+    now, head = db.current_revision(), migrations.head_revision()
+    if as_json:
+        common.print_json({"database": db.display_url, "current": now, "head": head})
+    else:
+        print(f"{now or 'none'} (head {head})")
 
 
 @app.command()

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
 
-from mlirtuna import jobs
 from mlirtuna.cli import common
 from mlirtuna.cli.problemscmd import data_type_opt, direction_opt, layout_opt, no_expand_opt
-from mlirtuna.errors import MlirtunaError
+from mlirtuna.errors import UserError
+
+if TYPE_CHECKING:
+    from mlirtuna import jobs
 
 app = typer.Typer(no_args_is_help=True, help="Load, list, show, requeue and cancel jobs.")
 
@@ -27,17 +29,69 @@ def load(
     direction: str = direction_opt(),
     layout: str = layout_opt(),
     no_expand: bool = no_expand_opt(),
-    as_json: bool = typer.Option(False, "--json", help="Print {added, existing}."),
+    skip_tuned: bool = typer.Option(
+        False,
+        "--skip-tuned",
+        help="Leave out problems an equivalent session already tuned "
+        "(same arch_full, CUs, chiplets, tuning space, rocMLIR commit, tuner).",
+    ),
+    reuse_: bool = typer.Option(
+        False,
+        "--reuse",
+        help="Copy the results left out into this session (marked reused).",
+    ),
+    changed_since: int = typer.Option(
+        None,
+        "--changed-since",
+        metavar="SESSION",
+        help="Only problems SESSION tuned whose winner is stale by --rule (or a --sample).",
+    ),
+    rule: str = typer.Option("all", "--rule", help="all or family-changed (--changed-since)."),
+    sample: int = typer.Option(
+        None, "--sample", metavar="N", help="A random N of them, to measure (session diff)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of --sample."),
+    as_json: bool = typer.Option(False, "--json", help="Print {added, existing, …}."),
 ) -> None:
     """Make one `new` job per selected problem (idempotent)."""
+    from mlirtuna import jobs
+
     options = common.expand_options(data_type, direction, layout, no_expand)
-    report = jobs.load(
-        common.database(ctx), session, op=op, tag=tag, file=file, all_problems=all_, options=options
-    )
+    selection = dict(op=op, tag=tag, file=file, all_problems=all_, options=options)
+    if skip_tuned or reuse_ or changed_since is not None or sample is not None:
+        _load_less(ctx, session, selection, skip_tuned, reuse_, changed_since, rule, sample, seed,
+                   as_json)  # fmt: skip
+        return
+    report = jobs.load(common.database(ctx), session, **selection)
     if as_json:
         common.print_json(report.as_dict())
     else:
         print(f"{report.added} jobs added, {report.existing} already in session {session}")
+
+
+def _load_less(ctx, session, selection, skip_tuned, reuse_, changed_since, rule, sample, seed,
+               as_json) -> None:  # fmt: skip
+    from mlirtuna import reuse
+
+    report = reuse.load(
+        common.database(ctx), session, skip_tuned=skip_tuned, reuse=reuse_,
+        changed_since=changed_since, rule=rule, sample=sample, seed=seed, **selection,
+    )  # fmt: skip
+    if as_json:
+        common.print_json(report.as_dict())
+        return
+    why = "already tuned" if skip_tuned else "not stale"
+    if sample is not None:
+        why = "not sampled"
+    print(
+        f"{report.added} jobs added, {report.existing} already in session {session}, "
+        f"{report.skipped} left out ({why}), {report.reused} reused"
+        + "".join(f"; {n} from session {sid}" for sid, n in sorted(report.sources.items()))
+    )
+
+
+DEFAULT_LIST_LIMIT = 50
+JOB_COLUMNS = ("job", "state", "retries", "where", "op", "test vector", "message")
 
 
 @app.command("list")
@@ -45,20 +99,33 @@ def list_(
     ctx: typer.Context,
     session: int = typer.Option(..., "--session", help="Session id."),
     state: str = typer.Option(None, "--state", help="new, running, completed, error, cancelled."),
-    limit: int = typer.Option(None, "--limit", help="At most this many."),
+    limit: int = typer.Option(DEFAULT_LIST_LIMIT, "--limit", help="At most this many, by id."),
+    all_: bool = typer.Option(False, "--all", help="Every job (no --limit)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_csv: bool = common.csv_opt(),
 ) -> None:
-    """List a session's jobs, with each error's first line."""
-    rows = jobs.list_jobs(common.database(ctx), session, state, limit)
-    if as_json:
-        common.print_json([r.as_dict() for r in rows])
-        return
-    table = Table("job", "state", "retries", "where", "problem", "message")
-    for r in rows:
-        where = f"{r.machine_name}:{'cpu' if r.gpu_id < 0 else r.gpu_id}" if r.machine_name else ""
-        message = r.first_line if r.state != "completed" else ""
-        table.add_row(str(r.id), r.state, str(r.retries), where, f"{r.op} {r.test_vector}", message)
-    common.out.print(table)
+    """List a session's jobs, with each error's first line (the first 50 unless --all)."""
+    from mlirtuna import jobs
+
+    fmt = common.output_format(as_json, as_csv)
+    got = jobs.page(common.database(ctx), session, state, None if all_ else limit)
+    if fmt == "json":
+        common.print_json([r.as_dict() for r in got.jobs])
+    elif fmt == "csv":
+        common.print_csv(JOB_COLUMNS, map(job_row, got.jobs))
+    else:
+        table = common.TextTable(*JOB_COLUMNS)
+        for r in got.jobs:
+            table.add_row(*job_row(r))
+        common.print_table(table)
+    if got.total > len(got.jobs):
+        common.err(f"the first {len(got.jobs)} of {got.total} jobs (--limit N or --all for more)")
+
+
+def job_row(r: jobs.JobInfo) -> tuple[str, ...]:
+    where = f"{r.machine_name}:{'cpu' if r.gpu_id < 0 else r.gpu_id}" if r.machine_name else ""
+    message = r.first_line if r.state != "completed" else ""
+    return (str(r.id), r.state, str(r.retries), where, r.op, r.test_vector, message)
 
 
 @app.command()
@@ -68,6 +135,8 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show one job: output or error text, timings, machine, GPU, attempts."""
+    from mlirtuna import jobs
+
     info = jobs.show(common.database(ctx), job_id)
     if as_json:
         common.print_json(info.as_dict())
@@ -109,10 +178,16 @@ def requeue(
         "error", "--state", help="error, running (a dead worker's) or cancelled."
     ),
     job: int = typer.Option(None, "--job", help="Only this job."),
+    as_json: bool = typer.Option(False, "--json", help="Print {requeued}."),
 ) -> None:
     """Put jobs back to new, with their retries reset."""
+    from mlirtuna import jobs
+
     n = jobs.requeue(common.database(ctx), session, state, job)
-    print(f"{n} jobs requeued")
+    if as_json:
+        common.print_json({"requeued": n})
+    else:
+        print(f"{n} jobs requeued")
 
 
 @app.command()
@@ -120,10 +195,22 @@ def cancel(
     ctx: typer.Context,
     session: int = typer.Option(..., "--session", help="Session id."),
     job: int = typer.Option(None, "--job", help="Only this job."),
+    all_: bool = typer.Option(False, "--all", help="Every job of the session not yet done."),
+    as_json: bool = typer.Option(False, "--json", help="Print {cancelled}."),
 ) -> None:
-    """Cancel jobs not yet completed (a running one records nothing)."""
+    """Cancel one job (--job) or every job of the session not yet done (--all).
+
+    A running job's worker then records nothing.
+    """
+    if (job is None) == (not all_):
+        raise UserError("jobs cancel needs --job ID, or --all for every job of the session")
+    from mlirtuna import jobs
+
     n = jobs.cancel(common.database(ctx), session, job)
-    print(f"{n} jobs cancelled")
+    if as_json:
+        common.print_json({"cancelled": n})
+    else:
+        print(f"{n} jobs cancelled")
 
 
 def status(
@@ -131,18 +218,28 @@ def status(
     session: int = typer.Option(None, "--session", help="Only this session."),
     watch: bool = typer.Option(False, "--watch", help="Refresh every 2 s until Ctrl-C."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_csv: bool = common.csv_opt(),
 ) -> None:
     """Job counts by state, per session."""
+    from mlirtuna import jobs
+
+    fmt = common.output_format(as_json, as_csv)
     db = common.database(ctx)
     while True:
         counts = jobs.counts(db, session)
-        if as_json:
+        header = ("session", *jobs.JOB_STATES, "total")
+        rows = [
+            (sid, *(c[s] for s in jobs.JOB_STATES), sum(c.values())) for sid, c in counts.items()
+        ]
+        if fmt == "json":
             common.print_json({"sessions": [{"id": sid, "counts": c} for sid, c in counts.items()]})
+        elif fmt == "csv":
+            common.print_csv(header, rows)
         else:
-            table = Table("session", *jobs.JOB_STATES, "total")
-            for sid, c in counts.items():
-                table.add_row(str(sid), *(str(c[s]) for s in jobs.JOB_STATES), str(sum(c.values())))
-            common.out.print(table)
+            table = common.TextTable(*header)
+            for row in rows:
+                table.add_row(*map(str, row))
+            common.print_table(table)
         if not watch:
             return
         time.sleep(2)
@@ -152,24 +249,31 @@ def wait(
     ctx: typer.Context,
     session: int = typer.Option(..., "--session", help="Session id."),
     timeout: float = typer.Option(
-        None, "--timeout", help="Give up after this many seconds (exit 1)."
+        None, "--timeout", help="Give up after this many seconds (exit 3)."
     ),
     poll: float = typer.Option(2.0, "--poll", help="Seconds between checks."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print {timed_out, exit_code, counts, errors}."
+    ),
 ) -> None:
-    """Block until the session has no new or running job; exit 1 if any ended in error."""
-    db = common.database(ctx)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while not jobs.is_drained(db, session):
-        if deadline is not None and time.monotonic() > deadline:
-            raise MlirtunaError(f"session {session} still has jobs after {timeout:g} s")
-        time.sleep(poll)
-    failed = jobs.list_jobs(db, session, "error")
-    counts = jobs.counts(db, session)[session]
-    common.err(", ".join(f"{n} {s}" for s, n in counts.items() if n))
-    if failed:
-        for job in failed:
+    """Block until the session has no new or running job.
+
+    Exit 0: every job completed (or was cancelled); 1: some job ended in error; 3: timed out.
+    """
+    from mlirtuna import jobs
+
+    outcome = jobs.wait(common.database(ctx), session, timeout, poll)
+    if as_json:
+        common.print_json(outcome.as_dict())
+    else:
+        common.err(", ".join(f"{n} {s}" for s, n in outcome.counts.items() if n) or "no jobs")
+        if outcome.timed_out:
+            left = outcome.counts["new"] + outcome.counts["running"]
+            common.err(f"timed out: session {session} still has {left} jobs after {timeout:g} s")
+        for job in outcome.errors:
             common.err(f"job {job.id} error: {job.first_line}")
-        raise typer.Exit(1)
+    if outcome.exit_code:
+        raise typer.Exit(outcome.exit_code)
 
 
 def register(root: typer.Typer) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typer
 
-from mlirtuna import configs, fusion
 from mlirtuna.cli import common
 
 OP_HELP = "conv, gemm, attention, gemm_gemm, conv_gemm or fusion (.mlir files / directories)."
@@ -56,11 +55,16 @@ def import_(
 
     With --op fusion: each .mlir module (every *.mlir of a directory) is one problem, keyed by
     rocmlir-gen --emit-tuning-key when a build is given, else from its MIGraphX ops."""
+    db = common.database(ctx, create=True)
     if op == "fusion":
-        report = fusion.import_modules(common.database(ctx), files, tag, mlir_build_dir, arch)
+        from mlirtuna import fusion
+
+        report = fusion.import_modules(db, files, tag, mlir_build_dir, arch)
     else:
+        from mlirtuna import configs
+
         options = common.expand_options(data_type, direction, layout, no_expand)
-        report = configs.import_files(common.database(ctx), op, files, options, tag)
+        report = configs.import_files(db, op, files, options, tag)
     for warning in report.warnings:
         common.err(f"warning: {warning}")
     if as_json:

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import csv
-import sys
+from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
 
-from mlirtuna import compare as comparing
-from mlirtuna import export as exporting
-from mlirtuna import history, results
 from mlirtuna.cli import common
 from mlirtuna.errors import UserError
+
+if TYPE_CHECKING:
+    from mlirtuna import compare as comparing
+    from mlirtuna import results
 
 SHOWN_REGRESSIONS = 20
 
@@ -67,6 +66,8 @@ def export(
     """Write the tuning DB perfRunner reads: per problem, the newest matching session's winner."""
     if as_json and output == "-":
         raise UserError("--json and -o - both write to stdout: choose one")
+    from mlirtuna import export as exporting
+
     query = exporting.ExportQuery(
         arch=arch,
         num_cu=num_cu,
@@ -112,13 +113,29 @@ def import_tsv(
     tuning_space: str = typer.Option(
         None, "--tuning-space", help="Space of rows whose file does not say [exhaustive]."
     ),
+    again: bool = typer.Option(
+        False, "--again", help="Import a file again even if its exact content was imported."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
-    """Load existing .tsv tuning DBs: one imported session per file and context (all or nothing)."""
+    """Load existing .tsv tuning DBs: one imported session per file and context (all or nothing).
+
+    A file imported before (same SHA-256) is skipped, and said so, unless --again.
+    """
+    from mlirtuna import history
+
     fill = history.Fill(num_cu=num_cu, num_chiplets=num_chiplets, tuning_space=tuning_space)
-    report = history.import_tsv(common.database(ctx), op, files, reason=reason, fill=fill)
+    db = common.database(ctx, create=True)
+    report = history.import_tsv(db, op, files, reason=reason, fill=fill, again=again)
     if as_json:
         common.print_json(report.as_dict())
+        return
+    for x in report.already:
+        common.err(
+            f"{x.file}: already imported as session {', '.join(map(str, x.sessions))} "
+            f"(same content, sha256 {x.sha256[:12]}…); nothing added (--again to import it again)"
+        )
+    if not report.sessions:
         return
     for x in report.sessions:
         print(
@@ -142,16 +159,38 @@ def compare(
     a: str = typer.Argument(..., metavar="A", help="Old: a session id or a .tsv file."),
     b: str = typer.Argument(..., metavar="B", help="New: a session id or a .tsv file."),
     threshold: str = typer.Option(
-        "5%", "--threshold", help="A TFlops drop past this is a regression."
+        "5%",
+        "--threshold",
+        help="A TFlops drop past this is a regression: 5% or 0.05 (a fraction).",
     ),
     op: str = typer.Option(None, "--op", help="Only this op; re-canonicalizes .tsv test vectors."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
-    fail: bool = typer.Option(False, "--fail-on-regression", help="Exit 1 if any regression."),
+    as_csv: bool = typer.Option(
+        False, "--csv", help="Print the regressions and missing problems as CSV, one a line."
+    ),
+    fail: bool = typer.Option(
+        False,
+        "--fail-on-regression",
+        help="Exit 1 if any regression, or any problem of A that B lacks.",
+    ),
+    allow_missing: bool = typer.Option(
+        False, "--allow-missing", help="Problems of A that B lacks do not fail the check."
+    ),
+    changed_winner_only: bool = typer.Option(
+        False,
+        "--changed-winner-only",
+        help="Count only regressions whose winner changed (the same kernel re-measured lower "
+        "is noise, not a worse tuning).",
+    ),
 ) -> None:
     """Compare two tunings problem by problem, matched by canonical test vector.
 
     A, B: session ids or .tsv files (./12 for a file named 12); arch is not part of the key.
+    Two sides with no problem in common are an error.
     """
+    from mlirtuna import compare as comparing
+
+    fmt = common.output_format(as_json, as_csv)
     limit = comparing.parse_threshold(threshold)
 
     def db():
@@ -159,41 +198,89 @@ def compare(
 
     side_a, side_b = comparing.load_sides(a, b, op, db)
     result = comparing.compare(side_a, side_b, limit)
-    if as_json:
+    if fmt == "json":
         common.print_json(result.as_dict())
+    elif fmt == "csv":
+        _print_comparison_csv(result)
     else:
         _print_comparison(result)
-    if fail and result.regressions:
+    if fail and result.fails(changed_winner_only=changed_winner_only, allow_missing=allow_missing):
+        counted = len(result.counted_regressions(changed_winner_only))
+        missing = 0 if allow_missing else len(result.missing_in_b)
+        common.err(f"failed: {counted} regressions, {missing} problems of A missing from B")
         raise typer.Exit(1)
 
 
 def _print_comparison(c: comparing.Comparison) -> None:
-    summary = Table("", "value", title=f"A = {c.a}\nB = {c.b}", title_justify="left")
+    summary = common.TextTable("", "value", title=f"A = {c.a}\nB = {c.b}")
     pct = "" if c.same_winner_pct is None else f" ({c.same_winner_pct:.1f}%)"
+    drop = f"{100 * (1 - c.threshold):g}%"
     for label, value in (
         ("common problems", str(c.common)),
         ("same winner", f"{c.same_winner}{pct}"),
         ("TFlops B/A geomean", _fmt(c.geomean_ratio, ".3f")),
         ("TFlops B/A min / max", f"{_fmt(c.min_ratio, '.3f')} / {_fmt(c.max_ratio, '.3f')}"),
         ("with TFlops on both", str(c.with_tflops)),
-        (f"regressions (< {100 * (1 - c.threshold):g}%)", str(len(c.regressions))),
-        ("only in A / only in B", f"{c.only_a} / {c.only_b}"),
+        (f"regressions (< {drop}), winner changed", str(c.regressions_winner_changed)),
+        (f"same winner re-measured (< {drop})", str(c.regressions_same_winner)),
+        ("only in A (missing from B) / only in B", f"{c.only_a} / {c.only_b}"),
     ):
         summary.add_row(label, value)
-    common.out.print(summary)
-    if not c.regressions:
+    common.print_table(summary)
+    changed = [r for r in c.regressions if r.winner_changed]
+    same = [r for r in c.regressions if not r.winner_changed]
+    _print_regressions(changed, "regressions, winner changed, worst first")
+    _print_regressions(same, "same winner, lower TFlops (re-measured: noise, not tuning)")
+    if c.missing_in_b:
+        print("problems of A missing from B (failed or cancelled in B?):")
+        for vector in c.missing_in_b[:SHOWN_REGRESSIONS]:
+            print(f"  {vector}")
+        if len(c.missing_in_b) > SHOWN_REGRESSIONS:
+            common.err(f"… and {len(c.missing_in_b) - SHOWN_REGRESSIONS} more (--json lists all)")
+
+
+COMPARE_CSV = (
+    "kind",
+    "ratio",
+    "test_vector",
+    "perf_config_a",
+    "perf_config_b",
+    "tflops_a",
+    "tflops_b",
+)
+
+
+def _print_comparison_csv(c: comparing.Comparison) -> None:
+    """Kind: regression (winner changed), same_winner (re-measured lower) or missing_in_b."""
+    rows = [
+        (
+            "regression" if r.winner_changed else "same_winner",
+            r.ratio,
+            r.test_vector,
+            r.perf_config_a,
+            r.perf_config_b,
+            r.tflops_a,
+            r.tflops_b,
+        )
+        for r in c.regressions
+    ]
+    rows += [("missing_in_b", "", vector, "", "", "", "") for vector in c.missing_in_b]
+    common.print_csv(COMPARE_CSV, rows)
+
+
+def _print_regressions(rows: list[comparing.Regression], title: str) -> None:
+    if not rows:
         return
-    table = Table(
+    table = common.TextTable(
         "B/A",
         "test vector",
         "perf config A",
         "perf config B",
         "TFlops A",
         "TFlops B",
-        title="regressions, worst first",
-        title_justify="left",
+        title=title,
     )
-    for r in c.regressions[:SHOWN_REGRESSIONS]:
+    for r in rows[:SHOWN_REGRESSIONS]:
         table.add_row(
             f"{r.ratio:.3f}",
             r.test_vector,
@@ -202,9 +289,9 @@ def _print_comparison(c: comparing.Comparison) -> None:
             f"{r.tflops_a:.3g}",
             f"{r.tflops_b:.3g}",
         )
-    common.out.print(table)
-    if len(c.regressions) > SHOWN_REGRESSIONS:
-        common.err(f"… and {len(c.regressions) - SHOWN_REGRESSIONS} more (--json lists all)")
+    common.print_table(table)
+    if len(rows) > SHOWN_REGRESSIONS:
+        common.err(f"… and {len(rows) - SHOWN_REGRESSIONS} more (--json lists all)")
 
 
 def results_(
@@ -215,23 +302,29 @@ def results_(
     as_csv: bool = typer.Option(False, "--csv", help="Print CSV."),
 ) -> None:
     """The winners of a session: perf config, TFlops, kernel time (ns), candidates tried."""
-    if as_json and as_csv:
-        raise UserError("choose one of --json and --csv")
+    fmt = common.output_format(as_json, as_csv)
+    from mlirtuna import results
+
     rows = results.winners(common.database(ctx), session, op)
-    if as_json:
+    if fmt == "json":
         common.print_json([r.as_dict() for r in rows])
-    elif as_csv:
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(("op", *results.FIELDS))
-        writer.writerows((r.op, *(getattr(r, f) for f in results.FIELDS)) for r in rows)
+    elif fmt == "csv":
+        print_winners_csv(rows)
     else:
-        common.out.print(winners_table(rows))
+        common.print_table(winners_table(rows))
         common.err(f"{len(rows)} winners in session {session}")
 
 
-def winners_table(rows: list[results.Winner]) -> Table:
+def print_winners_csv(rows: list[results.Winner]) -> None:
+    from mlirtuna import results
+
+    fields = ("op", *results.FIELDS)
+    common.print_csv(fields, ([getattr(r, f) for f in fields] for r in rows))
+
+
+def winners_table(rows: list[results.Winner]) -> common.TextTable:
     """The winners as a person reads them (also what `mlirtuna run` ends with)."""
-    table = Table("op", "test vector", "perf config", "TFlops", "kernel ns", "tried")
+    table = common.TextTable("op", "test vector", "perf config", "TFlops", "kernel ns", "tried")
     for r in rows:
         table.add_row(
             r.op,

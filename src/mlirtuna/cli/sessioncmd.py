@@ -5,10 +5,9 @@ from __future__ import annotations
 import sys
 
 import typer
-from rich.table import Table
 
-from mlirtuna import sessions
 from mlirtuna.cli import common
+from mlirtuna.defaults import DEFAULT_TUNING_SPACE
 from mlirtuna.errors import UserError
 
 app = typer.Typer(no_args_is_help=True, help="Tuning sessions: what the results depend on.")
@@ -24,9 +23,10 @@ def new(
         "run this tuner.",
     ),
     tuning_space: str = typer.Option(
-        sessions.DEFAULT_TUNING_SPACE,
+        DEFAULT_TUNING_SPACE,
         "--tuning-space",
-        help="quick, full, greedy, exhaustive; lfbo or smart if the build's tuningRunner has them.",
+        help="quick, full, greedy, exhaustive; lfbo or smart if the build's tuningRunner has "
+        "them; list:NAME for a stored quick list.",
     ),
     arch: str = typer.Option(None, "--arch", help="Chip name, e.g. gfx942 [detected]."),
     arch_full: str = typer.Option(
@@ -52,6 +52,8 @@ def new(
     as_json: bool = typer.Option(False, "--json", help="Print the new session as JSON."),
 ) -> None:
     """Open a session, detecting what the flags leave out (never guessing)."""
+    from mlirtuna import sessions
+
     spec = sessions.SessionSpec(
         tuner=tuner,
         tuning_space=tuning_space,
@@ -71,7 +73,7 @@ def new(
         lfbo_effort=lfbo_effort,
         key_form=key_form,
     )
-    created = sessions.create(common.database(ctx), spec)
+    created = sessions.create(common.database(ctx, create=True), spec)
     if as_json:
         common.print_json(created.as_dict())
     else:
@@ -84,14 +86,25 @@ def new(
 
 @app.command("list")
 def list_(
-    ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_csv: bool = common.csv_opt(),
 ) -> None:
     """List sessions."""
+    from mlirtuna import sessions
+
+    fmt = common.output_format(as_json, as_csv)
     rows = sessions.list_all(common.database(ctx))
-    if as_json:
+    if fmt == "json":
         common.print_json([r.as_dict() for r in rows])
         return
-    table = Table("id", "created", "arch", "CUs", "chiplets", "space", "tuner", "mlir_v", "reason")
+    if fmt == "csv":
+        header = list(sessions.Session.__dataclass_fields__)
+        common.print_csv(header, ([getattr(r, k) for k in header] for r in rows))
+        return
+    table = common.TextTable(
+        "id", "created", "arch", "CUs", "chiplets", "space", "tuner", "mlir_v", "reason"
+    )
     for r in rows:
         table.add_row(
             str(r.id),
@@ -104,7 +117,7 @@ def list_(
             r.mlir_v[:12],
             f"{r.reason} (retired)" if r.retired_at else r.reason,
         )
-    common.out.print(table)
+    common.print_table(table)
 
 
 @app.command()
@@ -114,6 +127,8 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show one session."""
+    from mlirtuna import sessions
+
     row = sessions.get(common.database(ctx), session_id)
     if as_json:
         common.print_json(row.as_dict())
@@ -123,12 +138,48 @@ def show(
 
 
 @app.command()
+def diff(
+    ctx: typer.Context,
+    a: int = typer.Argument(..., metavar="A", help="The older session."),
+    b: int = typer.Argument(
+        ..., metavar="B", help="The newer session (or the context to tune in)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (with every problem id)."),
+) -> None:
+    """What differs between two sessions' contexts, and which problems B's context must re-tune."""
+    from mlirtuna import reuse
+
+    d = reuse.diff(common.database(ctx), a, b)
+    if as_json:
+        common.print_json(d.as_dict())
+        return
+    for key, (va, vb) in d.differences.items():
+        print(f"{key:14} {va!s:30} -> {vb}")
+    if not d.differences:
+        print("same context")
+    print(f"equivalent: {'yes (results can be reused)' if d.equivalent else 'no'}")
+    print(f"problems: {d.only_a} only in {a}, {d.only_b} only in {b}, {d.both} in both")
+    print(f"to re-tune in {b}'s context: {len(d.to_retune)} of {a}'s problems")
+    if d.both:
+        gm = f"{d.tflops_geomean:.4f}" if d.tflops_geomean is not None else "n/a"
+        print(
+            f"winners changed: {d.winners_changed}/{d.both} ({d.winners_changed / d.both:.0%}), "
+            f"TFlops {b}/{a} geomean {gm}"
+        )
+    for side, fams in d.families.items():
+        name = a if side == "a" else b
+        print(f"families in {name}: " + (", ".join(f"{f} {n}" for f, n in fams.items()) or "-"))
+
+
+@app.command()
 def retire(
     ctx: typer.Context,
     session_id: int = typer.Argument(..., metavar="ID"),
     as_json: bool = typer.Option(False, "--json", help="Print the session as JSON."),
 ) -> None:
     """Keep a session for history, but never pick it again (export --arch, run)."""
+    from mlirtuna import sessions
+
     row = sessions.retire(common.database(ctx), session_id)
     if as_json:
         common.print_json(row.as_dict())
@@ -145,6 +196,8 @@ def delete(
     as_json: bool = typer.Option(False, "--json", help="Print what was deleted as JSON."),
 ) -> None:
     """Delete a session with its jobs, attempts, results and candidates (one transaction)."""
+    from mlirtuna import sessions
+
     db = common.database(ctx)
     sessions.get(db, session_id)  # a wrong id says so before asking anything
     if not yes:

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import TYPE_CHECKING
 
 import typer
 
-from mlirtuna import flow, manager, progress, sessions
 from mlirtuna.cli import common
 from mlirtuna.cli.problemscmd import data_type_opt, direction_opt, layout_opt, no_expand_opt
-from mlirtuna.worker import (
+from mlirtuna.defaults import (
     DEFAULT_BACKOFF_S,
     DEFAULT_LEASE_S,
     DEFAULT_MAX_RETRIES,
-    Worker,
-    WorkerSettings,
-    session_tuner,
+    DEFAULT_TUNING_SPACE,
 )
+
+if TYPE_CHECKING:
+    from mlirtuna import flow, manager
+    from mlirtuna.worker import WorkerSettings
 
 GIB = 1 << 30
 
@@ -71,6 +73,9 @@ def worker(
     ),
 ) -> None:
     """Run workers for a session: one process per GPU, each claiming jobs until stopped."""
+    from mlirtuna import manager, sessions
+    from mlirtuna.worker import WorkerSettings, session_tuner
+
     if not common.state(ctx).debug:
         logging.getLogger("mlirtuna").setLevel(logging.INFO)  # one line per job: a worker's log
     db = common.database(ctx, wait_s=wait_for_db)
@@ -100,6 +105,8 @@ def worker(
 
 
 def _run_here(db, settings: WorkerSettings, slot: manager.Slot) -> None:
+    from mlirtuna.worker import Worker
+
     settings.gpu_id = slot.gpu_id
     if slot.gpu_id >= 0 and "ROCR_VISIBLE_DEVICES" not in os.environ:
         os.environ["ROCR_VISIBLE_DEVICES"] = str(slot.gpu_id)
@@ -131,7 +138,9 @@ def run(
         help="auto (rocmlir when a build dir is given, else cpu), rocmlir or cpu.",
     ),
     tuning_space: str = typer.Option(
-        sessions.DEFAULT_TUNING_SPACE, "--tuning-space", help="quick, full, greedy or exhaustive."
+        DEFAULT_TUNING_SPACE,
+        "--tuning-space",
+        help="quick, full, greedy, exhaustive or list:NAME (a stored quick list).",
     ),
     gpus: str = typer.Option("auto", "--gpus", help="auto or 0,1,…"),
     workers: int = typer.Option(1, "--workers", help="Worker processes per GPU (or CPU workers)."),
@@ -158,11 +167,25 @@ def run(
     max_retries: int = typer.Option(
         DEFAULT_MAX_RETRIES, "--max-retries", help="Failed attempts before a job ends in error."
     ),
+    skip_tuned: bool = typer.Option(
+        False, "--skip-tuned", help="Leave out problems an equivalent session already tuned."
+    ),
+    reuse_: bool = typer.Option(
+        False,
+        "--reuse",
+        help="Copy those results in, so the export is complete (implies --skip-tuned).",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary at the end."),
+    as_csv: bool = typer.Option(False, "--csv", help="Print the winners as CSV at the end."),
 ) -> None:
     """Import, open a session, load jobs, tune them here, export the tuning DB, show winners."""
-    db = common.database(ctx)
+    from mlirtuna import flow, progress
+    from mlirtuna.worker import WorkerSettings
+
+    common.output_format(as_json, as_csv)  # both at once: refused before any work
+
+    db = common.database(ctx, create=True)
     flags = {
         k: v
         for k, v in (("arch", arch), ("num_cu", num_cu), ("num_chiplets", num_chiplets))
@@ -181,6 +204,8 @@ def run(
         mlir_build_dir=mlir_build_dir,
         reason=reason,
         session_flags=flags,
+        skip_tuned=skip_tuned,
+        reuse=reuse_,
         settings=WorkerSettings(session_id=0, job_timeout_s=job_timeout, max_retries=max_retries),
     )
     prepared = flow.prepare(db, plan)
@@ -189,6 +214,7 @@ def run(
         common.err(
             f"session {sid}: {prepared.tuner_why}; {prepared.imported.problems} problems, "
             f"{prepared.loaded.added} new jobs ({prepared.loaded.existing} already there)"
+            + _left_out(prepared.loaded)
         )
     for why, vectors in prepared.skipped.items():
         common.err(f"warning: skipping {len(vectors)} problem(s): {why} (e.g. {vectors[0]})")
@@ -199,7 +225,7 @@ def run(
     if as_json:
         common.print_json(summary.as_dict())
     else:
-        _report(db, summary, plan)
+        _report(db, summary, plan, as_csv)
     if interrupted:
         # A session run opened remembers what it was asked; one opened otherwise needs the lists.
         lists = "" if prepared.session.run_spec else f" --op {op} {' '.join(files or [])}"
@@ -209,10 +235,20 @@ def run(
         raise typer.Exit(1)
 
 
-def _report(db, summary: flow.RunSummary, plan: flow.RunPlan) -> None:
-    from mlirtuna.cli.resultscmd import winners_table
+def _left_out(loaded) -> str:
+    skipped = getattr(loaded, "skipped", None)
+    if skipped is None:
+        return ""
+    return f", {skipped} already tuned ({loaded.reused} reused)"
 
-    common.out.print(winners_table(summary.winners))
+
+def _report(db, summary: flow.RunSummary, plan: flow.RunPlan, as_csv: bool = False) -> None:
+    from mlirtuna.cli.resultscmd import print_winners_csv, winners_table
+
+    if as_csv:
+        print_winners_csv(summary.winners)
+    else:
+        common.print_table(winners_table(summary.winners))
     c = summary.counts
     common.err(
         f"session {summary.session_id}: {c['completed']} completed, {c['error']} errors"

@@ -36,7 +36,7 @@ class TuneContext:
     arch_full: str  # with feature flags, e.g. gfx942:sramecc+:xnack-
     num_cu: int
     num_chiplets: int
-    tuning_space: str  # quick | full | greedy | exhaustive | lfbo | smart
+    tuning_space: str  # quick | full | greedy | exhaustive | lfbo | smart | list:NAME
     gpu_id: int = 0  # -1 for a CPU worker
     timeout_s: float | None = None  # the job timeout; the tuner must stop by then
     mlir_build_dir: str | None = None
@@ -46,6 +46,8 @@ class TuneContext:
     warmup_ms: int | None = None
     gpu_run_timeout_s: int | None = None
     lfbo_effort: str | None = None
+    # For a `list:NAME` space: the stored quick list for this problem's (arch, op, data type).
+    perf_configs: tuple[str, ...] | None = None
 
 
 @dataclass

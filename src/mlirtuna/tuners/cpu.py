@@ -13,7 +13,9 @@ problem's dims and equivalent configs deduplicated. Tuning spaces:
 - full: the product of a coarse grid per axis (up to 100 gemm/conv, 20 attention configs);
 - greedy: coordinate descent over the full grid (each axis swept in turn, at most 3 rounds),
   so never more than full;
-- exhaustive: the product of the fine grid (up to 252 gemm/conv, 42 attention configs).
+- exhaustive: the product of the fine grid (up to 252 gemm/conv, 42 attention configs);
+- list:NAME: exactly the perf configs of a stored quick list (quick.py) for the problem's
+  (arch, op, data type), clipped like the rest; the worker hands them over in the context.
 """
 
 from __future__ import annotations
@@ -67,6 +69,70 @@ def space(op: CpuOp, tuning_space: str) -> list[Blocks]:
     raise TunerError(f"unknown tuning space {tuning_space!r} (one of {', '.join(SPACES)})")
 
 
+def list_blocks(op: CpuOp, perf_configs: tuple[str, ...] | None) -> list[Blocks]:
+    """The tilings a `list:` space names for this op, clipped and deduplicated, in list order."""
+    if perf_configs is None:
+        raise TunerError("a list: tuning space needs the quick list's perf configs (worker)")
+    blocks = [b for b in (parse_blocks(pc, op) for pc in perf_configs) if b is not None]
+    if not blocks:
+        raise TunerError(f"the quick list has no {op.prefix} perf config for this problem")
+    return list(dict.fromkeys(blocks))
+
+
+def parse_blocks(perf_config: str, op: CpuOp) -> Blocks | None:
+    """`cpu:v1:64,64,32` → (64, 64, 32) clipped to op's dims; None for another family."""
+    prefix = op.prefix + ":"
+    if not perf_config.startswith(prefix):
+        return None
+    try:
+        values = tuple(int(v) for v in perf_config[len(prefix) :].split(","))
+    except ValueError:
+        return None
+    if len(values) != len(op.dims) or min(values) < 1:
+        return None
+    return tuple(min(v, d) for v, d in zip(values, op.dims, strict=True))
+
+
+def resolver(problem: Problem) -> Callable[[str], str]:
+    """What a perf config *is* on this problem: the CPU tuner clips block sizes to its dims, so
+    `cpu:v1:256,256,64` on a 100-row gemm is the measured `cpu:v1:100,256,64`. Other perf
+    configs (rocMLIR's) are their own name."""
+    try:
+        op = make_op(problem)
+    except TunerError:
+        return lambda pc: pc
+
+    def resolve(pc: str) -> str:
+        blocks = parse_blocks(pc, op)
+        return op.perf_config(blocks) if blocks is not None else pc
+
+    return resolve
+
+
+def portable(problem: Problem) -> Callable[[str], list[str]]:
+    """The perf configs that *mean* a measured one on any problem: a block size clipped to this
+    problem's dim stands for every grid value that clips to it (`cpu:v1:40,…` on a 40-row gemm
+    is `cpu:v1:64,…`, `cpu:v1:128,…`, … of the exhaustive grid). Quick lists are built from these
+    names, so that a list carries grid values, never one problem's dims."""
+    try:
+        op = make_op(problem)
+    except TunerError:
+        return lambda pc: [pc]
+    grid = getattr(op, "grid", {}).get("exhaustive")
+
+    def names(pc: str) -> list[str]:
+        blocks = parse_blocks(pc, op)
+        if blocks is None or grid is None or len(grid) != len(blocks):
+            return [pc]
+        choices = [
+            ([v for v in axis if min(v, d) == b] or [b]) if b == d else [b]
+            for b, d, axis in zip(blocks, op.dims, grid, strict=True)
+        ]
+        return [op.perf_config(c) for c in itertools.product(*choices)]
+
+    return names
+
+
 def _op(problem: Problem, ctx: TuneContext) -> CpuOp:
     """The op to tune, or Unsupported: what the cpu tuner can never run (a data type, layout,
     direction or size it lacks) fails at once and is not retried."""
@@ -74,7 +140,7 @@ def _op(problem: Problem, ctx: TuneContext) -> CpuOp:
         op = make_op(problem)  # checks the problem; allocates nothing
     except TunerError as exc:
         raise Unsupported(str(exc), exc.detail) from None
-    if ctx.tuning_space not in SPACES:
+    if ctx.tuning_space not in SPACES and not ctx.tuning_space.startswith("list:"):
         raise Unsupported(f"unknown tuning space {ctx.tuning_space!r} (one of {', '.join(SPACES)})")
     need = op.mem_bytes()
     if need > ctx.cpu_mem_limit:
@@ -131,6 +197,7 @@ class CpuTuner:
     def tune(self, problem: Problem, ctx: TuneContext) -> TuneOutcome:
         deadline = _Deadline(ctx.timeout_s)
         op = _op(problem, ctx)
+        listed = ctx.tuning_space.startswith("list:")
         compile_start = _now()
         op.setup(np.random.default_rng(self.seed))  # data + reference
         deadline.check(0)
@@ -148,6 +215,9 @@ class CpuTuner:
 
         if ctx.tuning_space == "greedy":
             _greedy(op, builtin)
+        elif listed:
+            for blocks in list_blocks(op, ctx.perf_configs):
+                builtin(blocks)
         else:
             for blocks in space(op, ctx.tuning_space):
                 builtin(blocks)

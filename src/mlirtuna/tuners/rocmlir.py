@@ -155,6 +155,13 @@ def setting_flags(ctx: TuneContext, era: Era) -> list[str]:
     return argv
 
 
+def tool_space(ctx: TuneContext) -> str:
+    """The --tuning-space tuningRunner.py gets. A `list:NAME` session runs the tool's `quick`
+    space: rocMLIR compiles its quick list in (QuickTuningPerfconfigs.inc), so a list becomes
+    rocMLIR's own by writing it with `quick-list --format inc` into the source and rebuilding."""
+    return "quick" if ctx.tuning_space.startswith("list:") else ctx.tuning_space
+
+
 class RocmlirTuner:
     """Tunes with rocMLIR's tuningRunner.py from a build dir (arg, or $MLIRTUNA_ROCMLIR_BUILD)."""
 
@@ -232,7 +239,7 @@ class RocmlirTuner:
             str(self.script),
             f"--op={problem.op}",
             config,
-            f"--tuning-space={ctx.tuning_space}",
+            f"--tuning-space={tool_space(ctx)}",
             f"--mlir-build-dir={self.build_dir}",
             f"--output={out}",
             "--debug",
@@ -253,9 +260,9 @@ class RocmlirTuner:
     def _check_context(self, ctx: TuneContext, era: Era) -> None:
         if ctx.gpu_id < 0:
             raise TunerError("the rocmlir tuner needs a GPU; this worker has none (gpu_id -1)")
-        if era.tuning_spaces and ctx.tuning_space not in era.tuning_spaces:
+        if era.tuning_spaces and tool_space(ctx) not in era.tuning_spaces:
             raise Unsupported(  # the same for every job of the session: no retry
-                f"this tuningRunner.py ({era.name}) has no tuning space {ctx.tuning_space!r} "
+                f"this tuningRunner.py ({era.name}) has no tuning space {tool_space(ctx)!r} "
                 f"(it has: {', '.join(era.tuning_spaces)})"
             )
 
