@@ -85,5 +85,7 @@ def test_roles_prints_the_sql_and_applies_it(server_db, prefix, tmp_path):
 
 
 def test_sqlite_has_no_roles(tmp_path):
-    run = cli(f"sqlite:///{tmp_path / 'm.db'}", "db", "roles")
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    Database(url, create=True).dispose()
+    run = cli(url, "db", "roles")
     assert run.code == 2 and "SQLite has no users" in run.stderr
