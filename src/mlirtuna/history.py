@@ -205,6 +205,8 @@ def import_tsv(
 def file_sha256(path: str) -> str:
     """The SHA-256 of a file's bytes (what makes two imports "the same file")."""
     digest = hashlib.sha256()
+    if os.path.exists(path) and not os.path.isfile(path):  # a FIFO or /dev/zero: never read it
+        raise UserError(f"{path}: not a regular file")
     try:
         with open(path, "rb") as f:
             while chunk := f.read(1 << 20):
