@@ -237,6 +237,8 @@ def tsv_side(path: str, op: str | None, known: frozenset[str] = frozenset()) -> 
                 row.lineno,
             )
         entries[key] = Entry(row.perf_config, _tflops(row.tflops))
+    if not entries:  # "0 regressions" against nothing would read as a pass
+        raise UserError(f"{path}: no tuning rows with a perf config: nothing to compare")
     return Side(path, entries)
 
 

@@ -57,11 +57,16 @@ def import_files(
         for entry in parsed.entries:
             entries.setdefault(entry.problem.canonical(), (entry.problem, entry.priority))
     report.problems = len(entries)
-    with db.session(immediate=True) as s:
-        ids, report.new = ensure_problems(s, op, [p for p, _ in entries.values()])
-        if tag:
-            priorities = {ids[v]: prio for v, (_, prio) in entries.items()}
-            tag_problems(s, tag, priorities)
+
+    def write() -> int:
+        with db.session(immediate=True) as s:
+            ids, new = ensure_problems(s, op, [p for p, _ in entries.values()])
+            if tag:
+                priorities = {ids[v]: prio for v, (_, prio) in entries.items()}
+                tag_problems(s, tag, priorities)
+            return new
+
+    report.new = db.retrying_conflicts(write)  # another import of the same problems may race
     report.existing = report.problems - report.new
     return report
 

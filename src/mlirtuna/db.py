@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 import os
-from collections.abc import Iterator
+import random
+import socket
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -21,7 +26,10 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.expression import FunctionElement
 
-from mlirtuna.errors import DatabaseError, SchemaOutdated
+from mlirtuna.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 ENV_URL = "MLIRTUNA_DB"
 ENV_PASSWORD = "MLIRTUNA_DB_PASSWORD"
@@ -47,7 +55,8 @@ def resolve_url(url: str | None = None) -> URL:
     text = url or os.environ.get(ENV_URL) or DEFAULT_URL
     try:
         parsed = make_url(text)
-    except ArgumentError:
+        parsed.port  # noqa: B018 (a port that is not a number fails here, not at connect)
+    except (ArgumentError, ValueError):
         raise DatabaseError(
             f"bad database URL {mask_text(text)!r}: expected e.g. sqlite:///mlirtuna.db, "
             "postgresql://user@host/db or mysql://user@host/db"
@@ -61,7 +70,29 @@ def resolve_url(url: str | None = None) -> URL:
         and parsed.get_backend_name() != "sqlite"
     ):
         parsed = parsed.set(password=os.environ[ENV_PASSWORD])
+    _check_query(parsed)
     return parsed
+
+
+_SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+
+
+def _check_query(url: URL) -> None:
+    """Options the drivers would refuse only at connect time (PyMySQL with a traceback)."""
+    bad = None
+    if url.get_backend_name() == "postgresql":
+        mode = url.query.get("sslmode")
+        if mode is not None and mode not in _SSLMODES:
+            bad = f"sslmode={mode!r} (known: {', '.join(_SSLMODES)})"
+    elif url.get_backend_name() in ("mysql", "mariadb"):
+        charset = url.query.get("charset")
+        if charset is not None:
+            from pymysql.charset import charset_by_name
+
+            if not isinstance(charset, str) or charset_by_name(charset) is None:
+                bad = f"charset={charset!r}"
+    if bad:
+        raise DatabaseError(f"bad database URL {mask(url)}: unknown {bad}")
 
 
 def mask(url: URL) -> str:
@@ -73,8 +104,12 @@ def mask_text(text: str) -> str:
     """Mask a password in a URL string that may not even parse."""
     try:
         return mask(make_url(text))
-    except ArgumentError:
-        return text.split("@")[-1] if "@" in text else text
+    except (ArgumentError, ValueError):
+        # Unparseable: keep the scheme and what follows the last @, never what precedes it.
+        scheme, sep, rest = text.partition("://")
+        if "@" not in rest:
+            return text
+        return f"{scheme}{sep}***@{rest.rsplit('@', 1)[1]}"
 
 
 class DbNow(FunctionElement):
@@ -161,10 +196,12 @@ class Database:
         try:
             yield
         except DBAPIError as exc:
-            if exc.connection_invalidated or _is_connect_error(exc):
-                raise DatabaseError(
+            if fault_of(exc) == UNAVAILABLE:
+                raise DatabaseUnavailable(
                     f"cannot reach the database {self.display_url}: {_first_line(exc.orig)}"
                 ) from exc
+            # Anything else (a missing table, a refused login, a read-only file) waiting will
+            # not cure: it goes up as it is; the CLI prints it as one line (error_line).
             raise
 
     def ensure_schema(self) -> None:
@@ -200,6 +237,22 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+    def retrying_conflicts(self, write: Callable[[], T], tries: int = 5) -> T:
+        """Run `write` (one transaction of its own) again when it lost a race with another
+        writer: a unique key another transaction inserted first (two `import` at once), or a
+        deadlock. The next try sees the winner's rows and inserts only what is still missing."""
+        for attempt in range(1, tries + 1):
+            try:
+                return write()
+            except (DatabaseError, DBAPIError) as exc:
+                conflict = isinstance(exc, sa.exc.IntegrityError) or isinstance(
+                    exc.__cause__, sa.exc.IntegrityError
+                )
+                if attempt == tries or not (conflict or fault_of(exc) == ROLLED_BACK):
+                    raise
+                time.sleep(random.uniform(0.0, 0.05 * attempt))
+        raise AssertionError("unreachable")
 
 
 def _make_engine(url: URL) -> Engine:
@@ -261,45 +314,133 @@ def _has_tables(engine: Engine) -> bool:
     return bool(sa.inspect(engine).get_table_names())
 
 
+# What a database error means for a worker, decided by the driver's error class and code (SQLSTATE,
+# MySQL errno, SQLite result code), never by message text, which servers translate and reword.
+ROLLED_BACK = "rolled back"  # deadlock, serialization failure, lock wait timeout: run it again
+UNAVAILABLE = "unavailable"  # server restarting, link cut, SQLite file locked: wait, then again
+
 # Deadlock / lock timeout (MariaDB 1213, 1205), deadlock / serialization failure (PostgreSQL):
 # the transaction was rolled back whole and can simply run again.
-_TRANSIENT_MYSQL = {1205, 1213}
-_TRANSIENT_PG = {"40P01", "40001"}
+_ROLLBACK_MYSQL = {1205, 1213}
+_ROLLBACK_PG = {"40P01", "40001"}
+# Server shutdown / crash / start-up (57P01-57P03), the connection exceptions (class 08), too many
+# connections and out of resources (class 53: disk full is waited out, the result kept).
+_UNAVAILABLE_PG = {"57P01", "57P02", "57P03"}
+_UNAVAILABLE_PG_CLASSES = {"08", "53"}
+# Can't connect (2002 socket, 2003 TCP), server gone away (2006), lost connection (2013), lost
+# during handshake (2055), connection killed (1927), shutdown in progress (1053), too many
+# connections (1040), disk full (1021).
+_UNAVAILABLE_MYSQL = {2002, 2003, 2006, 2013, 2055, 1927, 1053, 1040, 1021}
+# SQLITE_BUSY (5), SQLITE_LOCKED (6): another connection holds the lock past the busy timeout;
+# SQLITE_FULL (13): the disk is full. Primary codes are the low byte of the extended code.
+_UNAVAILABLE_SQLITE = {5, 6, 13}
+
+
+def fault_of(exc: BaseException) -> str | None:
+    """ROLLED_BACK, UNAVAILABLE, or None for an error that waiting will not cure (a missing
+    table, a constraint, a wrong password): the caller must stop, not retry."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:  # a DatabaseError wraps the driver's error
+        seen.add(id(exc))
+        if isinstance(exc, DBAPIError):
+            return _driver_fault(exc.orig, exc.connection_invalidated)
+        exc = exc.__cause__
+    return None
+
+
+def _driver_fault(orig: BaseException | None, invalidated: bool) -> str | None:
+    if orig is None:
+        return UNAVAILABLE if invalidated else None
+    module = type(orig).__module__.split(".")[0]
+    if module == "sqlite3":
+        code = getattr(orig, "sqlite_errorcode", None)
+        return UNAVAILABLE if code is not None and code & 0xFF in _UNAVAILABLE_SQLITE else None
+    if module == "psycopg":
+        import psycopg
+
+        state = getattr(orig, "sqlstate", None)
+        if state in _ROLLBACK_PG:
+            return ROLLED_BACK
+        if state in _UNAVAILABLE_PG or (state and state[:2] in _UNAVAILABLE_PG_CLASSES):
+            return UNAVAILABLE
+        # libpq gives a failed connection attempt or a dropped link no SQLSTATE at all; an
+        # InterfaceError is a connection psycopg already closed.
+        if state is None and isinstance(orig, psycopg.OperationalError | psycopg.InterfaceError):
+            return UNAVAILABLE
+        return UNAVAILABLE if invalidated else None
+    if module == "pymysql":
+        import pymysql
+
+        args = getattr(orig, "args", ())
+        code = args[0] if args and isinstance(args[0], int) else None
+        if code in _ROLLBACK_MYSQL:
+            return ROLLED_BACK
+        if code in _UNAVAILABLE_MYSQL or isinstance(orig, pymysql.err.InterfaceError):
+            return UNAVAILABLE
+        return UNAVAILABLE if invalidated else None
+    return UNAVAILABLE if invalidated else None
 
 
 def is_transient(exc: BaseException) -> bool:
     """A database error that means "run the same transaction again", nothing more."""
-    if not isinstance(exc, DBAPIError):
-        return False
-    orig = exc.orig
-    args = getattr(orig, "args", ())
-    if args and isinstance(args[0], int) and args[0] in _TRANSIENT_MYSQL:
-        return True
-    return getattr(orig, "sqlstate", None) in _TRANSIENT_PG
+    return fault_of(exc) == ROLLED_BACK
 
 
-def _is_connect_error(exc: DBAPIError) -> bool:
-    text = str(exc.orig).lower()
-    return any(
-        needle in text
-        for needle in (
-            "connection refused",
-            "could not connect",
-            "can't connect",
-            "unable to open database",
-            "server closed the connection",
-            "connection is closed",
-            "lost connection",
-            "terminating connection",
-            "gone away",
-            "does not exist",
-            "unknown database",
-            "access denied",
-            "authentication failed",
-        )
-    )
+def wrong_url(url: URL) -> str | None:
+    """Why connecting to `url` can never work (a host name that does not resolve, a PostgreSQL
+    server that accepts connections yet refused ours: user, password or database name), or
+    None when the server may simply be away for now."""
+    if url.get_backend_name() == "sqlite":
+        return None
+    host = url.host or "localhost"
+    if not host.startswith("/"):
+        try:
+            socket.getaddrinfo(host, url.port or 0)
+        except OSError:
+            return f"unknown host {host!r}"
+    if url.get_backend_name() == "postgresql":
+        from psycopg import pq
+        from psycopg.conninfo import make_conninfo
+
+        _args, kwargs = sa.create_engine(url).dialect.create_connect_args(url)
+        # Only libpq's own options (SQLAlchemy adds Python objects such as an adapters context).
+        kwargs = {k: v for k, v in kwargs.items() if isinstance(v, str | int)}
+        kwargs.setdefault("connect_timeout", 5)
+        # PQping asks only "do you accept connections?", without logging in: OK means the server
+        # is up, so a failed connection is our fault (auth, database name), not its.
+        if pq.PGconn.ping(make_conninfo(**kwargs).encode()) == pq.Ping.OK:
+            return "the server is up but refused this user, password or database"
+    return None
+
+
+def error_line(display_url: str | None, exc: DBAPIError) -> DatabaseError:
+    """A database error as the one line a command prints (the URL masked)."""
+    where = f" on {display_url}" if display_url else ""
+    return DatabaseError(f"database error{where}: {_first_line(exc.orig)}")
 
 
 def _first_line(exc: BaseException | None) -> str:
     text = str(exc or "").strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def connect(url: str | URL | None, wait_s: float = 0.0) -> Database:
+    """A Database, waiting up to `wait_s` for a server that is away (still starting, restarting,
+    its network not up yet); a URL that can never work (unknown host, refused login) stops at
+    once. A farm's workers often start before, or together with, their database."""
+    parsed = url if isinstance(url, URL) else resolve_url(url)
+    deadline, delay, told = time.monotonic() + wait_s, 1.0, False
+    while True:
+        try:
+            return Database(parsed)
+        except DatabaseUnavailable as exc:
+            why = wrong_url(parsed)
+            if why:
+                raise DatabaseError(f"{exc} ({why})") from None
+            if time.monotonic() + delay > deadline:
+                raise
+            if not told:
+                log.warning("%s; waiting up to %.0f s for it", exc, wait_s)
+                told = True
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)

@@ -38,6 +38,10 @@ class DatabaseError(UserError):
     """The database cannot be used (unreachable, bad URL, schema too old)."""
 
 
+class DatabaseUnavailable(DatabaseError):
+    """The database is away for now (restarting, unreachable, locked): waiting may cure it."""
+
+
 class SchemaOutdated(DatabaseError):
     """The database schema is older than this mlirtuna; run `mlirtuna db upgrade`."""
 

@@ -515,7 +515,10 @@ def write_text(path: str, text: str) -> None:
     folder = os.path.dirname(target)
     if not os.path.isdir(folder):
         raise UserError(f"{path}: folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=".mlirtuna-", suffix=".tmp", dir=folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".mlirtuna-", suffix=".tmp", dir=folder)
+    except OSError as error:  # read-only file system, permission denied, disk full
+        raise UserError(f"{path}: {error.strerror or error}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             f.write(text)
@@ -523,9 +526,11 @@ def write_text(path: str, text: str) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, _file_mode(target))  # mkstemp makes it 0600
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(error, OSError):  # disk full, EIO: one line, the old file left whole
+            raise UserError(f"{path}: {error.strerror or error}") from None
         raise
 
 

@@ -192,16 +192,21 @@ def import_tsv(
             f"nothing to import: no tuning rows with a perf config in {', '.join(paths)}"
         )
     report.problems = len(parser.problems)
-    with db.session(immediate=True) as s:
-        ids, report.new_problems = configs.ensure_problems(s, op, list(parser.problems.values()))
-        for group in groups:
-            report.sessions.append(_write_group(s, group, ids, reason))
+
+    def write() -> tuple[int, list[ImportedSession]]:
+        with db.session(immediate=True) as s:
+            ids, new = configs.ensure_problems(s, op, list(parser.problems.values()))
+            return new, [_write_group(s, group, ids, reason) for group in groups]
+
+    report.new_problems, report.sessions = db.retrying_conflicts(write)
     return report
 
 
 def file_sha256(path: str) -> str:
     """The SHA-256 of a file's bytes (what makes two imports "the same file")."""
     digest = hashlib.sha256()
+    if os.path.exists(path) and not os.path.isfile(path):  # a FIFO or /dev/zero: never read it
+        raise UserError(f"{path}: not a regular file")
     try:
         with open(path, "rb") as f:
             while chunk := f.read(1 << 20):
@@ -229,10 +234,8 @@ def read_file(path: str) -> tuningdb.TuningFile:
         return tuningdb.read_tuning_db(path)
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a UTF-8 text file") from None
+    except OSError as error:  # EIO and the like, mid-read
+        raise UserError(f"{path}: {error.strerror or error}") from None
 
 
 class _Parser:
@@ -353,6 +356,8 @@ class _Parser:
         if len(row.perf_config) > _LIMITS["perfConfig"]:
             _check_width("perfConfig", row.perf_config)
         tflops = None if row.tflops is None or math.isnan(row.tflops) else row.tflops
+        if tflops is not None and not (math.isfinite(tflops) and math.isfinite(flops / tflops)):
+            raise InputError(f"TFlops {tflops!r} gives no finite kernel time")
         duration = row.duration_s
         return _Winner(
             test_vector=canonical,

@@ -66,6 +66,15 @@ def load(
     if sum(x is not None and x is not False for x in (tag, file, all_problems or None)) != 1:
         raise UserError("choose the problems with exactly one of --tag, --file or --all")
     sessions.get(db, session_id)
+    # Another `jobs load` of the same session may race this one: the loser tries again.
+    return db.retrying_conflicts(
+        lambda: _load(db, session_id, op, tag, file, all_problems, options, exclude, keep)
+    )
+
+
+def _load(
+    db: Database, session_id: int, op, tag, file, all_problems, options, exclude, keep
+) -> LoadReport:
     with db.session(immediate=True) as s:
         selected = _select(s, op=op, tag=tag, file=file, all_problems=all_problems, options=options)
         if not selected and tag is not None:

@@ -24,6 +24,8 @@ from sqlalchemy.orm import Session
 
 from mlirtuna.configs import load_problem
 from mlirtuna.db import Database, db_now
+from mlirtuna.dbtext import MAX_CANDIDATE_ERROR_BYTES
+from mlirtuna.dbtext import cut_text as _cut
 from mlirtuna.models import (
     COMPLETED,
     ERROR,
@@ -41,8 +43,6 @@ from mlirtuna.tuners.base import TuneOutcome
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 600.0
-# job.result is TEXT (64 KiB on MySQL); a tool's output beyond this is cut from the front.
-MAX_RESULT_CHARS = 60_000
 
 
 @dataclass(frozen=True)
@@ -109,14 +109,21 @@ _ADD_ATTEMPT = sa.insert(_A).values(
 )
 
 
-def claim(db: Database, session_id: int, who: Claimant, lease_s: float) -> Lease | None:
+def new_token() -> str:
+    return uuid.uuid4().hex
+
+
+def claim(
+    db: Database, session_id: int, who: Claimant, lease_s: float, token: str | None = None
+) -> Lease | None:
     """Take the next job of the session, or None when there is nothing to take now.
 
-    The problem is read in the same transaction, so a claimed job is ready to tune.
+    The problem is read in the same transaction, so a claimed job is ready to tune. A caller
+    that retries a claim passes the same `token` and asks `claimed_with` first.
     """
     params = {
         "p_session": session_id,
-        "p_token": uuid.uuid4().hex,
+        "p_token": token or new_token(),
         "p_lease_s": float(lease_s),
         "p_machine": who.machine_name,
         "p_gpu": who.gpu_id,
@@ -135,6 +142,27 @@ def claim(db: Database, session_id: int, who: Claimant, lease_s: float) -> Lease
         conn.execute(_ADD_ATTEMPT, {**params, "p_job": row.id})
         problem = load_problem(s, row.problem_id)
         return Lease(row.id, params["p_token"], session_id, row.problem_id, row.retries, problem)
+
+
+def claimed_with(db: Database, token: str) -> Lease | None:
+    """The job a claim with this token took, when that claim committed (its reply may not have
+    reached us: a server restart between the commit and the answer)."""
+    with db.session() as s:
+        row = s.execute(
+            sa.select(_J.c.id, _J.c.session_id, _J.c.problem_id, _J.c.retries).where(
+                _J.c.lease_token == token, _J.c.state == RUNNING
+            )
+        ).first()
+        if row is None:
+            return None
+        problem = load_problem(s, row.problem_id)
+        return Lease(row.id, token, row.session_id, row.problem_id, row.retries, problem)
+
+
+def _attempt_outcome(s: Session, token: str) -> str | None:
+    """How the attempt with this token ended, if it did: what an earlier try of a retried
+    write did when its commit landed and its reply was lost."""
+    return s.scalar(sa.select(Attempt.outcome).where(Attempt.lease_token == token))
 
 
 def _fenced(lease: Lease):
@@ -195,6 +223,8 @@ def record(db: Database, lease: Lease, outcome: TuneOutcome) -> bool:
         )
         # The fenced update comes first: when it matches nothing, nothing has been written.
         if done.rowcount != 1:
+            if _attempt_outcome(s, lease.token) == "completed":
+                return True  # an earlier try of this record committed; its reply was lost
             log.warning("job %s: lease lost before recording; recording nothing", lease.job_id)
             return False
         w, m = outcome.winner, outcome.margin
@@ -208,7 +238,8 @@ def record(db: Database, lease: Lease, outcome: TuneOutcome) -> bool:
             conn.execute(
                 _ADD_CANDIDATES,
                 [{**ids, "perf_config": c.perf_config, "kernel_time": c.kernel_time_ns,
-                  "tflops": c.tflops, "error": c.error, **_spread_columns(c)}
+                  "tflops": c.tflops, "error": _cut(c.error, MAX_CANDIDATE_ERROR_BYTES),
+                  **_spread_columns(c)}
                  for c in outcome.candidates],
             )  # fmt: skip
         _end_attempt(s, lease.token, "completed", None)
@@ -261,8 +292,10 @@ def fail(
     }
     with db.session(immediate=True) as s:
         if s.execute(sa.update(Job).where(_fenced(lease)).values(values)).rowcount != 1:
+            if _attempt_outcome(s, lease.token) == "failed":  # an earlier try committed
+                return s.scalar(sa.select(Job.state).where(Job.id == lease.job_id))
             return None
-        _end_attempt(s, lease.token, "failed", message)
+        _end_attempt(s, lease.token, "failed", _cut(message))
         return state
 
 
@@ -275,7 +308,7 @@ def release(db: Database, lease: Lease, why: str = "given back by a stopping wor
             .values(state=NEW, lease_token=None, lease_expires_at=None, not_before=None)
         )
         if done.rowcount != 1:
-            return False
+            return _attempt_outcome(s, lease.token) == "released"  # an earlier try committed
         _end_attempt(s, lease.token, "released", why)
         return True
 
@@ -326,7 +359,3 @@ def _end_attempt(s: Session, token: str, outcome: str, message: str | None) -> N
         .where(Attempt.lease_token == token, Attempt.ended_at.is_(None))
         .values(ended_at=db_now(), outcome=outcome, message=message)
     )
-
-
-def _cut(text: str) -> str:
-    return text if len(text) <= MAX_RESULT_CHARS else "…" + text[-MAX_RESULT_CHARS:]

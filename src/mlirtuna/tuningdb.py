@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from mlirtuna.errors import InputError
+from mlirtuna.textinput import ascii_int, is_ascii_int, quote, read_lines
 
 V3_COLUMNS = (
     "arch",
@@ -141,8 +142,7 @@ class TuningFile:
 def read_tuning_db(path: str | os.PathLike[str]) -> TuningFile:
     """Parse a tuning DB file; raises InputError at FILE:LINE for a malformed row or header."""
     path = os.fspath(path)
-    with open(path, encoding="utf-8", newline="") as f:
-        return parse_tuning_db(f, path)
+    return parse_tuning_db(read_lines(path), path)
 
 
 def parse_tuning_db(lines: Iterable[str], path: str = "<tuning db>") -> TuningFile:
@@ -276,9 +276,9 @@ def _opt_int(values: dict[str, str], name: str) -> int | None:
     text = values.get(name)
     if not text:
         return None
-    if not text.isdigit():
-        raise InputError(f"{name} {text!r} is not a non-negative integer")
-    return int(text)
+    if not is_ascii_int(text) or text[0] == "-":
+        raise InputError(f"{name} {quote(text)} is not a non-negative integer")
+    return ascii_int(name, text, 0)
 
 
 def _opt_float(values: dict[str, str], name: str) -> float | None:

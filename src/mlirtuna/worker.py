@@ -16,8 +16,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from sqlalchemy import exc as sa_exc
+
 from mlirtuna import configs, jobs, machine, queue, sessions, tuners
-from mlirtuna.db import Database, is_transient
+from mlirtuna.db import ROLLED_BACK, Database, fault_of
 from mlirtuna.defaults import DEFAULT_BACKOFF_S, DEFAULT_LEASE_S, DEFAULT_MAX_RETRIES
 from mlirtuna.errors import DatabaseError, TunerError, Unsupported, UserError
 from mlirtuna.queue import Claimant, Lease
@@ -27,8 +29,14 @@ log = logging.getLogger(__name__)
 
 # Idle polling: short, jittered and growing to a cap; never seconds-long random sleeps.
 POLL_MIN_S, POLL_MAX_S = 0.1, 2.0
-DB_RETRY_S = 1.0  # pause between tries while the database is unreachable
+DB_RETRY_S = 1.0  # the first pause while the database is away; it doubles up to DB_RETRY_MAX_S
+DB_RETRY_MAX_S = 15.0
+DB_LOG_EVERY_S = 60.0  # while the database stays away, say so again this often (not per try)
 SWEEP_S = 5.0  # how often a busy worker looks for expired leases
+# The job timeout when --job-timeout is not given: generous per tuning space, so that only a
+# tuner that hangs meets it. Every tuner runs under it, whether or not it honours ctx.timeout_s.
+DEFAULT_JOB_TIMEOUT_S = {"quick": 3600.0, "full": 4 * 3600.0, "greedy": 4 * 3600.0,
+                         "exhaustive": 24 * 3600.0}  # fmt: skip
 
 
 @dataclass
@@ -63,6 +71,13 @@ class GiveBack(BaseException):
     """Raised in the main thread by a second stop signal: give the current job back now."""
 
 
+class JobTimedOut(BaseException):
+    """Raised in the main thread by the worker's own alarm: the tuner ignored the job timeout.
+
+    A BaseException, so that a tuner's `except Exception` cannot swallow it, while its
+    `finally` and `except BaseException` (rocmlir stops its pipeline there) still run."""
+
+
 class Heartbeat:
     """Extends the lease the worker holds every `interval` seconds, from one long-lived thread.
 
@@ -92,6 +107,9 @@ class Heartbeat:
     def _renew(self, lease: Lease, lost: threading.Event) -> None:
         try:
             if not queue.heartbeat(self.db, lease, self.lease_s):
+                with self._cv:
+                    if self._lease is not lease:  # the job ended (and recorded) meanwhile
+                        return
                 log.warning("job %s: lease lost (taken over, requeued or cancelled)", lease.job_id)
                 lost.set()
                 with self._cv:
@@ -117,14 +135,14 @@ class Worker:
     def __init__(self, db: Database, settings: WorkerSettings, tuner: Tuner | None = None) -> None:
         self.db = db
         self.settings = settings
-        self.session = sessions.get(db, settings.session_id)
+        self.stop_requested = threading.Event()
+        self.current: Lease | None = None
+        self.session = self._retrying(lambda: sessions.get(db, settings.session_id))
         settings.tuner = session_tuner(self.session, settings.tuner)
         self.tuner = tuner or tuners.make(settings.tuner, mlir_build_dir=settings.mlir_build_dir)
         self.quick_lists = _quick_lists(db, self.session)
         self.claimant = Claimant(settings.machine_name, settings.gpu_id, os.getpid())
         self.stats = WorkerStats()
-        self.stop_requested = threading.Event()
-        self.current: Lease | None = None
         self._next_sweep = 0.0
         self.heartbeat = Heartbeat(db, settings.lease_s, settings.heartbeat_s)
 
@@ -147,7 +165,7 @@ class Worker:
         idle = POLL_MIN_S
         said_idle = False  # an idle stretch is announced once, not at every poll
         while not self.stop_requested.is_set() and not self._enough():
-            lease = self._retrying(self._claim)
+            lease = self._claim()
             if lease is None:
                 if self.settings.until_empty and self._retrying(
                     lambda: jobs.is_drained(self.db, self.settings.session_id)
@@ -186,13 +204,30 @@ class Worker:
         return lease
 
     def _sweep(self, now: float) -> None:
-        queue.reclaim_expired(
-            self.db, max_retries=self.settings.max_retries, session_id=self.settings.session_id
+        self._retrying(
+            lambda: queue.reclaim_expired(
+                self.db, max_retries=self.settings.max_retries, session_id=self.settings.session_id
+            )
         )
         self._next_sweep = now + SWEEP_S
 
     def _claim_once(self) -> Lease | None:
-        return queue.claim(self.db, self.settings.session_id, self.claimant, self.settings.lease_s)
+        # One token for every try: when a try's commit landed but its reply was lost (a server
+        # restart at the wrong moment), the next try finds the job this token already holds
+        # instead of leaving it running unowned until its lease runs out.
+        token = queue.new_token()
+        tries = 0
+
+        def attempt() -> Lease | None:
+            nonlocal tries
+            tries += 1
+            if tries > 1 and (held := queue.claimed_with(self.db, token)) is not None:
+                return held
+            return queue.claim(
+                self.db, self.settings.session_id, self.claimant, self.settings.lease_s, token
+            )
+
+        return self._retrying(attempt)
 
     def _work(self, lease: Lease) -> None:
         self.current = lease
@@ -204,10 +239,27 @@ class Worker:
                     return
             self._finish(lease, outcome, error, final)
         except GiveBack:
-            self._retrying(lambda: queue.release(self.db, lease))
+            self.stop_requested.set()
+            # One try: a database that is away (restart, full disk) must not hold a worker told
+            # twice to stop; the lease brings the job back then.
+            try:
+                queue.release(self.db, lease)
+            except Exception as exc:
+                log.warning(
+                    "job %s: could not give it back (%s); it returns when its lease expires",
+                    lease.job_id,
+                    _first_line(exc),
+                )
+                return
             self.stats.released += 1
             log.warning("job %s given back", lease.job_id)
-            self.stop_requested.set()
+        except DatabaseError:
+            # A database error that waiting will not cure: give the job back (one try, it may
+            # fail the same way; then its lease brings it back) and let the worker stop.
+            with contextlib.suppress(Exception):
+                if queue.release(self.db, lease, "the worker stopped on a database error"):
+                    self.stats.released += 1
+            raise
         finally:
             self.current = None
 
@@ -215,9 +267,13 @@ class Worker:
         """(outcome, None, False) or (None, error text, final); a tuner failure never escapes
         as an exception. `final`: the tuner cannot run this problem at all, so no retry."""
         problem = lease.problem or self._retrying(lambda: self._problem(lease.problem_id))
+        timeout = self.job_timeout_s
         try:
             log.info("job %s: tuning %s", lease.job_id, problem.canonical())
-            return self.tuner.tune(problem, self._context(problem)), None, False
+            with _alarm(timeout + _grace_s(timeout)):
+                return self.tuner.tune(problem, self._context(problem)), None, False
+        except JobTimedOut:
+            return None, f"timed out after {timeout:g} s (the worker stopped the tuner)", False
         except Unsupported as exc:
             return None, _error_text(exc), True
         except TunerError as exc:  # timeouts included
@@ -225,6 +281,15 @@ class Worker:
         except Exception as exc:  # a tuner bug must cost one attempt, not the job
             log.exception("job %s: tuner crashed", lease.job_id)
             return None, f"tuner crashed: {type(exc).__name__}: {exc}", False
+
+    @property
+    def job_timeout_s(self) -> float:
+        """--job-timeout, else the default of the session's tuning space."""
+        if self.settings.job_timeout_s:
+            return self.settings.job_timeout_s
+        return DEFAULT_JOB_TIMEOUT_S.get(
+            self.session.tuning_space, max(DEFAULT_JOB_TIMEOUT_S.values())
+        )
 
     def _problem(self, problem_id: int):
         with self.db.session() as s:
@@ -280,7 +345,7 @@ class Worker:
             num_chiplets=sess.num_chiplets,
             tuning_space=sess.tuning_space,
             gpu_id=self.settings.gpu_id,
-            timeout_s=self.settings.job_timeout_s,
+            timeout_s=self.job_timeout_s,
             mlir_build_dir=self.settings.mlir_build_dir,
             cpu_mem_limit=self.settings.cpu_mem_limit,
             perf_configs=listed,
@@ -292,25 +357,50 @@ class Worker:
         )
 
     def _retrying(self, fn):
-        """Run a queue operation, waiting out a database that is away (restart, killed link)
-        and running again a transaction the server rolled back (deadlock, lock timeout)."""
+        """Run a queue operation, waiting out a database that is away (restart, cut link, SQLite
+        lock held past the busy timeout) and running again a transaction the server rolled back
+        (deadlock, lock timeout). Every try after a failure waits first, growing, even while the
+        worker stops; an error that waiting cannot cure raises DatabaseError at once."""
+        delay, away_since, told_at, rolled_back = DB_RETRY_S, None, -DB_LOG_EVERY_S, 0
         while True:
             try:
-                return fn()
-            except DatabaseError as exc:
-                log.warning(
-                    "database unreachable (%s); retrying in %.0f s", _first_line(exc), DB_RETRY_S
-                )
+                result = fn()
+                if away_since is not None:
+                    log.warning("database back after %.0f s", time.monotonic() - away_since)
+                return result
             except Exception as exc:
-                if is_transient(exc):
-                    log.info("transaction rolled back by the server (%s); again", _first_line(exc))
-                    time.sleep(random.uniform(0.0, 0.05))
-                    continue
-                if not _is_disconnect(exc):
+                fault = fault_of(exc)
+                if fault is None:
+                    if isinstance(exc, DatabaseError):
+                        raise
+                    if isinstance(exc, sa_exc.DBAPIError):
+                        raise DatabaseError(f"database error: {_first_line(exc.orig)}") from exc
                     raise
-                log.warning("database connection lost (%s); retrying", _first_line(exc))
-            if self.stop_requested.wait(DB_RETRY_S) and self.current is None:
-                raise DatabaseError("stopped while the database was unreachable")
+                if fault == ROLLED_BACK:
+                    log.info("transaction rolled back by the server (%s); again", _first_line(exc))
+                    rolled_back += 1
+                    time.sleep(random.uniform(0.0, min(0.05 * 2**rolled_back, DB_RETRY_S)))
+                    continue
+                now = time.monotonic()
+                if away_since is None:
+                    away_since = now
+                if now - told_at >= DB_LOG_EVERY_S:
+                    told_at = now
+                    log.warning("database unavailable (%s); waiting", _first_line(exc))
+            if self.stop_requested.is_set() and self.current is None:
+                raise DatabaseError("stopped while the database was unavailable")
+            # Jittered, so that a farm of workers does not return in lockstep.
+            pause = random.uniform(delay / 2, delay)
+            if self.stop_requested.is_set():
+                time.sleep(pause)  # wait() would return at once: a stopping worker must pause too
+            else:
+                self.stop_requested.wait(pause)
+            delay = min(delay * 2, DB_RETRY_MAX_S)
+
+
+def _grace_s(timeout: float) -> float:
+    """How long past the job timeout a tuner may take to stop itself before the worker does."""
+    return min(30.0, max(0.5, timeout / 4))
 
 
 def _quick_lists(db: Database, session: sessions.Session):
@@ -350,10 +440,25 @@ def foreign_perf_config(session: sessions.Session, outcome: TuneOutcome) -> str 
     return None
 
 
-def _is_disconnect(exc: BaseException) -> bool:
-    from sqlalchemy.exc import DBAPIError
+@contextlib.contextmanager
+def _alarm(seconds: float) -> Iterator[None]:
+    """Raise JobTimedOut in this (main) thread after `seconds`: a tuner that ignores the timeout
+    (a plugin in a loop, a tool that never returns) is stopped all the same. Signals reach only
+    the main thread, so elsewhere (a worker run in a thread, as some tests do) it is a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
 
-    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
+    def fire(_signum: int, _frame: object) -> None:
+        raise JobTimedOut()
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def _error_text(exc: TunerError) -> str:

@@ -30,6 +30,17 @@ class _Group(TyperGroup):
         except KeyboardInterrupt:
             common.err("interrupted")
             sys.exit(130)
+        except Exception as exc:
+            from sqlalchemy.exc import DBAPIError
+
+            if not isinstance(exc, DBAPIError):
+                raise
+            # A database error no command expects (a missing table, a read-only or full disk,
+            # a file that is not a database): one line naming the database, exit 2.
+            from mlirtuna.db import error_line, mask, resolve_url
+
+            st = common.state(ctx)
+            _fail(ctx, error_line(mask(resolve_url(st.db_url)), exc), 2)
 
 
 def _fail(ctx: click.Context, exc: Exception, code: int) -> None:

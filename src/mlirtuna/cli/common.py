@@ -51,13 +51,31 @@ def state(ctx: click.Context) -> State:
     return root.obj
 
 
-def database(ctx: click.Context, *, check_schema: bool = True, create: bool = False) -> Database:
-    """The command's database; only commands that write (`create=True`) may make a SQLite file."""
-    from mlirtuna.db import Database, resolve_url
+# A worker of a farm may start before its database server is up: by default it waits this long.
+FARM_WAIT_FOR_DB_S = 60.0
+
+
+def database(
+    ctx: click.Context,
+    *,
+    check_schema: bool = True,
+    create: bool = False,
+    wait_s: float | None = 0.0,
+) -> Database:
+    """The command's database; only commands that write (`create=True`) may make a SQLite file.
+    `wait_s`: how long to wait for a server still away (workers); None: the farm default
+    (FARM_WAIT_FOR_DB_S for a server, nothing for SQLite)."""
+    from mlirtuna.db import Database, connect, resolve_url
 
     st = state(ctx)
     if st._db is None:
-        st._db = Database(resolve_url(st.db_url), check_schema=check_schema, create=create)
+        url = resolve_url(st.db_url)
+        if wait_s is None:
+            wait_s = 0.0 if url.get_backend_name() == "sqlite" else FARM_WAIT_FOR_DB_S
+        if check_schema and wait_s > 0:
+            st._db = connect(url, wait_s)
+        else:
+            st._db = Database(url, check_schema=check_schema, create=create)
         ctx.find_root().call_on_close(st._db.dispose)  # no connection outlives the command
     return st._db
 

@@ -39,3 +39,31 @@ def current(
         common.print_json({"database": db.display_url, "current": now, "head": head})
     else:
         print(f"{now or 'none'} (head {head})")
+
+
+@app.command()
+def roles(
+    ctx: typer.Context,
+    prefix: str = typer.Option(
+        "tuna", "--prefix", help="Role names: PREFIX_admin, _worker, _reader."
+    ),
+    apply: bool = typer.Option(
+        False,
+        "--apply",
+        help="Run the SQL (as a user who may create roles) instead of printing it.",
+    ),
+) -> None:
+    """Least-privilege roles: admin (everything), worker (claim and record only), reader (SELECT).
+
+    Passwords come from MLIRTUNA_ROLE_PASSWORD_ADMIN / _WORKER / _READER when applied."""
+    from mlirtuna import roles as roles_api
+
+    db = common.database(ctx)
+    if apply:
+        roles_api.apply_roles(db, prefix)
+        common.err(
+            f"{db.display_url}: roles {', '.join(roles_api.role_names(prefix).values())} ready"
+        )
+        return
+    for statement in roles_api.roles_sql(db, prefix):
+        print(f"{statement};")

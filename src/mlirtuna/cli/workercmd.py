@@ -49,7 +49,10 @@ def worker(
         DEFAULT_LEASE_S, "--lease", help="Lease seconds; a heartbeat renews it every third of that."
     ),
     job_timeout: float = typer.Option(
-        None, "--job-timeout", help="Stop a tuner after this many seconds (the job is retried)."
+        None,
+        "--job-timeout",
+        help="Stop a tuner after this many seconds (the job is retried) "
+        "[default: by tuning space: quick 1 h, full/greedy 4 h, exhaustive 24 h].",
     ),
     max_retries: int = typer.Option(
         DEFAULT_MAX_RETRIES, "--max-retries", help="Failed attempts before a job ends in error."
@@ -61,6 +64,13 @@ def worker(
     cpu_mem_limit: float = typer.Option(
         4 * GIB, "--cpu-mem-limit", help="Bytes a cpu-tuner problem may use."
     ),
+    wait_for_db: float = typer.Option(
+        None,
+        "--wait-for-db",
+        metavar="SECONDS",
+        help="Wait this long for a database server that is not up yet "
+        "[default: 60 for a server, 0 for SQLite]; a wrong host or login stops at once.",
+    ),
 ) -> None:
     """Run workers for a session: one process per GPU, each claiming jobs until stopped."""
     from mlirtuna import manager, sessions
@@ -68,7 +78,7 @@ def worker(
 
     if not common.state(ctx).debug:
         logging.getLogger("mlirtuna").setLevel(logging.INFO)  # one line per job: a worker's log
-    db = common.database(ctx)
+    db = common.database(ctx, wait_s=wait_for_db)
     tuner = session_tuner(sessions.get(db, session), tuner)
     settings = WorkerSettings(
         session_id=session,

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from mlirtuna.errors import InputError, UserError
 from mlirtuna.problems import ExpandOptions, Problem, check_options, expand_problems
 from mlirtuna.problems.flags import int_value
+from mlirtuna.textinput import check_line, read_lines
 
 PRIORITY_FLAG = "-perf_priority"
 DROPPED_FLAGS = ("-perf_config",)
@@ -50,13 +51,8 @@ def read_config_list(path: str, op: str, options: ExpandOptions = ExpandOptions(
     """Reads, expands and parses a config list; a bad line raises InputError `path:LINE: …`."""
     check_options(op, options)  # an option error is not any line's fault
     try:
-        with open(path, encoding="utf-8") as lines:
-            return read_config_lines(lines, path, op, options)
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a UTF-8 text file") from None
-    except OSError as error:  # a directory, no permission, …
+        return read_config_lines(read_lines(path), path, op, options)
+    except OSError as error:  # EIO and the like, mid-read
         raise UserError(f"{path}: {error.strerror or error}") from None
 
 
@@ -74,6 +70,7 @@ def read_config_lines(
             continue
         result.lines += 1
         try:
+            check_line(line)  # lines from stdin or a string have not been through read_lines
             line, priority, dropped = _extras(line)
             problems = expand_problems(op, line, options)
         except InputError as error:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import cache
@@ -9,6 +10,7 @@ from operator import attrgetter, lt
 from typing import Any
 
 from mlirtuna.errors import InputError, UserError
+from mlirtuna.textinput import INT32_MAX, ascii_int, clip, is_ascii_int, quote
 
 
 @dataclass(frozen=True)
@@ -60,8 +62,8 @@ def _flag_error(tokens: Sequence[str], op: str, known: frozenset[str]) -> None:
         flag = tokens[i]
         if flag not in known:
             if flag.startswith("-"):
-                raise InputError(f"unknown flag {flag} for {op}")
-            raise InputError(f"expected a flag, got {flag!r}")
+                raise InputError(f"unknown flag {clip(flag)} for {op}")
+            raise InputError(f"expected a flag, got {quote(flag)}")
         if i + 1 == len(tokens) or tokens[i + 1] in known:
             raise InputError(f"{flag}: missing value")
         if flag in seen:
@@ -70,25 +72,26 @@ def _flag_error(tokens: Sequence[str], op: str, known: frozenset[str]) -> None:
 
 
 def int_value(flag: str, text: str) -> int:
-    """A decimal integer, or an InputError that names the flag."""
-    digits = text[1:] if text[:1] == "-" else text
-    if not (digits.isascii() and digits.isdigit()):
-        raise InputError(f"{flag}: expected an integer, got {text!r}")
-    return int(text)
+    """A decimal integer in ASCII digits that fits a database INTEGER, or an InputError that
+    names the flag."""
+    return ascii_int(flag, text, -INT32_MAX)
 
 
 def bool_value(flag: str, text: str) -> bool:
     """1/0/true/false in any case, as rocMLIR's scripts write them (newer files say `False`)."""
     value = _BOOLS.get(text.lower())
     if value is None:
-        raise InputError(f"{flag}: expected true, false, 1 or 0, got {text!r}")
+        raise InputError(f"{flag}: expected true, false, 1 or 0, got {quote(text)}")
     return value
 
 
 def check_minimum(flag: str, value: object, minimum: int) -> None:
     """Sizes come from files and from database rows alike: both are checked the same way."""
     if type(value) is not int or value < minimum:
-        raise InputError(f"{flag}: expected an integer >= {minimum}, got {value!r}")
+        shown = quote(value) if isinstance(value, str) else repr(value)
+        raise InputError(f"{flag}: expected an integer >= {minimum}, got {shown}")
+    if value > INT32_MAX:  # what every backend's INTEGER column holds
+        raise InputError(f"{flag}: {value} is out of range (at most {INT32_MAX})")
 
 
 class SizeFlags:
@@ -107,18 +110,24 @@ class SizeFlags:
 
     def parse(self, flags: Mapping[str, str]) -> dict[str, int]:
         """Field -> value for every row, the default where the flag is absent."""
-        try:
-            return dict(zip(self.names, map(int, map(flags.__getitem__, self.flags)), strict=True))
-        except (KeyError, ValueError):  # a flag absent, or not a number: the slow path
-            return {
-                name: int_value(flag, flags[flag]) if flag in flags else _default(flag, default)
-                for flag, name, _, default in self.rows
-            }
+        with contextlib.suppress(KeyError):  # a flag absent: the slow path gives its default
+            texts = list(map(flags.__getitem__, self.flags))
+            if all(map(is_ascii_int, texts)):
+                return dict(zip(self.names, map(int, texts), strict=True))
+        # A flag absent or not plain ASCII digits: the slow path names the culprit.
+        return {
+            name: int_value(flag, flags[flag]) if flag in flags else _default(flag, default)
+            for flag, name, _, default in self.rows
+        }
 
     def check(self, problem: object) -> None:
         """Every field an int at least its minimum (from a line or a database row alike)."""
         values = self._values(problem)
-        if set(map(type, values)) != {int} or any(map(lt, values, self._minimums)):
+        if (
+            set(map(type, values)) != {int}
+            or any(map(lt, values, self._minimums))
+            or max(values, default=0) > INT32_MAX
+        ):
             for (flag, _, minimum, _), value in zip(self.rows, values, strict=True):
                 check_minimum(flag, value, minimum)
 
@@ -134,7 +143,7 @@ def known_name(flag: str, text: str, names: Mapping[str, str]) -> str:
     name = names.get(text.lower())
     if name is None:
         known = ", ".join(dict.fromkeys(names.values()))
-        raise InputError(f"{flag}: unknown data type {text!r} (known: {known})")
+        raise InputError(f"{flag}: unknown data type {quote(text)} (known: {known})")
     return name
 
 

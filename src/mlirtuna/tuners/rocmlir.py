@@ -64,8 +64,10 @@ import re
 import signal
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from mlirtuna import keys, stats, tuningdb
 from mlirtuna.errors import InputError, TunerError, TunerTimeout, Unsupported, UserError
@@ -76,6 +78,12 @@ from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome
 BUILD_DIR_ENV = "MLIRTUNA_ROCMLIR_BUILD"
 PYTHON_ENV = "MLIRTUNA_ROCMLIR_PYTHON"
 STDERR_TAIL_LINES = 40
+# A tool's output is read as it comes and only its tail kept: a tool printing gigabytes (a
+# runaway log, a crash loop) costs a bounded amount of worker memory, never the worker.
+STDOUT_KEEP_BYTES = 1 << 20  # --help and the banner lines are far smaller
+STDERR_KEEP_BYTES = 256 << 10
+# Environment variables a tool never gets: the database URL and password reach only mlirtuna.
+SECRET_ENV = ("MLIRTUNA_DB", "MLIRTUNA_DB_PASSWORD", "PGPASSWORD", "MYSQL_PWD")
 HELP_TIMEOUT_S = 120.0
 # The tool's own per-config --timeout fires first, so it can stop its pipeline and say so;
 # our kill of the whole process group at ctx.timeout_s is the backstop.
@@ -201,7 +209,7 @@ class RocmlirTuner:
         """
         if self._era is None:
             run = self._run(
-                [self.python, str(self.script), "--help"], dict(os.environ), HELP_TIMEOUT_S
+                [self.python, str(self.script), "--help"], scrubbed_env(), HELP_TIMEOUT_S
             )
             if run.returncode != 0:
                 raise TunerError(
@@ -275,7 +283,7 @@ class RocmlirTuner:
             )
 
     def _env(self, ctx: TuneContext, era: Era) -> dict[str, str]:
-        env = dict(os.environ)
+        env = scrubbed_env()
         pinned = env.get("ROCR_VISIBLE_DEVICES") or env.get("HIP_VISIBLE_DEVICES")
         if era.name in E2_LIKE and not pinned:
             env["ROCR_VISIBLE_DEVICES"] = str(ctx.gpu_id)
@@ -297,36 +305,35 @@ class RocmlirTuner:
             )
         except OSError as e:
             raise TunerError(f"cannot run {argv[0]} {argv[1]}: {e}") from e
+        out, err = (
+            _TailReader(proc.stdout, STDOUT_KEEP_BYTES),
+            _TailReader(proc.stderr, STDERR_KEEP_BYTES),
+        )
         try:
-            out, err = proc.communicate(timeout=timeout)
+            proc.wait(timeout=timeout)
+            out.join(), err.join()
         except subprocess.TimeoutExpired:
-            err = self._stop(proc)
+            self._stop(proc, out, err)
             raise TunerTimeout(
                 f"tuningRunner ran past the job timeout of {timeout:g} s; "
                 "killed its whole process group",
-                detail=_tail(err),
+                detail=_tail(err.text()),
             ) from None
         except BaseException:
-            self._stop(proc)  # e.g. KeyboardInterrupt: never leave a tuning pipeline behind
+            self._stop(proc, out, err)  # e.g. KeyboardInterrupt: never leave a pipeline behind
             raise
-        return _Run(proc.returncode, _text(out), _text(err), start, _now())
+        return _Run(proc.returncode, out.text(), err.text(), start, _now())
 
-    def _stop(self, proc: subprocess.Popen[bytes]) -> str:
-        """SIGTERM the process group, SIGKILL it after the grace period; returns stderr so far."""
+    def _stop(self, proc: subprocess.Popen[bytes], *readers: _TailReader) -> None:
+        """SIGTERM the process group, SIGKILL it after the grace period."""
         _signal_group(proc.pid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=self.kill_grace_s)
         _signal_group(proc.pid, signal.SIGKILL)  # also children that outlived their parent
-        try:
-            _, err = proc.communicate(timeout=self.kill_grace_s)
-        except subprocess.TimeoutExpired:
-            # Something outside the group still holds the pipes; do not wait for it.
-            for pipe in (proc.stdout, proc.stderr):
-                if pipe is not None:
-                    pipe.close()
-            proc.wait()
-            return ""
-        return _text(err)
+        proc.wait()
+        for reader in readers:
+            # Something outside the group may still hold a pipe; do not wait for it forever.
+            reader.join(self.kill_grace_s)
 
     # -- reading what it wrote ------------------------------------------------------------
 
@@ -357,7 +364,7 @@ class RocmlirTuner:
             margin=_margin(winner, candidates),
             candidates=candidates,
             winner=winner,
-            output=out.read_text(encoding="utf-8", errors="replace") + _stderr_block(run.stderr),
+            output=_read_tail(out, STDOUT_KEEP_BYTES) + _stderr_block(run.stderr),
             compile_start=run.start,  # neither era reports phases: compile and benchmark
             compile_end=run.end,  # are interleaved inside rocmlir-tuning-driver
             notes=notes,
@@ -664,8 +671,48 @@ def _file_line(path: Path, lineno: int | None) -> str:
     return f"line {lineno}: {lines[lineno - 1]!r}" if 0 < lineno <= len(lines) else ""
 
 
-def _text(data: bytes | None) -> str:
-    return (data or b"").decode("utf-8", errors="replace")
+def _read_tail(path: Path, keep: int) -> str:
+    """The last `keep` bytes of a file the tool wrote, as text (a cut character becomes U+FFFD)."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(f.tell() - keep, 0))
+        return f.read().decode("utf-8", errors="replace")
+
+
+def scrubbed_env() -> dict[str, str]:
+    """This process's environment without the database's URL and password."""
+    return {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+
+
+class _TailReader:
+    """Reads a pipe to its end in a thread of its own, keeping only the last `keep` bytes."""
+
+    def __init__(self, pipe: IO[bytes] | None, keep: int) -> None:
+        self.keep, self.data, self.dropped = keep, bytearray(), 0
+        self.pipe = pipe
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        if self.pipe is None:
+            return
+        with contextlib.suppress(OSError, ValueError), self.pipe:  # ValueError: closed by a stop
+            while chunk := self.pipe.read1(64 << 10):
+                self.data += chunk
+                if len(self.data) > 2 * self.keep:  # trim in bulk, not on every chunk
+                    self.dropped += len(self.data) - self.keep
+                    del self.data[: len(self.data) - self.keep]
+
+    def join(self, timeout: float | None = None) -> None:
+        self.thread.join(timeout)
+        if self.thread.is_alive() and self.pipe is not None:
+            with contextlib.suppress(OSError):
+                self.pipe.close()
+
+    def text(self) -> str:
+        data = bytes(self.data[-self.keep :])
+        # A cut may split a character: "replace" turns its stray bytes into U+FFFD.
+        return data.decode("utf-8", errors="replace")
 
 
 def _now() -> dt.datetime:

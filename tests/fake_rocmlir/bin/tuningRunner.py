@@ -26,9 +26,11 @@ Environment:
   FAKE_TUNINGRUNNER_IGNORE_SIGTERM=1: "hang" ignores SIGTERM (so only SIGKILL stops it),
   FAKE_TUNINGRUNNER_FAULT: fail | hang | none | garbage | wrong_arch | empty | crash_partial
     (E2/E3), fail (E2.5: a "### " line), fail | gpu_timeout (E4: driver exit 3, gpu_timed_out),
-  FAKE_E25_NUM_CHIPLETS=0: an earlier E2.5 build, without the numChiplets column.,
   FAKE_TUNINGRUNNER_TWO_STAGE=1: E3 also takes E4's --two-stage-topk K (the K fastest of the
     first pass measured again, "precisely"; the others' .debug TFlops empty, as Discarded).
+  FAKE_E25_NUM_CHIPLETS=0: an earlier E2.5 build, without the numChiplets column.
+  FAKE_TUNINGRUNNER_STDERR_BYTES=N: first print N bytes of noisy stderr (invalid UTF-8, NUL),
+  as a runaway compiler log does; the env logged also names which database secrets it got.
 
 --op fusion (both eras): `--config FILE.mlir` (E3) or `--test-dir/--test_dir DIR`; each module is
 keyed as rocmlir-gen --emit-tuning-key would key it and tuned as that conv/gemm (fake_fusion.py).
@@ -1090,13 +1092,28 @@ def log_invocation(argv: list[str]) -> None:
     env = {
         k: os.environ[k] for k in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES") if k in os.environ
     }
+    secrets = ("MLIRTUNA_DB", "MLIRTUNA_DB_PASSWORD", "PGPASSWORD", "MYSQL_PWD")
+    env.update({k: "<set>" for k in secrets if k in os.environ})
     with open(path, "a") as f:
         f.write(json.dumps({"era": ERA, "argv": argv, "cwd": os.getcwd(), "env": env}) + "\n")
+
+
+def spew_stderr(total: int) -> None:
+    """`total` bytes of stderr, 1 MiB at a time: never held whole, as a real runaway log."""
+    line = b"warning: \xff\xfe not UTF-8, a NUL \x00 and \xe2\x82 a cut character\n"
+    block = line * ((1 << 20) // len(line) + 1)
+    while total > 0:
+        chunk = block[: min(total, len(block))]
+        sys.stderr.buffer.write(chunk)
+        total -= len(chunk)
+    sys.stderr.buffer.flush()
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     log_invocation(argv)
+    if "--help" not in argv:
+        spew_stderr(int(os.environ.get("FAKE_TUNINGRUNNER_STDERR_BYTES", "0") or 0))
     if ERA == "E2":
         return e2_main(argv)
     if ERA == "E3":

@@ -1,0 +1,267 @@
+"""Database faults a worker meets: restarts, locks, lost replies, renamed tables, slow starts.
+
+Errors are classified by the driver's error class and code, never by message text; a worker
+waits out what waiting cures (always backing off), and stops with one line on what it cannot.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+
+import psycopg
+import pymysql
+import pytest
+import sqlalchemy as sa
+from clitools import run_cli
+from ownservers import OwnPostgres
+from test_worker import _states, _wait_for, make_session, start_worker, stderr_of
+
+from mlirtuna import db as dbmod
+from mlirtuna import queue, worker
+from mlirtuna.db import ROLLED_BACK, UNAVAILABLE, Database, fault_of
+from mlirtuna.errors import DatabaseUnavailable
+from mlirtuna.models import Attempt, Job
+from mlirtuna.queue import Claimant
+from mlirtuna.tuners.sleep import SleepTuner
+from mlirtuna.worker import Heartbeat, Worker, WorkerSettings
+
+
+def _wrapped(orig: BaseException) -> sa.exc.DBAPIError:
+    return sa.exc.OperationalError("UPDATE job …", {}, orig)
+
+
+def test_faults_are_told_by_code_not_by_message():
+    pg, my = psycopg.errors, pymysql.err.OperationalError
+    # The messages lie on purpose: only the class / SQLSTATE / errno may decide.
+    assert fault_of(_wrapped(pg.AdminShutdown("relation does not exist"))) == UNAVAILABLE  # 57P01
+    assert fault_of(_wrapped(pg.CrashShutdown("x"))) == UNAVAILABLE  # 57P02
+    assert fault_of(_wrapped(pg.CannotConnectNow("x"))) == UNAVAILABLE  # 57P03
+    assert fault_of(_wrapped(pg.ConnectionFailure("x"))) == UNAVAILABLE  # 08006
+    assert fault_of(_wrapped(pg.DeadlockDetected("x"))) == ROLLED_BACK
+    assert fault_of(_wrapped(pg.UndefinedTable("terminating connection: gone away"))) is None
+    assert fault_of(_wrapped(psycopg.OperationalError("is starting up"))) == UNAVAILABLE
+    for errno in (2002, 2003, 2006, 2013, 1927):
+        assert fault_of(_wrapped(my(errno, "table result does not exist"))) == UNAVAILABLE
+    assert fault_of(_wrapped(my(1213, "x"))) == ROLLED_BACK
+    assert fault_of(_wrapped(my(1146, "Lost connection to server"))) is None  # no such table
+    assert fault_of(_wrapped(my(1045, "Can't connect"))) is None  # access denied
+    assert fault_of(ValueError("lost connection")) is None
+
+
+def test_sqlite_busy_and_locked_are_unavailable(tmp_path):
+    path = str(tmp_path / "x.db")
+    a, b = sqlite3.connect(path, timeout=0.05), sqlite3.connect(path, timeout=0.05)
+    a.isolation_level = b.isolation_level = None
+    a.execute("CREATE TABLE t (x)")
+    a.execute("BEGIN IMMEDIATE")
+    with pytest.raises(sqlite3.OperationalError) as info:
+        b.execute("BEGIN IMMEDIATE")
+    a.rollback()
+    a.close()
+    b.close()
+    assert fault_of(_wrapped(info.value)) == UNAVAILABLE
+    bad = sqlite3.connect(":memory:")
+    with pytest.raises(sqlite3.OperationalError) as info:
+        bad.execute("SELECT * FROM missing")
+    bad.close()
+    assert fault_of(_wrapped(info.value)) is None
+
+
+def test_a_server_that_is_down_is_unavailable_not_fatal():
+    for url in ("postgresql://tuna@127.0.0.1:1/x", "mysql://tuna@127.0.0.1:1/x"):
+        with pytest.raises(DatabaseUnavailable) as info:
+            Database(url)
+        assert fault_of(info.value) == UNAVAILABLE
+
+
+def _in_process_worker(db, sid, seconds=0.2, **kw) -> Worker:
+    settings = WorkerSettings(session_id=sid, tuner="sleep", until_empty=True, **kw)
+    return Worker(db, settings, tuner=SleepTuner(seconds))
+
+
+def test_sqlite_lock_past_the_busy_timeout_is_waited_out(tmp_path, monkeypatch, caplog):
+    """A foreign transaction holds SQLite's write lock far past the busy timeout while a worker
+    wants to record: the worker keeps its tuned result, waits, and records it."""
+    monkeypatch.setattr(dbmod, "SQLITE_BUSY_TIMEOUT_MS", 100)
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    db = Database(url)
+    sid = make_session(db, tmp_path, 3, tuner="sleep")
+    w = _in_process_worker(db, sid, seconds=0.5)
+    thread = threading.Thread(target=w.run)
+    caplog.set_level(logging.INFO, logger="mlirtuna")
+    thread.start()
+    _wait_for(lambda: _states(db, sid).get("running") == 1)
+    foreign = sqlite3.connect(str(tmp_path / "m.db"), isolation_level=None)
+    foreign.execute("BEGIN IMMEDIATE")  # a long foreign transaction (or a paused worker)
+    time.sleep(2.5)
+    foreign.rollback()
+    foreign.close()
+    thread.join(60)
+    assert not thread.is_alive()
+    assert (w.stats.completed, w.stats.lost, w.stats.failed) == (3, 0, 0)
+    assert _states(db, sid) == {"completed": 3}
+    waits = [r for r in caplog.records if "database unavailable" in r.getMessage()]
+    assert 1 <= len(waits) <= 3  # said once per wait, not once per try
+    db.dispose()
+
+
+def test_retries_back_off_even_while_stopping():
+    w = Worker.__new__(Worker)  # only _retrying's state is needed
+    w.stop_requested = threading.Event()
+    w.stop_requested.set()  # after one SIGTERM…
+    w.current = object()  # …with a job held: the worker keeps trying to record it
+    calls = []
+
+    def away():
+        calls.append(time.monotonic())
+        if calls[-1] - calls[0] > 2.5:
+            return "recorded"
+        raise _wrapped(pymysql.err.OperationalError(2013, "Lost connection"))
+
+    assert w._retrying(away) == "recorded"
+    assert len(calls) <= 5  # 1 s, 2 s, …: not 13,865 tries in 8 s
+
+
+def test_a_database_error_that_waiting_cannot_cure_stops_the_worker(db, db_url, tmp_path):
+    """A renamed table is not "cannot reach the database": the worker says so in one line,
+    gives its job back and stops (no retry loop, no log flood)."""
+    sid = make_session(db, tmp_path, 1)
+    log = tmp_path / "claims.log"
+    w = start_worker(db_url, sid, log, "--until-empty", sleep_s=1.5)
+    _wait_for(lambda: _states(db, sid).get("running") == 1)
+    with db.engine.begin() as conn:
+        conn.exec_driver_sql("ALTER TABLE result RENAME TO result_gone")
+    assert w.wait(timeout=60) == 2
+    err = stderr_of(w)
+    assert "Traceback" not in err and len(err.splitlines()) < 6
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: database error") and "result" in last
+    assert _states(db, sid) == {"new": 1}  # given back, not held for a lease
+    with db.session() as s:
+        assert s.scalars(sa.select(Attempt.outcome)).all() == ["released"]
+        assert s.scalar(sa.select(Job.retries)) == 0
+
+
+@pytest.fixture
+def lossy_replies(monkeypatch):
+    """The first claim and the first record commit, then lose their reply (MariaDB restarted
+    between the commit and the answer): the worker sees a lost connection."""
+    lost = {"claim": 1, "record": 1}
+
+    def lossy(name, real):
+        def call(*args, **kw):
+            result = real(*args, **kw)
+            if lost[name]:
+                lost[name] -= 1
+                raise _wrapped(pymysql.err.OperationalError(2013, "Lost connection to server"))
+            return result
+
+        return call
+
+    monkeypatch.setattr(queue, "claim", lossy("claim", queue.claim))
+    monkeypatch.setattr(queue, "record", lossy("record", queue.record))
+    monkeypatch.setattr(worker, "DB_RETRY_S", 0.05)
+    return lost
+
+
+def test_claim_and_record_whose_reply_was_lost_count_once(db, tmp_path, lossy_replies):
+    sid = make_session(db, tmp_path, 2, tuner="sleep")
+    w = _in_process_worker(db, sid, seconds=0.0)
+    w.run()
+    assert lossy_replies == {"claim": 0, "record": 0}
+    assert (w.stats.completed, w.stats.lost) == (2, 0)
+    with db.session() as s:
+        assert sorted(s.scalars(sa.select(Attempt.outcome))) == ["completed", "completed"]
+        assert s.scalars(sa.select(Job.retries)).all() == [0, 0]  # no retry burnt
+
+
+def test_a_heartbeat_racing_the_record_is_not_a_lost_lease(db, tmp_path, caplog):
+    sid = make_session(db, tmp_path, 1)
+    lease = queue.claim(db, sid, Claimant("h", 0, 1), 30.0)
+    hb = Heartbeat(db, 30.0, 3600.0)
+    with hb.hold(lease) as lost:
+        outcome = SleepTuner(0).tune(lease.problem, _ctx())
+    assert queue.record(db, lease, outcome)
+    hb._renew(lease, lost)  # the renewal that was in flight when the job ended
+    assert not lost.is_set()
+    assert "lease lost" not in caplog.text
+
+
+def _ctx():
+    from mlirtuna.tuners.base import TuneContext
+
+    return TuneContext(arch="gfx942", arch_full="gfx942", num_cu=304, num_chiplets=1,
+                       tuning_space="quick")  # fmt: skip
+
+
+def test_a_wrong_url_stops_at_once_even_when_told_to_wait(tmp_path):
+    for url in (
+        "postgresql://tuna@no-such-host.invalid/tuna",
+        "mysql://tuna@no-such-host.invalid/tuna",
+    ):
+        start = time.monotonic()
+        run = run_cli(url, "worker", "--session", "1", "--wait-for-db", "120")
+        assert run.code == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
+        assert time.monotonic() - start < 30
+
+
+@pytest.mark.parametrize("env", ["MLIRTUNA_TEST_POSTGRES", "MLIRTUNA_TEST_MYSQL"])
+def test_a_refused_login_stops_at_once_even_when_told_to_wait(env):
+    import os
+
+    if not os.environ.get(env):
+        pytest.skip(f"{env} not set")
+    url = dbmod.resolve_url(os.environ[env]).set(username="no_such_role_i11", password="x")
+    start = time.monotonic()
+    run = run_cli(url.render_as_string(False), "worker", "--session", "1", "--wait-for-db", "120")
+    assert run.code == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "x@" not in run.stderr and time.monotonic() - start < 30
+
+
+@pytest.mark.slow
+def test_a_worker_waits_for_a_database_that_is_not_up_yet(tmp_path):
+    server = OwnPostgres()
+    try:
+        db = Database(server.url(), check_schema=False)
+        db.upgrade()
+        sid = make_session(db, tmp_path, 3)
+        db.dispose()
+        server.stop("fast")
+        w = start_worker(server.url(), sid, tmp_path / "log", "--until-empty",
+                         "--wait-for-db", "90")  # fmt: skip
+        time.sleep(4)
+        assert w.poll() is None  # still waiting, not "exit 2 at once"
+        server.start()
+        assert w.wait(timeout=120) == 0, stderr_of(w)
+        db = Database(server.url())
+        assert _states(db, sid) == {"completed": 3}
+        db.dispose()
+    finally:
+        server.close()
+
+
+def test_a_missing_table_is_one_line_for_a_command(db, db_url):
+    with db.engine.begin() as conn:
+        conn.exec_driver_sql("ALTER TABLE job RENAME TO job_gone")
+    run = run_cli(db_url, "status")
+    assert run.code == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert run.stderr.startswith("error: database error on ") and "job" in run.stderr
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u:p@ss:word@host/db",
+        "postgresql://u:p@ssword@host:abc/db",
+        "postgresql://u:p@ssword@127.0.0.1:1/db?sslmode=bogus",
+        "mysql://u:p@ssword@127.0.0.1:1/db?charset=bogus",
+    ],
+)
+def test_a_malformed_url_is_one_line_with_the_password_masked(url):
+    run = run_cli(url, "status")
+    assert run.code == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "bad database URL" in run.stderr and "ss:word" not in run.stderr
+    assert "p@ss" not in run.stderr and "Traceback" not in run.stderr

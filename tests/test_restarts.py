@@ -1,0 +1,81 @@
+"""Workers outlive database server restarts: each test owns its server (ownservers.py), stops
+it mid-run (clean and crash) and starts it again, while real worker processes drain a session.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import sqlalchemy as sa
+from ownservers import OwnMariadb, OwnPostgres
+from plugins.claimlog import read_log
+from test_worker import (
+    _states,
+    _wait_for,
+    assert_done_exactly_once,
+    assert_never_held_twice,
+    finish,
+    make_session,
+    start_worker,
+    stderr_of,
+)
+
+from mlirtuna.db import Database, resolve_url
+
+pytestmark = pytest.mark.slow
+
+
+def _fresh_database(server) -> str:
+    admin = sa.create_engine(resolve_url(server.url()), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(
+            "CREATE DATABASE tuna"
+            + (" CHARACTER SET utf8mb4" if isinstance(server, OwnMariadb) else "")
+        )
+    admin.dispose()
+    url = server.url("tuna")
+    db = Database(url, check_schema=False)
+    db.upgrade()
+    db.dispose()
+    return url
+
+
+@pytest.fixture(params=["postgresql", "mariadb"])
+def own_server(request):
+    server = OwnPostgres() if request.param == "postgresql" else OwnMariadb()
+    yield server
+    server.close()
+
+
+def test_workers_outlive_server_restarts(own_server, tmp_path):
+    url = _fresh_database(own_server)
+    db = Database(url)
+    n = 150
+    sid = make_session(db, tmp_path, n)
+    db.dispose()
+    log = tmp_path / "claims.log"
+    procs = [
+        start_worker(url, sid, log, "--until-empty", "--lease", "30", sleep_s=0.1) for _ in range(3)
+    ]
+    done = 0
+    for mode in ("fast", "immediate"):
+        db = Database(url)
+        target = done + 15
+        _wait_for(lambda d=db, t=target: _states(d, sid).get("completed", 0) >= t, timeout=120)
+        db.dispose()
+        own_server.restart(mode)
+        time.sleep(1.0)
+        # Every worker lived through it (none drained the session yet: 150 jobs of 0.1 s).
+        assert [p.poll() for p in procs] == [None] * 3, stderr_of(procs[0])
+        db = Database(url)
+        done = _states(db, sid).get("completed", 0)
+        db.dispose()
+        assert done < n
+    finish(procs, timeout=300)
+    assert [p.returncode for p in procs] == [0, 0, 0], stderr_of(procs[0])
+    db = Database(url)
+    assert_done_exactly_once(db, sid, n)  # 0 lost, 0 doubled, 0 stuck running
+    db.dispose()
+    assert_never_held_twice(read_log(log))
+    assert "database unavailable" in "".join(stderr_of(p) for p in procs)

@@ -1,0 +1,91 @@
+"""`mlirtuna db roles`: each role, connected as itself, can do its job and nothing more."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import sqlalchemy as sa
+from clitools import cli
+from test_worker import _states, make_session
+
+from mlirtuna import roles
+from mlirtuna.db import Database
+from mlirtuna.tuners.sleep import SleepTuner
+from mlirtuna.worker import Worker, WorkerSettings
+
+
+@pytest.fixture
+def server_db(db):
+    if db.is_sqlite:
+        pytest.skip("SQLite has no users")
+    return db
+
+
+@pytest.fixture
+def prefix(server_db):
+    name = f"t{uuid.uuid4().hex[:10]}"
+    yield name
+    roles.drop_roles(server_db, name)
+
+
+def _as(db: Database, user: str) -> Database:
+    return Database(db.url.set(username=user, password=None))
+
+
+def _refused(db: Database, statement: str) -> bool:
+    try:
+        with db.engine.begin() as conn:
+            conn.exec_driver_sql(statement)
+    except sa.exc.DBAPIError:
+        return True
+    return False
+
+
+def test_roles_prints_the_sql_and_applies_it(server_db, prefix, tmp_path):
+    url = server_db.url.render_as_string(hide_password=False)
+    printed = cli(url, "db", "roles", "--prefix", prefix)
+    assert printed.code == 0 and f"{prefix}_worker" in printed.stdout
+    assert "GRANT INSERT ON" in printed.stdout
+    applied = cli(url, "db", "roles", "--prefix", prefix, "--apply")
+    assert applied.code == 0, applied.stderr
+
+    sid = make_session(server_db, tmp_path, 3, tuner="sleep")
+    worker_db = _as(server_db, f"{prefix}_worker")
+    w = Worker(
+        worker_db,
+        WorkerSettings(session_id=sid, tuner="sleep", until_empty=True),
+        tuner=SleepTuner(0),
+    )
+    assert w.run().completed == 3  # a worker can tune: claim, heartbeat, record
+    assert _states(server_db, sid) == {"completed": 3}
+    for statement in (
+        "DROP TABLE candidate",
+        "DELETE FROM job",
+        "ALTER TABLE job ADD COLUMN x INTEGER",
+        "UPDATE session SET reason = 'x'",
+        "DELETE FROM result",
+        "CREATE TABLE evil (x INTEGER)",
+    ):
+        assert _refused(worker_db, statement), statement
+    worker_db.dispose()
+
+    reader_db = _as(server_db, f"{prefix}_reader")
+    with reader_db.session() as s:
+        assert s.scalar(sa.text("SELECT count(*) FROM result")) == 3
+    for statement in ("UPDATE job SET priority = 1", "INSERT INTO problem_tag VALUES (1, 'x', 0)",
+                      "DELETE FROM attempt", "DROP TABLE result"):  # fmt: skip
+        assert _refused(reader_db, statement), statement
+    reader_db.dispose()
+
+    admin_db = _as(server_db, f"{prefix}_admin")
+    with admin_db.session() as s:
+        s.execute(sa.text("UPDATE job SET priority = 1"))
+    admin_db.dispose()
+
+
+def test_sqlite_has_no_roles(tmp_path):
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    Database(url, create=True).dispose()
+    run = cli(url, "db", "roles")
+    assert run.code == 2 and "SQLite has no users" in run.stderr
