@@ -129,18 +129,22 @@ def test_chaos_sigkill_and_restart_loses_nothing(db, db_url, tmp_path):
     sid = make_session(db, tmp_path, n)
     log = tmp_path / "claims.log"
     args = ("--until-empty", "--lease", "1.5", "--max-retries", "1000", "--retry-backoff", "0")
-    procs = [start_worker(db_url, sid, log, *args, sleep_s=0.03) for _ in range(4)]
+    procs = [start_worker(db_url, sid, log, *args, sleep_s=0.1) for _ in range(4)]
     rng = random.Random(7)
     kills = 0
-    deadline = time.monotonic() + 12
-    while time.monotonic() < deadline and not jobs.is_drained(db, sid):
-        time.sleep(rng.uniform(0.2, 0.6))
-        victim = rng.randrange(len(procs))
-        if procs[victim].poll() is None:
-            procs[victim].send_signal(signal.SIGKILL)
-            procs[victim].wait()
-            kills += 1
-        procs[victim] = start_worker(db_url, sid, log, *args, sleep_s=0.03)
+    # A worker takes seconds to start on a loaded machine: kill only one that holds a job (read
+    # from the attempt log), so every kill tests a lease coming back, however slow the start.
+    deadline = time.monotonic() + 120
+    while kills < 6 and time.monotonic() < deadline and not jobs.is_drained(db, sid):
+        time.sleep(rng.uniform(0.1, 0.4))
+        holders = _holding(db, sid) & {p.pid for p in procs if p.poll() is None}
+        if not holders:
+            continue
+        victim = next(i for i, p in enumerate(procs) if p.pid == rng.choice(sorted(holders)))
+        procs[victim].send_signal(signal.SIGKILL)
+        procs[victim].wait()
+        kills += 1
+        procs[victim] = start_worker(db_url, sid, log, *args, sleep_s=0.1)
     finish(procs)
     assert kills >= 5
     assert_done_exactly_once(db, sid, n)
@@ -148,7 +152,7 @@ def test_chaos_sigkill_and_restart_loses_nothing(db, db_url, tmp_path):
         expired = s.scalar(
             sa.select(sa.func.count()).select_from(Attempt).where(Attempt.outcome == "expired")
         )
-    assert expired >= 1  # some kills hit a held job, which came back through its lease
+    assert expired >= 1  # kills hit held jobs, which came back through their leases
 
 
 def test_paused_worker_records_nothing_after_takeover(db, db_url, tmp_path):
@@ -280,6 +284,18 @@ def _claimants(db: Database, sid: int) -> set[int]:
                 sa.select(Attempt.pid)
                 .join(Job, Job.id == Attempt.job_id)
                 .where(Job.session_id == sid)
+            )
+        )
+
+
+def _holding(db: Database, sid: int) -> set[int]:
+    """Pids of workers holding a running job of the session now (an attempt not yet ended)."""
+    with db.session() as s:
+        return set(
+            s.scalars(
+                sa.select(Attempt.pid)
+                .join(Job, Job.id == Attempt.job_id)
+                .where(Job.session_id == sid, Job.state == "running", Attempt.outcome.is_(None))
             )
         )
 
