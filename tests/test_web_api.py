@@ -9,6 +9,7 @@ import re
 import sqlite3
 import subprocess
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -17,10 +18,10 @@ from clitools import cli, mlirtuna_argv, subprocess_env
 from fastapi.testclient import TestClient
 from webfarm import Farm, make
 
-from mlirtuna import compare, jobs, queue, results
+from mlirtuna import compare, fusion, jobs, queue, results
 from mlirtuna.db import Database
 from mlirtuna.errors import DatabaseError
-from mlirtuna.models import Candidate, Job, Result
+from mlirtuna.models import Candidate, FusionConfig, Job, Result
 from mlirtuna.web.app import create_app, open_read_only
 
 PAGES = ("/", "/sessions/{a}", "/problems/{p}?session={g}", "/jobs/{j}", "/compare?a={a}&b={b}")
@@ -290,3 +291,19 @@ def test_serve_command_binds_localhost_and_prints_its_url(db, db_url, tmp_path):
         proc.terminate()
         proc.wait(timeout=30)
         proc.stderr.close()
+
+
+def test_a_fusion_problem_shows_its_module_and_key(client, db):
+    module = Path(__file__).parent / "data" / "fusion" / "resnet50"
+    path = sorted(module.glob("*.mlir"))[0]
+    fusion.import_modules(db, [str(path)])
+    with db.session() as s:
+        pid, key, text = s.execute(
+            sa.select(FusionConfig.id, FusionConfig.tuning_key, FusionConfig.module_text)
+        ).one()
+    info = get(client, f"/api/problems/{pid}")
+    assert info["op"] == "fusion"
+    assert (info["tuning_key"], info["module"]) == (key, text)
+    page = get(client, f"/problems/{pid}")
+    assert f"<code>{key}</code>" in page and 'id="module"' in page
+    assert "func.func" in page  # the module's text itself, escaped into the page
