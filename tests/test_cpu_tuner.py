@@ -12,7 +12,7 @@ import pytest
 from mlirtuna.errors import TunerError, TunerTimeout
 from mlirtuna.problems import parse
 from mlirtuna.tuners.base import TuneContext
-from mlirtuna.tuners.cpu import CpuTuner, space
+from mlirtuna.tuners.cpu import CpuTuner, harness_bytes, space
 from mlirtuna.tuners.cpu_kernels import ConvOp, CpuOp, GemmOp, make_op
 
 
@@ -218,10 +218,11 @@ def test_memory_guard_refuses_before_allocating() -> None:
 @pytest.mark.parametrize("name", [*[n for n in PROBLEMS if "i8" not in n][::3], "gemm-i8"])
 def test_memory_estimate_covers_what_numpy_allocates(name: str) -> None:
     problem = PROBLEMS[name]
-    need = make_op(problem).mem_bytes()
+    context = ctx("full")
+    need = make_op(problem).mem_bytes() + harness_bytes(context.topk)
     tracemalloc.start()  # NumPy reports its buffers to tracemalloc
     try:
-        CpuTuner(repeats=1).tune(problem, ctx("full"))
+        CpuTuner(repeats=1).tune(problem, context)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

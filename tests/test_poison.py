@@ -79,28 +79,30 @@ def test_long_non_utf8_stderr_becomes_a_bounded_valid_tail(build, monkeypatch): 
 
 @pytest.mark.slow
 def test_a_gigabyte_of_stderr_keeps_worker_memory_bounded(build, tmp_path, monkeypatch):  # noqa: F811
-    """1 GB of stderr through the real tuner, in a process of its own: its peak RSS stays under
-    200 MB (it was 3.7 GB when the output was read whole)."""
+    """1 GB of stderr through the real tuner, in a process of its own: its peak RSS grows by less
+    than 200 MB while the tool runs (it grew by 3.7 GB when the output was read whole). The
+    growth, not the absolute peak, is asserted: what the process holds before the tool starts
+    depends on what the interpreter loaded, not on the tool's output."""
     monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E3")
     monkeypatch.setenv("FAKE_TUNINGRUNNER_STDERR_BYTES", str(1 << 30))
     script = textwrap.dedent(f"""
         import resource, sys
-        sys.path.insert(0, {str(tmp_path.parent)!r})
         from mlirtuna.dbtext import cut_text
         from mlirtuna.problems import parse
         from mlirtuna.tuners.base import TuneContext
         from mlirtuna.tuners.rocmlir import RocmlirTuner
         ctx = TuneContext(arch="gfx942", arch_full="gfx942:sramecc+:xnack-", num_cu=304,
                           num_chiplets=8, tuning_space="quick", gpu_id=0, timeout_s=600)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         out = RocmlirTuner({str(build)!r}).tune(parse("gemm", {GEMM!r}), ctx)
         assert "a cut character" in cut_text(out.output)
-        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # KiB, this process only
+        print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # KiB, this process
     """)
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=600, check=False)  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
-    peak_mb = int(run.stdout.split()[-1]) / 1024
-    assert peak_mb < 200, f"peak RSS {peak_mb:.0f} MB"
+    before_mb, peak_mb = (int(kib) / 1024 for kib in run.stdout.split()[-2:])
+    assert peak_mb - before_mb < 200, f"peak RSS {peak_mb:.0f} MB, {before_mb:.0f} MB before"
 
 
 def test_a_tuner_that_ignores_the_timeout_is_stopped_by_the_worker(db, db_url, tmp_path):

@@ -135,17 +135,24 @@ def test_chaos_sigkill_and_restart_loses_nothing(db, db_url, tmp_path):
     # A worker takes seconds to start on a loaded machine: kill only one that holds a job (read
     # from the attempt log), so every kill tests a lease coming back, however slow the start.
     deadline = time.monotonic() + 120
-    while kills < 6 and time.monotonic() < deadline and not jobs.is_drained(db, sid):
-        time.sleep(rng.uniform(0.1, 0.4))
-        holders = _holding(db, sid) & {p.pid for p in procs if p.poll() is None}
-        if not holders:
-            continue
-        victim = next(i for i, p in enumerate(procs) if p.pid == rng.choice(sorted(holders)))
-        procs[victim].send_signal(signal.SIGKILL)
-        procs[victim].wait()
-        kills += 1
-        procs[victim] = start_worker(db_url, sid, log, *args, sleep_s=0.1)
-    finish(procs)
+    try:
+        while kills < 6 and time.monotonic() < deadline and not jobs.is_drained(db, sid):
+            time.sleep(rng.uniform(0.1, 0.4))
+            holders = _holding(db, sid) & {p.pid for p in procs if p.poll() is None}
+            if not holders:
+                continue
+            pid = rng.choice(sorted(holders))
+            victim = next(i for i, p in enumerate(procs) if p.pid == pid)
+            procs[victim].send_signal(signal.SIGKILL)
+            procs[victim].wait()
+            kills += 1
+            procs[victim] = start_worker(db_url, sid, log, *args, sleep_s=0.1)
+        finish(procs)
+    finally:
+        for p in procs:  # a failure above must not leave workers running into the next test
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     assert kills >= 5
     assert_done_exactly_once(db, sid, n)
     with db.session() as s:

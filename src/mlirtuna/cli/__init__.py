@@ -31,9 +31,10 @@ class _Group(TyperGroup):
             common.err("interrupted")
             sys.exit(130)
         except Exception as exc:
-            from sqlalchemy.exc import DBAPIError
-
-            if not isinstance(exc, DBAPIError):
+            # Only a command that loaded SQLAlchemy can raise its errors: `--help` (Click's Exit
+            # passes through here too) must not pay for importing it (start-up, issue 10).
+            sa_exc = sys.modules.get("sqlalchemy.exc")
+            if sa_exc is None or not isinstance(exc, sa_exc.DBAPIError):
                 raise
             # A database error no command expects (a missing table, a read-only or full disk,
             # a file that is not a database): one line naming the database, exit 2.

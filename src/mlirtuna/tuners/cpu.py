@@ -153,11 +153,17 @@ def _op(problem: Problem, ctx: TuneContext) -> CpuOp:
         raise Unsupported(str(exc), exc.detail) from None
     if ctx.tuning_space not in SPACES and not ctx.tuning_space.startswith("list:"):
         raise Unsupported(f"unknown tuning space {ctx.tuning_space!r} (one of {', '.join(SPACES)})")
-    need = op.mem_bytes()
+    need = op.mem_bytes() + harness_bytes(ctx.topk)
     if need > ctx.cpu_mem_limit:
         limit = _gib(ctx.cpu_mem_limit)
         raise Unsupported(f"problem needs ~{_gib(need)} GiB, over --cpu-mem-limit {limit} GiB")
     return op
+
+
+def harness_bytes(topk: int) -> int:
+    """What timing itself may hold beside the op's buffers: the samples of the top-k
+    re-measurement (at most max_samples Python ints, ~40 bytes each, per candidate)."""
+    return max(topk, 1) * TOPK_BUDGET.max_samples * 40
 
 
 def unsupported(problem: Problem, ctx: TuneContext) -> str | None:
