@@ -140,27 +140,11 @@ class ConvProblem(Columns):
             raise InputError(f"only 2-D convolutions are supported, got {self.spatial_dim}-D")
         SIZE_FLAGS.check(self)
         check_minimum("kernel_repeats", self.kernel_repeats, 1)
-        self._check_shape()
-
-    def _check_shape(self) -> None:
-        g = self.group_size
-        if self.in_channels % g or self.out_channels % g:
-            raise InputError(
-                f"-g: -c {self.in_channels} and -k {self.out_channels} must both "
-                f"be divisible by the group count {g}"
-            )
-        out_h, out_w = self.out_size()
-        if out_h < 1 or out_w < 1:
-            raise InputError(
-                f"output size {out_h}x{out_w} is empty: the filter does not fit the padded input"
-            )
+        check_shape(self)
 
     def out_size(self) -> tuple[int, int]:
         """Output height and width, as perfRunner computes them."""
-        return (
-            _out_len(self.in_h, self.fil_h, self.pad_h, self.conv_stride_h, self.dilation_h),
-            _out_len(self.in_w, self.fil_w, self.pad_w, self.conv_stride_w, self.dilation_w),
-        )
+        return out_size(self)
 
     def canonical(self) -> str:
         """The test vector exactly as perfRunner's ConvConfiguration.to_command_line prints it."""
@@ -187,6 +171,30 @@ class ConvProblem(Columns):
             * self.fil_h
             * self.fil_w
         )
+
+
+def check_shape(p) -> None:
+    """Groups divide both channel counts and the output is not empty: one rule for conv and for
+    conv_gemm's first convolution (any object with the conv size fields)."""
+    g = p.group_size
+    if p.in_channels % g or p.out_channels % g:
+        raise InputError(
+            f"-g: -c {p.in_channels} and -k {p.out_channels} must both "
+            f"be divisible by the group count {g}"
+        )
+    out_h, out_w = out_size(p)
+    if out_h < 1 or out_w < 1:
+        raise InputError(
+            f"output size {out_h}x{out_w} is empty: the filter does not fit the padded input"
+        )
+
+
+def out_size(p) -> tuple[int, int]:
+    """Output height and width of a 2-D convolution, as perfRunner computes them."""
+    return (
+        _out_len(p.in_h, p.fil_h, p.pad_h, p.conv_stride_h, p.dilation_h),
+        _out_len(p.in_w, p.fil_w, p.pad_w, p.conv_stride_w, p.dilation_w),
+    )
 
 
 def _out_len(size: int, fil: int, pad: int, stride: int, dilation: int) -> int:

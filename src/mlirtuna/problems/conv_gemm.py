@@ -24,7 +24,7 @@ from itertools import product
 from typing import ClassVar
 
 from mlirtuna.errors import InputError, UserError
-from mlirtuna.problems.conv import _layout_error, _out_len
+from mlirtuna.problems.conv import _layout_error, check_shape, out_size
 from mlirtuna.problems.flags import (
     Columns,
     ExpandOptions,
@@ -100,23 +100,10 @@ class ConvGemmProblem(Columns):
             if error:
                 raise InputError(f"{flag}: bad layout {getattr(self, name)!r}: {error}")
         SIZE_FLAGS.check(self)
-        g = self.group_size
-        if self.in_channels % g or self.out_channels % g:
-            raise InputError(
-                f"-g: -c {self.in_channels} and -k {self.out_channels} must both "
-                f"be divisible by the group count {g}"
-            )
-        out_h, out_w = self.out_size()
-        if out_h < 1 or out_w < 1:
-            raise InputError(
-                f"output size {out_h}x{out_w} is empty: the filter does not fit the padded input"
-            )
+        check_shape(self)
 
     def out_size(self) -> tuple[int, int]:
-        return (
-            _out_len(self.in_h, self.fil_h, self.pad_h, self.conv_stride_h, self.dilation_h),
-            _out_len(self.in_w, self.fil_w, self.pad_w, self.conv_stride_w, self.dilation_w),
-        )
+        return out_size(self)
 
     def canonical(self) -> str:
         """The test vector as perfRunner's ConvGemmConfiguration.to_command_line prints it."""
