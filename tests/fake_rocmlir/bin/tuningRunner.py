@@ -29,6 +29,8 @@ Environment:
   FAKE_TUNINGRUNNER_TWO_STAGE=1: E3 also takes E4's --two-stage-topk K (the K fastest of the
     first pass measured again, "precisely"; the others' .debug TFlops empty, as Discarded).
   FAKE_E25_NUM_CHIPLETS=0: an earlier E2.5 build, without the numChiplets column.
+  FAKE_TUNINGRUNNER_STARTUP_S, _COMPILE_MS, _BENCH_MS, _GPU_LOG: realistic time costs for
+    benchmarks (fake_costs.py; default none),
   FAKE_TUNINGRUNNER_STDERR_BYTES=N: first print N bytes of noisy stderr (invalid UTF-8, NUL),
   as a runaway compiler log does; the env logged also names which database secrets it got.
 
@@ -52,6 +54,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fake_costs
 import fake_fusion
 
 ERA = os.environ.get("FAKE_TUNINGRUNNER_ERA", "E3").upper()
@@ -774,6 +777,7 @@ def e3_tune_one(args, gpu: Gpu, gpu_id: int, config: str, log: Log, out):
             f"ROCR_VISIBLE_DEVICES={gpu_id} {pipeline}\nSTDERR:\nCompilation failed"
         )
         return "failed"
+    fake_costs.one_stage(len(perf_configs(args.op, args.tuning_space, "E3")), gpu_id)
     result = tune(args.op, config, args.tuning_space, gpu, "E3", args.debug, lambda i, r: None)
     if getattr(args, "two_stage_topk", None):
         two_stage(result, config, args.two_stage_topk)
@@ -1055,6 +1059,7 @@ def e4_main(argv: list[str]) -> int:
                 )
                 failed[key] = state
                 continue
+            fake_costs.one_stage(len(perf_configs(args.op, args.tuning_space, "E4")), gpu_id)
             result = tune(args.op, config, args.tuning_space, gpu, "E4", args.debug, noop)
             if args.two_stage_topk:
                 two_stage(result, config, args.two_stage_topk)
@@ -1114,6 +1119,7 @@ def main(argv: list[str] | None = None) -> int:
     log_invocation(argv)
     if "--help" not in argv:
         spew_stderr(int(os.environ.get("FAKE_TUNINGRUNNER_STDERR_BYTES", "0") or 0))
+        fake_costs.startup()
     if ERA == "E2":
         return e2_main(argv)
     if ERA == "E3":
