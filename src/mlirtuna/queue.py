@@ -17,6 +17,7 @@ import datetime as dt
 import logging
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -27,10 +28,14 @@ from mlirtuna.db import Database, db_now
 from mlirtuna.dbtext import MAX_CANDIDATE_ERROR_BYTES
 from mlirtuna.dbtext import cut_text as _cut
 from mlirtuna.models import (
+    BENCHMARK,
+    COMPILE,
     COMPLETED,
     ERROR,
     NEW,
     RUNNING,
+    TUNE,
+    WAITING,
     Attempt,
     Candidate,
     Job,
@@ -43,6 +48,10 @@ from mlirtuna.tuners.base import TuneOutcome
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 600.0
+# What each worker role claims: a GPU worker tunes one-stage jobs and benchmarks bundles; a
+# compile worker (no GPU) only compiles (two-stage sessions, docs/architecture.md).
+GPU_STAGES = (TUNE, BENCHMARK)
+COMPILE_STAGES = (COMPILE,)
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,7 @@ class Lease:
     problem_id: int
     retries: int
     problem: Problem | None = None  # read with the claim
+    stage: str = TUNE  # models.STAGES
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,7 @@ _NOW = db_now()
 _CLAIMABLE = sa.and_(
     _J.c.session_id == sa.bindparam("p_session"),
     _J.c.state == NEW,
+    _J.c.stage.in_(sa.bindparam("p_stages", expanding=True)),
     sa.or_(_J.c.not_before.is_(None), _J.c.not_before <= _NOW),
 )
 _TAKE = {
@@ -87,14 +98,14 @@ _TAKE = {
     "machine_name": sa.bindparam("p_machine"),
     "gpu_id": sa.bindparam("p_gpu"),
 }
-_NEXT = sa.select(_J.c.id, _J.c.problem_id, _J.c.retries).where(_CLAIMABLE)
+_NEXT = sa.select(_J.c.id, _J.c.problem_id, _J.c.retries, _J.c.stage).where(_CLAIMABLE)
 _NEXT = _NEXT.order_by(_J.c.priority, _J.c.id).limit(1)
 # SQLite: BEGIN IMMEDIATE holds the write lock; one UPDATE … RETURNING picks and takes the row.
 _CLAIM_SQLITE = (
     sa.update(_J)
     .where(_J.c.id == _NEXT.with_only_columns(_J.c.id).scalar_subquery())
     .values(_TAKE)
-    .returning(_J.c.id, _J.c.problem_id, _J.c.retries)
+    .returning(_J.c.id, _J.c.problem_id, _J.c.retries, _J.c.stage)
 )
 # PostgreSQL, MariaDB/MySQL: lock the next free row, skipping rows other workers hold; take it.
 _PICK_SKIP_LOCKED = _NEXT.with_for_update(skip_locked=True)
@@ -114,15 +125,22 @@ def new_token() -> str:
 
 
 def claim(
-    db: Database, session_id: int, who: Claimant, lease_s: float, token: str | None = None
+    db: Database,
+    session_id: int,
+    who: Claimant,
+    lease_s: float,
+    token: str | None = None,
+    stages: tuple[str, ...] = GPU_STAGES,
 ) -> Lease | None:
-    """Take the next job of the session, or None when there is nothing to take now.
+    """Take the next job of the session in one of `stages`, or None when there is nothing to
+    take now.
 
     The problem is read in the same transaction, so a claimed job is ready to tune. A caller
     that retries a claim passes the same `token` and asks `claimed_with` first.
     """
     params = {
         "p_session": session_id,
+        "p_stages": list(stages),
         "p_token": token or new_token(),
         "p_lease_s": float(lease_s),
         "p_machine": who.machine_name,
@@ -141,7 +159,9 @@ def claim(
             return None
         conn.execute(_ADD_ATTEMPT, {**params, "p_job": row.id})
         problem = load_problem(s, row.problem_id)
-        return Lease(row.id, params["p_token"], session_id, row.problem_id, row.retries, problem)
+        return Lease(
+            row.id, params["p_token"], session_id, row.problem_id, row.retries, problem, row.stage
+        )
 
 
 def claimed_with(db: Database, token: str) -> Lease | None:
@@ -149,14 +169,14 @@ def claimed_with(db: Database, token: str) -> Lease | None:
     reached us: a server restart between the commit and the answer)."""
     with db.session() as s:
         row = s.execute(
-            sa.select(_J.c.id, _J.c.session_id, _J.c.problem_id, _J.c.retries).where(
+            sa.select(_J.c.id, _J.c.session_id, _J.c.problem_id, _J.c.retries, _J.c.stage).where(
                 _J.c.lease_token == token, _J.c.state == RUNNING
             )
         ).first()
         if row is None:
             return None
         problem = load_problem(s, row.problem_id)
-        return Lease(row.id, token, row.session_id, row.problem_id, row.retries, problem)
+        return Lease(row.id, token, row.session_id, row.problem_id, row.retries, problem, row.stage)
 
 
 def _attempt_outcome(s: Session, token: str) -> str | None:
@@ -206,8 +226,16 @@ _ADD_RESULT = sa.insert(Result.__table__)
 _ADD_CANDIDATES = sa.insert(Candidate.__table__)
 
 
-def record(db: Database, lease: Lease, outcome: TuneOutcome) -> bool:
-    """Winner, every candidate and `completed` in one transaction, only while the lease holds."""
+# Called inside a fenced transaction once the fence held, with its connection: what else must
+# commit or roll back with it (a two-stage job's bundle, its benchmark job; bundles.py).
+AlsoInTransaction = Callable[[sa.Connection], None]
+
+
+def record(
+    db: Database, lease: Lease, outcome: TuneOutcome, also: AlsoInTransaction | None = None
+) -> bool:
+    """Winner, every candidate and `completed` in one transaction, only while the lease holds;
+    `also` adds its writes to that transaction."""
     ids = {"session_id": lease.session_id, "problem_id": lease.problem_id, "job_id": lease.job_id}
     with db.session(immediate=True) as s:
         conn = s.connection()
@@ -242,6 +270,23 @@ def record(db: Database, lease: Lease, outcome: TuneOutcome) -> bool:
                   **_spread_columns(c)}
                  for c in outcome.candidates],
             )  # fmt: skip
+        if also is not None:
+            also(conn)
+        _end_attempt(s, lease.token, "completed", None)
+        return True
+
+
+def complete(db: Database, lease: Lease, output: str, also: AlsoInTransaction) -> bool:
+    """`completed` without a winner, for a stage that produces something else (a compile job's
+    bundle, which `also` makes visible in the same fenced transaction). False when the lease
+    was lost: then nothing was written and `also` never ran."""
+    with db.session(immediate=True) as s:
+        conn = s.connection()
+        params = {"p_job": lease.job_id, "p_token": lease.token, "p_output": _cut(output),
+                  "p_compile_start": None, "p_compile_end": None}  # fmt: skip
+        if conn.execute(_COMPLETE, params).rowcount != 1:
+            return _attempt_outcome(s, lease.token) == "completed"  # an earlier try committed
+        also(conn)
         _end_attempt(s, lease.token, "completed", None)
         return True
 
@@ -296,6 +341,8 @@ def fail(
                 return s.scalar(sa.select(Job.state).where(Job.id == lease.job_id))
             return None
         _end_attempt(s, lease.token, "failed", _cut(message))
+        if state == ERROR and lease.stage == COMPILE:
+            _fail_benchmark(s, lease.session_id, lease.problem_id, lease.job_id, message)
         return state
 
 
@@ -319,9 +366,10 @@ def reclaim_expired(db: Database, *, max_retries: int, session_id: int | None = 
     if session_id is not None:
         expired = sa.and_(expired, Job.session_id == session_id)
     with db.session(immediate=True) as s:
-        pick = sa.select(Job.id, Job.lease_token, Job.machine_name, Job.gpu_id, Job.retries).where(
-            expired
-        )
+        pick = sa.select(
+            Job.id, Job.lease_token, Job.machine_name, Job.gpu_id, Job.retries, Job.stage,
+            Job.session_id, Job.problem_id,
+        ).where(expired)  # fmt: skip
         if not db.is_sqlite:
             pick = pick.with_for_update(skip_locked=True)
         rows = s.execute(pick).all()
@@ -351,6 +399,29 @@ def _expire(s: Session, row, expired, max_retries: int) -> None:
     )
     if row.lease_token:
         _end_attempt(s, row.lease_token, "expired", why)
+    if state == ERROR and row.stage == COMPILE:
+        _fail_benchmark(s, row.session_id, row.problem_id, row.id, why)
+
+
+def _fail_benchmark(
+    s: Session, session_id: int, problem_id: int, compile_job: int, why: str
+) -> None:
+    """A compile job that ended in error takes its waiting benchmark job with it: there will
+    be no bundle to benchmark (`jobs requeue` brings both back)."""
+    s.execute(
+        sa.update(Job)
+        .where(
+            Job.session_id == session_id,
+            Job.problem_id == problem_id,
+            Job.stage == BENCHMARK,
+            Job.state == WAITING,
+        )
+        .values(
+            state=ERROR,
+            finished_at=db_now(),
+            result=_cut(f"compile job {compile_job} failed: {why}"),
+        )
+    )
 
 
 def _end_attempt(s: Session, token: str, outcome: str, message: str | None) -> None:

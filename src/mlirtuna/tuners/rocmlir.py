@@ -104,6 +104,11 @@ E4_SETTINGS = (
 )
 # Eras driven like E2 (device through the environment, --tflops) and like E3 (--gpus).
 E2_LIKE = ("E2", "E2.5")
+# What a build needs for two-stage jobs (E4, rocmlir-newest.md §2).
+SPLIT_FLAGS = ("--compile-only", "--benchmark-artifacts", "--target-arch")
+INDEX = "index.json"  # a --compile-only directory's table of contents
+# What the tool says when it refuses a bundle of another commit (no retry can help).
+_COMMIT_MISMATCH_RE = re.compile(r"commit.*mismatch|mismatch.*commit", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -163,6 +168,38 @@ def setting_flags(ctx: TuneContext, era: Era) -> list[str]:
             raise TunerError(f"this tuningRunner.py ({era.name}) has no {flag} (session setting)")
         argv.append(f"{flag}={value}")
     return argv
+
+
+def can_split(era: Era) -> bool:
+    """Whether this tuningRunner can compile on one host and benchmark on another."""
+    return all(flag in era.flags for flag in SPLIT_FLAGS)
+
+
+def read_index(directory: Path) -> dict:
+    """A --compile-only directory's index.json; TunerError when it is missing or unreadable."""
+    path = directory / INDEX
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+        problems = index["problems"]
+        if not isinstance(problems, dict):
+            raise TypeError("problems is not an object")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise TunerError(f"{path}: not a tuningRunner --compile-only index: {e}") from None
+    return index
+
+
+def index_commits(directory: Path) -> set[str]:
+    """The rocMLIR commits that compiled the problems of a --compile-only directory."""
+    return {str(p.get("commitId", "")) for p in read_index(directory)["problems"].values()}
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """What one --compile-only run left: its directory and the commit that compiled it."""
+
+    directory: Path
+    commit_id: str
+    output: str  # the tool's stderr tail, kept as the compile job's text
 
 
 def tool_space(ctx: TuneContext) -> str:
@@ -238,19 +275,8 @@ class RocmlirTuner:
         """The argument list for one config. Values are joined with `=` so that a config that
         starts with `-` (every gemm one) and `--device=0` are never taken for flags."""
         era = self.era
-        if problem.op != "fusion":
-            config = f"--config={problem.canonical()}"
-        elif era.name == "E2":  # E2 reads fusion modules from a directory only
-            config = f"--test_dir={_module_path(out, problem).parent}"
-        else:
-            config = f"--config={_module_path(out, problem)}"
         argv = [
-            self.python,
-            str(self.script),
-            f"--op={problem.op}",
-            config,
-            f"--tuning-space={tool_space(ctx)}",
-            f"--mlir-build-dir={self.build_dir}",
+            *self._base_argv(problem, ctx, out),
             f"--output={out}",
             "--debug",
         ]
@@ -269,6 +295,77 @@ class RocmlirTuner:
             argv.append(f"--two-stage-topk={ctx.topk}")
         return argv
 
+    def _base_argv(self, problem: Problem, ctx: TuneContext, out: Path) -> list[str]:
+        """The tool, the op, the config and the space: what every mode's command starts with."""
+        if problem.op != "fusion":
+            config = f"--config={problem.canonical()}"
+        elif self.era.name == "E2":  # E2 reads fusion modules from a directory only
+            config = f"--test_dir={_module_path(out, problem).parent}"
+        else:
+            config = f"--config={_module_path(out, problem)}"
+        return [
+            self.python,
+            str(self.script),
+            f"--op={problem.op}",
+            config,
+            f"--tuning-space={tool_space(ctx)}",
+            f"--mlir-build-dir={self.build_dir}",
+        ]
+
+    # -- two-stage jobs (E4): compile here, benchmark on a GPU host -----------------------
+
+    def check_split(self) -> None:
+        """Unsupported unless this build's tuningRunner can split compiling and benchmarking."""
+        if not can_split(self.era):
+            raise Unsupported(
+                f"{self.script} ({self.era.name}) has no --compile-only/--benchmark-artifacts: "
+                "two-stage jobs need an E4 tuningRunner"
+            )
+
+    def compile(self, problem: Problem, ctx: TuneContext, dest: Path) -> Compiled:
+        """`--compile-only DEST` for the session's target (no GPU here): the bundle directory
+        and the commit that built it. The target comes from the context, i.e. the session."""
+        self.check_split()
+        self._check_space(ctx, self.era)
+        if problem.op == "fusion":
+            module = _module_path(dest.parent / "tuning.tsv", problem)
+            module.parent.mkdir(exist_ok=True)
+            module.write_text(problem.module_text, encoding="utf-8")
+        argv = [
+            *self._base_argv(problem, ctx, dest.parent / "tuning.tsv"),
+            f"--compile-only={dest}",
+            f"--target-arch={ctx.arch}",
+            f"--target-num-cu={ctx.num_cu}",
+            f"--target-num-chiplets={ctx.num_chiplets}",
+        ]
+        run = self._run(argv, scrubbed_env(), ctx.timeout_s)
+        if run.returncode != 0:
+            raise _failure(run)
+        commits = index_commits(dest)
+        if len(commits) != 1:
+            raise TunerError(f"{dest / INDEX}: expected one commitId, found {sorted(commits)}")
+        return Compiled(dest, commits.pop(), _stderr_block(run.stderr))
+
+    def benchmark(self, problem: Problem, ctx: TuneContext, artifacts: Path) -> TuneOutcome:
+        """`--benchmark-artifacts ARTIFACTS` on this worker's GPU, with the same flags (session
+        settings, top-k, timeouts) and the same reading of the output as a one-stage run."""
+        era = self.era
+        self.check_split()
+        self._check_context(ctx, era)
+        with tempfile.TemporaryDirectory(prefix="mlirtuna-rocmlir-") as tmp:
+            out = Path(tmp) / "tuning.tsv"
+            if problem.op == "fusion":
+                module = _module_path(out, problem)
+                module.parent.mkdir()
+                module.write_text(problem.module_text, encoding="utf-8")
+            argv = [*self.command(problem, ctx, out), f"--benchmark-artifacts={artifacts}"]
+            run = self._run(argv, self._env(ctx, era), ctx.timeout_s)
+            if run.returncode != 0 and _commit_refused(run.stderr):
+                raise Unsupported(
+                    f"tuningRunner refused the bundle: {_last_error_line(run.stderr)}"
+                )
+            return self._outcome(problem, ctx, out, run, self.two_stage(ctx))
+
     def two_stage(self, ctx: TuneContext) -> bool:
         """Whether the tool re-measures the top k itself (E4's --two-stage-topk)."""
         return ctx.topk > 1 and "--two-stage-topk" in self.era.flags
@@ -276,6 +373,9 @@ class RocmlirTuner:
     def _check_context(self, ctx: TuneContext, era: Era) -> None:
         if ctx.gpu_id < 0:
             raise TunerError("the rocmlir tuner needs a GPU; this worker has none (gpu_id -1)")
+        self._check_space(ctx, era)
+
+    def _check_space(self, ctx: TuneContext, era: Era) -> None:
         if era.tuning_spaces and tool_space(ctx) not in era.tuning_spaces:
             raise Unsupported(  # the same for every job of the session: no retry
                 f"this tuningRunner.py ({era.name}) has no tuning space {tool_space(ctx)!r} "
@@ -419,6 +519,12 @@ def _failure(run: _Run, out: Path | None = None) -> TunerError:
     if _TIMED_OUT_RE.search(run.stderr):  # E3's own --timeout fired
         return TunerTimeout(message, detail=_tail(run.stderr))
     return TunerError(message, detail=_tail(run.stderr))
+
+
+def _commit_refused(stderr: str) -> bool:
+    """Whether the tool's error is a bundle of another commit (E4 without
+    --allow-commit-mismatch)."""
+    return bool(_COMMIT_MISMATCH_RE.search(_last_error_line(stderr)))
 
 
 def _last_error_line(stderr: str) -> str:
