@@ -23,6 +23,7 @@ from mlirtuna.models import (
     JOB_STATES,
     NEW,
     RUNNING,
+    WAITING,
     Attempt,
     Job,
     Problem,
@@ -51,7 +52,7 @@ class SessionProgress:
 
     @property
     def active(self) -> bool:
-        return self.counts[NEW] + self.counts[RUNNING] > 0
+        return _open(self.counts)
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -136,7 +137,7 @@ def session_progress(db: Database, session_id: int) -> SessionProgress:
 
 
 def _open(counts: dict[str, int]) -> bool:
-    return counts[NEW] + counts[RUNNING] > 0
+    return counts[NEW] + counts[WAITING] + counts[RUNNING] > 0
 
 
 def _counts(s: OrmSession, ids: list[int]) -> dict[int, dict[str, int]]:

@@ -70,6 +70,7 @@ const SESSION_COLUMNS = [
   { label: "context", html: (p) => context(p.session) },
   { label: "reason", html: (p) => `${esc(p.session.reason)}${p.session.ticket ? ` <span class="muted">${esc(p.session.ticket)}</span>` : ""}` },
   { label: "new", html: (p) => p.counts.new, cls: "n" },
+  { label: "waiting", html: (p) => p.counts.waiting, cls: "n" },
   { label: "running", html: (p) => p.counts.running, cls: "n" },
   { label: "completed", html: (p) => p.counts.completed, cls: "n" },
   { label: "error", html: (p) => p.counts.error, cls: "n" },
