@@ -279,7 +279,7 @@ def delete_with(bundle_ids: list[int], removed: list[str | None]):
     their files' paths are appended to `removed`, for the caller to remove after the commit."""
 
     def also(conn: sa.Connection) -> None:
-        removed.extend(_delete(conn, _B.c.id.in_(bundle_ids)))
+        removed[:] = _delete(conn, _B.c.id.in_(bundle_ids))  # a retried transaction: its own
 
     return also
 

@@ -177,15 +177,13 @@ def stage_counts(db: Database, session_id: int) -> dict[str, dict[str, int]]:
 OPEN_STATES = (NEW, WAITING, RUNNING)
 
 
-def is_drained(db: Database, session_id: int) -> bool:
-    """True once the session has no job that is new, waiting or running."""
+def is_drained(db: Database, session_id: int, stages: Collection[str] | None = None) -> bool:
+    """True once the session has no job (of these stages) that is new, waiting or running."""
+    where = [Job.session_id == session_id, Job.state.in_(OPEN_STATES)]
+    if stages is not None:
+        where.append(Job.stage.in_(list(stages)))
     with db.session() as s:
-        left = s.scalar(
-            sa.select(sa.func.count()).where(
-                Job.session_id == session_id, Job.state.in_(OPEN_STATES)
-            )
-        )
-        return left == 0
+        return s.scalar(sa.select(sa.func.count()).where(*where)) == 0
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,8 @@ def worker_argv(settings: WorkerSettings, slot: Slot) -> list[str]:
         argv += ["--max-jobs", str(settings.max_jobs)]
     if settings.mlir_build_dir:
         argv += ["--mlir-build-dir", settings.mlir_build_dir]
+    if settings.role != "gpu":
+        argv += ["--role", settings.role]
     return argv
 
 

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import exc as sa_exc
 
-from mlirtuna import configs, jobs, machine, queue, sessions, tuners
+from mlirtuna import configs, jobs, machine, queue, sessions, stages, tuners
 from mlirtuna.db import ROLLED_BACK, Database, fault_of
 from mlirtuna.defaults import DEFAULT_BACKOFF_S, DEFAULT_LEASE_S, DEFAULT_MAX_RETRIES
 from mlirtuna.errors import DatabaseError, TunerError, Unsupported, UserError
+from mlirtuna.models import TUNE
 from mlirtuna.queue import Claimant, Lease
 from mlirtuna.tuners.base import TuneContext, TuneOutcome, Tuner
 
@@ -53,6 +54,8 @@ class WorkerSettings:
     mlir_build_dir: str | None = None
     cpu_mem_limit: int = 4 << 30
     machine_name: str = field(default_factory=machine.machine_name)
+    # gpu: one-stage and benchmark jobs; compile: a split session's compile jobs, no GPU.
+    role: str = "gpu"
 
     @property
     def heartbeat_s(self) -> float:
@@ -141,6 +144,7 @@ class Worker:
         settings.tuner = session_tuner(self.session, settings.tuner)
         self.tuner = tuner or tuners.make(settings.tuner, mlir_build_dir=settings.mlir_build_dir)
         self.quick_lists = _quick_lists(db, self.session)
+        self.claim_stages = role_stages(self.session, settings.role)
         self.claimant = Claimant(settings.machine_name, settings.gpu_id, os.getpid())
         self.stats = WorkerStats()
         self._next_sweep = 0.0
@@ -168,7 +172,7 @@ class Worker:
             lease = self._claim()
             if lease is None:
                 if self.settings.until_empty and self._retrying(
-                    lambda: jobs.is_drained(self.db, self.settings.session_id)
+                    lambda: jobs.is_drained(self.db, self.settings.session_id, self.claim_stages)
                 ):
                     break
                 if not said_idle:
@@ -224,7 +228,12 @@ class Worker:
             if tries > 1 and (held := queue.claimed_with(self.db, token)) is not None:
                 return held
             return queue.claim(
-                self.db, self.settings.session_id, self.claimant, self.settings.lease_s, token
+                self.db,
+                self.settings.session_id,
+                self.claimant,
+                self.settings.lease_s,
+                token,
+                self.claim_stages,
             )
 
         return self._retrying(attempt)
@@ -233,11 +242,15 @@ class Worker:
         self.current = lease
         try:
             with self.heartbeat.hold(lease) as lost:
-                outcome, error, final = self._tune(lease)
+                if lease.stage == TUNE:
+                    outcome, error, final = self._tune(lease)
+                    finish = lambda: self._finish(lease, outcome, error, final)  # noqa: E731
+                else:
+                    finish = stages.run(self, lease)  # a split session's compile or benchmark
                 if lost.is_set():
                     self.stats.lost += 1
                     return
-            self._finish(lease, outcome, error, final)
+            finish()
         except GiveBack:
             self.stop_requested.set()
             # One try: a database that is away (restart, full disk) must not hold a worker told
@@ -267,11 +280,16 @@ class Worker:
         """(outcome, None, False) or (None, error text, final); a tuner failure never escapes
         as an exception. `final`: the tuner cannot run this problem at all, so no retry."""
         problem = lease.problem or self._retrying(lambda: self._problem(lease.problem_id))
+        log.info("job %s: tuning %s", lease.job_id, problem.canonical())
+        return self._guarded(lease, lambda: self.tuner.tune(problem, self._context(problem)))
+
+    def _guarded(self, lease: Lease, work):
+        """(work(), None, False) or (None, error text, final): `work` runs the tool under the
+        job timeout, and none of its failures escapes as an exception."""
         timeout = self.job_timeout_s
         try:
-            log.info("job %s: tuning %s", lease.job_id, problem.canonical())
             with _alarm(timeout + _grace_s(timeout)):
-                return self.tuner.tune(problem, self._context(problem)), None, False
+                return work(), None, False
         except JobTimedOut:
             return None, f"timed out after {timeout:g} s (the worker stopped the tuner)", False
         except Unsupported as exc:
@@ -295,13 +313,20 @@ class Worker:
         with self.db.session() as s:
             return configs.load_problem(s, problem_id)
 
-    def _finish(self, lease: Lease, outcome, error: str | None, final: bool = False) -> None:
+    def _finish(
+        self,
+        lease: Lease,
+        outcome,
+        error: str | None,
+        final: bool = False,
+        also: queue.AlsoInTransaction | None = None,
+    ) -> None:
         if outcome is not None and (wrong := foreign_perf_config(self.session, outcome)):
             outcome, error, final = None, wrong, True
         if outcome is not None:
             for note in outcome.notes:
                 log.info("job %s: %s", lease.job_id, note)
-            if self._retrying(lambda: queue.record(self.db, lease, outcome)):
+            if self._retrying(lambda: queue.record(self.db, lease, outcome, also)):
                 self.stats.completed += 1
                 log.info(
                     "job %s: completed, %s at %.3g TFlops",
@@ -312,6 +337,9 @@ class Worker:
             else:
                 self.stats.lost += 1
             return
+        self._fail(lease, error, final)
+
+    def _fail(self, lease: Lease, error: str | None, final: bool) -> None:
         state = self._retrying(
             lambda: queue.fail(
                 self.db,
@@ -409,6 +437,19 @@ def _quick_lists(db: Database, session: sessions.Session):
 
     name = quick.list_name(session.tuning_space)
     return quick.load_space(db, name, session.arch) if name is not None else None
+
+
+def role_stages(session: sessions.Session, role: str) -> tuple[str, ...]:
+    """The job stages a worker of this role claims; a compile worker needs a split session."""
+    if role == "gpu":
+        return queue.GPU_STAGES
+    if role != "compile":
+        raise UserError(f"--role {role!r}: expected gpu or compile")
+    if not session.two_stage:
+        raise UserError(
+            f"session {session.id} has no compile jobs: open it with --split compile,benchmark"
+        )
+    return queue.COMPILE_STAGES
 
 
 def session_tuner(session: sessions.Session, asked: str | None) -> str:
