@@ -272,7 +272,7 @@ def wait(
         False, "--json", help="Print {timed_out, exit_code, counts, errors}."
     ),
 ) -> None:
-    """Block until the session has no new or running job.
+    """Block until the session has no new, waiting or running job.
 
     Exit 0: every job completed (or was cancelled); 1: some job ended in error; 3: timed out.
     """
