@@ -505,3 +505,16 @@ def test_chaos_sigkill_workers_of_both_roles(db, db_url, tmp_path, build):
         assert completed == 2 * n
     assert count(db, Candidate, Candidate.session_id == sid) == n * 8  # quick: 8 per problem
     assert count(db, Bundle) == count(db, BundleChunk) == 0
+
+
+def test_run_into_a_split_session_starts_compile_workers_too(db, db_url, tmp_path, build):
+    problems(db, tmp_path, 2)
+    sid = session(db, build)
+    run = run_cli(
+        db_url, "run", "--session", str(sid), "--op", "gemm", str(tmp_path / "gemm-configs"),
+        "--mlir-build-dir", str(build), "--gpus", "0", "--json",
+        MLIRTUNA_ROCMLIR_PYTHON=sys.executable, FAKE_TUNINGRUNNER_ERA="E4",
+    )  # fmt: skip
+    assert run.code == 0, run.stderr
+    assert states(db, sid) == {("compile", "completed"): 2, ("benchmark", "completed"): 2}
+    assert run.json()["counts"]["completed"] == 4
