@@ -518,3 +518,32 @@ def test_run_into_a_split_session_starts_compile_workers_too(db, db_url, tmp_pat
     assert run.code == 0, run.stderr
     assert states(db, sid) == {("compile", "completed"): 2, ("benchmark", "completed"): 2}
     assert run.json()["counts"]["completed"] == 4
+
+
+def test_progress_and_dashboard_show_both_stages(db, db_url, tmp_path, build):
+    from fastapi.testclient import TestClient
+    from rich.console import Console
+
+    from mlirtuna import progress
+    from mlirtuna.web.app import create_app, open_read_only
+
+    problems(db, tmp_path, 2)
+    sid = session(db, build)
+    ro = open_read_only(db_url)
+    try:
+        client = TestClient(create_app(ro))
+        before = client.get(f"/api/sessions/{sid}").json()
+        assert before["counts"]["waiting"] == 2 and before["active"]
+        work(db, sid, build, "compile")
+        after = client.get(f"/api/sessions/{sid}").json()
+        assert after["stages"] == {
+            "compile": {"done": 2, "total": 2},
+            "benchmark": {"done": 0, "total": 2},
+        }
+    finally:
+        ro.dispose()
+    snap = progress.snapshot(db, sid, time.monotonic(), 0)
+    assert snap.stages == {"compile": (2, 2), "benchmark": (0, 2)}
+    console = Console(record=True, width=120)
+    console.print(progress.render(snap))
+    assert "compile 2/2, benchmark 0/2" in console.export_text()

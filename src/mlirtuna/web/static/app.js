@@ -187,8 +187,10 @@ function sessionPage() {
     }
   }).catch(showError);
   api(`/api/sessions/${SESSION}`).then((p) => {
+    const stages = Object.entries(p.stages || {}).map(([k, v]) => `${esc(k)} ${v.done}/${v.total}`);
     $("#progress").innerHTML = progressBar(p) +
-      (p.active ? ` <span class="muted">${num(p.per_minute, 1)} jobs/min · ETA ${duration(p.eta_s)}</span>` : "");
+      (p.active ? ` <span class="muted">${num(p.per_minute, 1)} jobs/min · ETA ${duration(p.eta_s)}</span>` : "") +
+      (stages.length ? ` <span class="muted" id="stages">${stages.join(" · ")}</span>` : "");
   }).catch(showError);
   api(`/api/sessions/${SESSION}/tflops`).then((h) => histogram($("#tflops-plot"), h, "TFlops")).catch(showError);
   api(`/api/sessions/${SESSION}/job-times`).then((h) => {
