@@ -288,7 +288,7 @@ def test_a_half_written_bundle_is_never_claimable(db, tmp_path, build, monkeypat
     packed = _packed(tmp_path, 40_000)  # random bytes: ~10 chunks of 4 KiB
 
     # 1. The lease is lost while the chunks are written: the writer stops, nothing is left.
-    lease = queue.claim(db, sid, who, 30, stages=queue.COMPILE_STAGES)
+    lease = queue.claim(db, sid, who, 30, stage="compile")
     real, calls = bundles._still_held, []
 
     def lost_after_three(conn, held):
@@ -304,7 +304,7 @@ def test_a_half_written_bundle_is_never_claimable(db, tmp_path, build, monkeypat
     # the benchmark job waiting and unclaimable; once the lease is gone its chunks are swept.
     bundle_id = bundles.store(db, lease, packed, None)
     assert bundle_id is not None and count(db, BundleChunk) >= 10
-    assert queue.claim(db, sid, Claimant("gpu", 0), 30) is None
+    assert queue.claim(db, sid, Claimant("gpu", 0), 30, stage="benchmark") is None
     assert states(db, sid) == {("compile", "running"): 1, ("benchmark", "waiting"): 1}
     with pytest.raises(bundles.BundleMissing):
         bundles.fetch(db, sid, lease.problem_id)
@@ -316,10 +316,10 @@ def test_a_half_written_bundle_is_never_claimable(db, tmp_path, build, monkeypat
     assert states(db, sid) == {("compile", "new"): 1, ("benchmark", "waiting"): 1}
 
     # 3. A whole attempt: stored, completed, then the benchmark is claimable and reads it back.
-    again = queue.claim(db, sid, who, 30, stages=queue.COMPILE_STAGES)
+    again = queue.claim(db, sid, who, 30, stage="compile")
     third = bundles.store(db, again, packed, None)
     assert bundles.finish_compile(db, again, third, "ok")
-    bench = queue.claim(db, sid, Claimant("gpu", 0), 30)
+    bench = queue.claim(db, sid, Claimant("gpu", 0), 30, stage="benchmark")
     assert bench is not None and bench.stage == "benchmark"
     assert bundles.fetch(db, sid, bench.problem_id).data == packed.path.read_bytes()
 
@@ -328,9 +328,10 @@ def test_a_compile_worker_claims_only_compile_jobs_and_a_gpu_worker_never(db, tm
     problems(db, tmp_path, 1)
     sid = session(db, build)
     one = session(db, build, split=None)
-    assert queue.claim(db, one, Claimant("h", -1), 30, stages=queue.COMPILE_STAGES) is None
-    assert queue.claim(db, sid, Claimant("h", 0), 30) is None  # only waiting benchmark jobs
-    got = queue.claim(db, sid, Claimant("h", -1), 30, stages=queue.COMPILE_STAGES)
+    assert queue.claim(db, one, Claimant("h", -1), 30, stage="compile") is None
+    assert queue.claim(db, sid, Claimant("h", 0), 30) is None  # no tune job in a split session
+    assert queue.claim(db, sid, Claimant("h", 0), 30, stage="benchmark") is None  # waiting
+    got = queue.claim(db, sid, Claimant("h", -1), 30, stage="compile")
     assert got is not None and got.stage == "compile"
     tuned = queue.claim(db, one, Claimant("h", 0), 30)
     assert tuned is not None and tuned.stage == "tune"

@@ -297,8 +297,7 @@ class Job(Base):
     __tablename__ = "job"
     __table_args__ = (
         UniqueConstraint("session_id", "problem_id", "stage"),
-        # Serves the claim: WHERE session_id=? AND state='new' AND stage IN (…)
-        # ORDER BY priority, id.
+        # Serves the claim: WHERE session_id=? AND state='new' AND stage=? ORDER BY priority, id.
         Index("ix_job_claim", "session_id", "state", "stage", "priority", "id"),
         # Serves the sweep of expired leases.
         Index("ix_job_lease", "state", "lease_expires_at"),

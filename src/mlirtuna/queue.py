@@ -48,10 +48,6 @@ from mlirtuna.tuners.base import TuneOutcome
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 600.0
-# What each worker role claims: a GPU worker tunes one-stage jobs and benchmarks bundles; a
-# compile worker (no GPU) only compiles (two-stage sessions, docs/architecture.md).
-GPU_STAGES = (TUNE, BENCHMARK)
-COMPILE_STAGES = (COMPILE,)
 
 
 @dataclass(frozen=True)
@@ -83,7 +79,9 @@ _NOW = db_now()
 _CLAIMABLE = sa.and_(
     _J.c.session_id == sa.bindparam("p_session"),
     _J.c.state == NEW,
-    _J.c.stage.in_(sa.bindparam("p_stages", expanding=True)),
+    # One stage per claim (the worker's role in this session): with equality on every column
+    # before them, ix_job_claim yields the rows in (priority, id) order and LIMIT 1 stops there.
+    _J.c.stage == sa.bindparam("p_stage"),
     sa.or_(_J.c.not_before.is_(None), _J.c.not_before <= _NOW),
 )
 _TAKE = {
@@ -130,17 +128,17 @@ def claim(
     who: Claimant,
     lease_s: float,
     token: str | None = None,
-    stages: tuple[str, ...] = GPU_STAGES,
+    stage: str = TUNE,
 ) -> Lease | None:
-    """Take the next job of the session in one of `stages`, or None when there is nothing to
-    take now.
+    """Take the next job of the session in this stage (models.STAGES), or None when there is
+    nothing to take now.
 
     The problem is read in the same transaction, so a claimed job is ready to tune. A caller
     that retries a claim passes the same `token` and asks `claimed_with` first.
     """
     params = {
         "p_session": session_id,
-        "p_stages": list(stages),
+        "p_stage": stage,
         "p_token": token or new_token(),
         "p_lease_s": float(lease_s),
         "p_machine": who.machine_name,

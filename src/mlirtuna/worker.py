@@ -22,7 +22,7 @@ from mlirtuna import configs, jobs, machine, queue, sessions, stages, tuners
 from mlirtuna.db import ROLLED_BACK, Database, fault_of
 from mlirtuna.defaults import DEFAULT_BACKOFF_S, DEFAULT_LEASE_S, DEFAULT_MAX_RETRIES
 from mlirtuna.errors import DatabaseError, TunerError, Unsupported, UserError
-from mlirtuna.models import TUNE
+from mlirtuna.models import BENCHMARK, COMPILE, TUNE
 from mlirtuna.queue import Claimant, Lease
 from mlirtuna.tuners.base import TuneContext, TuneOutcome, Tuner
 
@@ -144,7 +144,7 @@ class Worker:
         settings.tuner = session_tuner(self.session, settings.tuner)
         self.tuner = tuner or tuners.make(settings.tuner, mlir_build_dir=settings.mlir_build_dir)
         self.quick_lists = _quick_lists(db, self.session)
-        self.claim_stages = role_stages(self.session, settings.role)
+        self.claim_stage = role_stage(self.session, settings.role)
         self.claimant = Claimant(settings.machine_name, settings.gpu_id, os.getpid())
         self.stats = WorkerStats()
         self._next_sweep = 0.0
@@ -172,7 +172,7 @@ class Worker:
             lease = self._claim()
             if lease is None:
                 if self.settings.until_empty and self._retrying(
-                    lambda: jobs.is_drained(self.db, self.settings.session_id, self.claim_stages)
+                    lambda: jobs.is_drained(self.db, self.settings.session_id, [self.claim_stage])
                 ):
                     break
                 if not said_idle:
@@ -233,7 +233,7 @@ class Worker:
                 self.claimant,
                 self.settings.lease_s,
                 token,
-                self.claim_stages,
+                self.claim_stage,
             )
 
         return self._retrying(attempt)
@@ -439,17 +439,18 @@ def _quick_lists(db: Database, session: sessions.Session):
     return quick.load_space(db, name, session.arch) if name is not None else None
 
 
-def role_stages(session: sessions.Session, role: str) -> tuple[str, ...]:
-    """The job stages a worker of this role claims; a compile worker needs a split session."""
+def role_stage(session: sessions.Session, role: str) -> str:
+    """The job stage a worker of this role claims in this session: a GPU worker tunes, or, in
+    a split session, benchmarks; a compile worker compiles (split sessions only)."""
     if role == "gpu":
-        return queue.GPU_STAGES
+        return BENCHMARK if session.two_stage else TUNE
     if role != "compile":
         raise UserError(f"--role {role!r}: expected gpu or compile")
     if not session.two_stage:
         raise UserError(
             f"session {session.id} has no compile jobs: open it with --split compile,benchmark"
         )
-    return queue.COMPILE_STAGES
+    return COMPILE
 
 
 def session_tuner(session: sessions.Session, asked: str | None) -> str:

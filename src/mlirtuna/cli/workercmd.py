@@ -80,14 +80,14 @@ def worker(
 ) -> None:
     """Run workers for a session: one process per GPU, each claiming jobs until stopped."""
     from mlirtuna import manager, sessions
-    from mlirtuna.worker import WorkerSettings, role_stages, session_tuner
+    from mlirtuna.worker import WorkerSettings, role_stage, session_tuner
 
     if not common.state(ctx).debug:
         logging.getLogger("mlirtuna").setLevel(logging.INFO)  # one line per job: a worker's log
     db = common.database(ctx, wait_s=wait_for_db)
     found = sessions.get(db, session)
     tuner = session_tuner(found, tuner)
-    role_stages(found, role)  # a bad role, or compile for a one-stage session: refused here
+    role_stage(found, role)  # a bad role, or compile for a one-stage session: refused here
     settings = WorkerSettings(
         session_id=session,
         tuner=tuner,
