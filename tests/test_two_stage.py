@@ -548,3 +548,18 @@ def test_progress_and_dashboard_show_both_stages(db, db_url, tmp_path, build):
     console = Console(record=True, width=120)
     console.print(progress.render(snap))
     assert "compile 2/2, benchmark 0/2" in console.export_text()
+
+
+def test_a_bundle_of_several_megabytes_travels_in_chunks(db, tmp_path, build):
+    problems(db, tmp_path, 1)
+    sid = session(db, build)
+    packed = _packed(tmp_path, 5 << 20)  # random: gzip keeps it ~5 MiB, i.e. 5+ chunks of 1 MiB
+    assert packed.size > 5 << 20
+    lease = queue.claim(db, sid, Claimant("h", -1), 30, stage="compile")
+    bundle_id = bundles.store(db, lease, packed, None)
+    assert count(db, BundleChunk, BundleChunk.bundle_id == bundle_id) == 6
+    assert bundles.finish_compile(db, lease, bundle_id, "ok")
+    fetched = bundles.fetch(db, sid, lease.problem_id)
+    assert fetched.data == packed.path.read_bytes()
+    bundles.unpack(fetched.data, tmp_path / "out")
+    assert (tmp_path / "out" / "problems" / "blob").stat().st_size == 5 << 20
