@@ -1,7 +1,9 @@
 """A worker: claims jobs of one session, runs the tuner on its GPU, records through the fence.
 
-One worker process per GPU (see manager.py). Stopping: the first SIGINT/SIGTERM lets the current
-job finish, the second gives it back at once (state new, no retry counted).
+One worker process per GPU (see manager.py). In a two-stage session a GPU worker benchmarks and
+a `--role compile` worker, on any host with the build, compiles (stages.py). Stopping: the first
+SIGINT/SIGTERM lets the current job finish, the second gives it back at once (state new, no
+retry counted).
 """
 
 from __future__ import annotations
