@@ -563,3 +563,34 @@ def test_a_bundle_of_several_megabytes_travels_in_chunks(db, tmp_path, build):
     assert fetched.data == packed.path.read_bytes()
     bundles.unpack(fetched.data, tmp_path / "out")
     assert (tmp_path / "out" / "problems" / "blob").stat().st_size == 5 << 20
+
+
+def test_bundles_merged_into_one_directory_are_benchmarked_by_one_call(tmp_path, build):
+    from mlirtuna.problems import parse
+    from mlirtuna.tuners.base import TuneContext
+    from mlirtuna.tuners.rocmlir import RocmlirTuner, merge_artifacts, read_index
+
+    tuner = RocmlirTuner(str(build))
+    ctx = TuneContext(arch="gfx942", arch_full=ARCH_FULL, num_cu=304, num_chiplets=8,
+                      tuning_space="quick", gpu_id=0, timeout_s=60)  # fmt: skip
+    problems_ = [parse("gemm", gemm(m)) for m in (64, 128)]
+    dirs = []
+    for i, p in enumerate(problems_):
+        (tmp_path / f"c{i}").mkdir()
+        dirs.append(tuner.compile(p, ctx, tmp_path / f"c{i}" / "bundle").directory)
+    merged = tmp_path / "merged"
+    merge_artifacts(dirs, merged)
+    assert len(read_index(merged)["problems"]) == 2
+    listed = tmp_path / "configs"
+    listed.write_text("".join(p.canonical() + "\n" for p in problems_))
+    out = tmp_path / "out.tsv"
+    argv = [sys.executable, str(build / "bin" / "tuningRunner.py"), "--op=gemm", "-c", str(listed),
+            "--tuning-space=quick", f"--benchmark-artifacts={merged}", f"--output={out}",
+            "--debug", "--gpus=0"]  # fmt: skip
+    subprocess.run(argv, check=True, capture_output=True)
+    rows = [line for line in out.read_text().splitlines() if not line.startswith("#")]
+    assert len(rows) == 2  # one start-up, both problems
+    # Each problem read back from the merged directory as one-stage would record it.
+    for p in problems_:
+        outcome = tuner.benchmark(p, ctx, merged)
+        assert outcome.winner.valid and len(outcome.candidates) == 8

@@ -61,6 +61,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -191,6 +192,29 @@ def read_index(directory: Path) -> dict:
 def index_commits(directory: Path) -> set[str]:
     """The rocMLIR commits that compiled the problems of a --compile-only directory."""
     return {str(p.get("commitId", "")) for p in read_index(directory)["problems"].values()}
+
+
+# What every bundle of one --benchmark-artifacts call must share: they were compiled for the
+# same target, space and flags (their problem hashes are computed from these).
+_INDEX_HEADER = ("arch", "numCUs", "numChiplets", "tuningSpace", "rocmlirGenFlags")
+
+
+def merge_artifacts(sources: list[Path], dest: Path) -> None:
+    """Several --compile-only directories moved into one, whose index.json lists every problem:
+    one --benchmark-artifacts call then benchmarks them all (one tool start-up, not K)."""
+    indexes = [read_index(src) for src in sources]
+    header = {k: indexes[0].get(k) for k in _INDEX_HEADER}
+    for src, index in zip(sources, indexes, strict=True):
+        other = {k: index.get(k) for k in _INDEX_HEADER}
+        if other != header:
+            raise TunerError(f"{src / INDEX} was compiled for {other}, not {header}")
+    (dest / "problems").mkdir(parents=True, exist_ok=True)
+    merged = {**header, "lastRunId": max(i.get("lastRunId", 0) for i in indexes), "problems": {}}
+    for src, index in zip(sources, indexes, strict=True):
+        for digest, entry in index["problems"].items():
+            shutil.move(src / "problems" / digest, dest / "problems" / digest)
+            merged["problems"][digest] = entry
+    (dest / INDEX).write_text(json.dumps(merged, indent=2), encoding="utf-8")
 
 
 @dataclass(frozen=True)
