@@ -594,3 +594,16 @@ def test_bundles_merged_into_one_directory_are_benchmarked_by_one_call(tmp_path,
     for p in problems_:
         outcome = tuner.benchmark(p, ctx, merged)
         assert outcome.winner.valid and len(outcome.candidates) == 8
+
+
+def test_a_gpu_of_another_kind_records_nothing(db, tmp_path, build, monkeypatch):
+    problems(db, tmp_path, 1)
+    sid = session(db, build)
+    work(db, sid, build, "compile")
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_FAULT", "wrong_arch")  # the GPU is a gfx90a/110 CUs
+    work(db, sid, build, "gpu", max_retries=2)
+    (failed,) = jobs.list_jobs(db, sid, "error")
+    assert failed.stage == "benchmark" and failed.retries == 2
+    assert "bundle compiled for gfx942/304 CUs/8 chiplets" in failed.result
+    assert count(db, Result, Result.session_id == sid) == 0
+    assert count(db, Bundle, Bundle.complete.is_(True)) == 1  # kept for a GPU that matches
