@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 import tarfile
 from dataclasses import dataclass
@@ -26,8 +27,8 @@ import sqlalchemy as sa
 
 from mlirtuna import queue
 from mlirtuna.db import Database, db_now
-from mlirtuna.errors import TunerError, Unsupported
-from mlirtuna.models import BENCHMARK, COMPILE, NEW, RUNNING, WAITING, Bundle, BundleChunk, Job
+from mlirtuna.errors import Unsupported
+from mlirtuna.models import BENCHMARK, NEW, RUNNING, WAITING, Bundle, BundleChunk, Job
 from mlirtuna.queue import Lease
 
 CHUNK_BYTES = 1 << 20
@@ -72,8 +73,6 @@ def unpack(data: bytes | Path, dest: Path) -> None:
         with tarfile.open(data, "r:gz") as tar:
             tar.extractall(dest, filter="data")
         return
-    import io
-
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
         tar.extractall(dest, filter="data")
 
@@ -230,8 +229,8 @@ class Fetched:
 
 def fetch(db: Database, session_id: int, problem_id: int) -> Fetched:
     """The complete bundle of a problem, its size and SHA-256 checked; BundleMissing when there
-    is none, TunerError (and the bundle removed, so a requeue compiles it again) when its bytes
-    are not what was stored."""
+    is none or when its bytes are not what was stored (then the bundle is removed, so that a
+    requeue compiles it again)."""
     with db.session() as s:
         row = s.execute(
             sa.select(_B)
@@ -311,11 +310,9 @@ def check_commit(commit_id: str, session_commit: str, where: str) -> None:
 
 
 __all__ = [
-    "COMPILE",
     "BundleMissing",
     "Fetched",
     "Packed",
-    "TunerError",
     "check_commit",
     "delete",
     "delete_session",

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mlirtuna import bundles
-from mlirtuna.errors import Unsupported
 from mlirtuna.models import COMPILE
 from mlirtuna.queue import Lease
 from mlirtuna.tuners.rocmlir import index_commits
@@ -142,4 +141,4 @@ def _benchmark_one(worker: Worker, lease: Lease) -> Finish:
     return finish
 
 
-__all__ = ["Unsupported", "benchmark_jobs", "compile_job", "run"]
+__all__ = ["benchmark_jobs", "compile_job", "run"]
