@@ -207,6 +207,7 @@ def test_the_gpu_hosts_build_of_another_commit_refuses_the_bundle(db, tmp_path, 
     (job,) = jobs.list_jobs(db, sid, "error")
     assert job.stage == "benchmark" and job.retries == 1
     assert "tuningRunner refused the bundle" in job.result and "Commit mismatch" in job.result
+    assert count(db, Bundle, Bundle.complete.is_(True)) == 1  # kept: the right build may run it
 
 
 def test_a_compile_worker_of_another_commit_fails_its_job_and_the_benchmark(

@@ -273,12 +273,13 @@ def delete(db: Database, bundle_id: int) -> None:
     remove_files(paths)
 
 
-def delete_with(bundle_ids: list[int], removed: list[str | None]):
-    """An `also` for queue.record: delete these bundles in the benchmark job's own transaction;
-    their files' paths are appended to `removed`, for the caller to remove after the commit."""
+def delete_with(session_id: int, problem_id: int, removed: list[str | None]):
+    """An `also` for queue.record: delete the problem's bundles in its benchmark job's own
+    transaction; their files' paths are put in `removed`, to remove after the commit."""
 
     def also(conn: sa.Connection) -> None:
-        removed[:] = _delete(conn, _B.c.id.in_(bundle_ids))  # a retried transaction: its own
+        of_problem = sa.and_(_B.c.session_id == session_id, _B.c.problem_id == problem_id)
+        removed[:] = _delete(conn, of_problem)  # a retried transaction: only its own
 
     return also
 

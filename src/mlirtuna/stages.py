@@ -17,28 +17,41 @@ from __future__ import annotations
 
 import logging
 import shutil
+import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mlirtuna import bundles
-from mlirtuna.models import COMPILE
-from mlirtuna.queue import Lease
-from mlirtuna.tuners.rocmlir import index_commits
+from mlirtuna.errors import TunerError
+from mlirtuna.models import BENCHMARK, COMPILE
+from mlirtuna.problems import Problem
+from mlirtuna.queue import AlsoInTransaction, Lease
+from mlirtuna.sessions import Session
+from mlirtuna.tuners.base import TuneOutcome
+from mlirtuna.tuners.rocmlir import index_commits, merge_artifacts
 
 if TYPE_CHECKING:
     from mlirtuna.worker import Worker
 
 log = logging.getLogger(__name__)
 Finish = Callable[[], None]
+# A job as the tool left it: (lease, outcome, error, final), what Worker._finish takes.
+Settled = tuple[Lease, TuneOutcome | None, str | None, bool]
 
 
 def run(worker: Worker, lease: Lease) -> Finish:
     """A compile or benchmark job's work; returns how to finish it."""
     if lease.stage == COMPILE:
         return compile_job(worker, lease)
-    return benchmark_jobs(worker, [lease])
+    settled = list(benchmark(worker, [lease]))
+
+    def finish() -> None:
+        for done in settled:
+            worker._finish(*done)  # recorded as a one-stage job's, or failed
+
+    return finish
 
 
 def compile_job(worker: Worker, lease: Lease) -> Finish:
@@ -83,62 +96,71 @@ def compile_job(worker: Worker, lease: Lease) -> Finish:
     return finish
 
 
-def benchmark_jobs(worker: Worker, leases: list[Lease]) -> Finish:
-    """Benchmark the bundles of these jobs on this worker's GPU; each job is finished on its
-    own (recorded, or failed) by what this returns."""
-    finishes = [_benchmark_one(worker, lease) for lease in leases]
-
-    def finish() -> None:
-        for f in finishes:
-            f()
-
-    return finish
-
-
-def _benchmark_one(worker: Worker, lease: Lease) -> Finish:
-    problem = lease.problem or worker._retrying(lambda: worker._problem(lease.problem_id))
-    session = worker.session
+def benchmark(worker: Worker, leases: list[Lease]) -> Iterator[Settled]:
+    """(lease, outcome, error, final) for each of these benchmark jobs, as each is known: their
+    bundles fetched, checked and unpacked into one artifacts directory, then benchmarked on this
+    worker's GPU. A job whose bundle is missing, damaged or of another commit fails at once."""
     tmp = Path(tempfile.mkdtemp(prefix="mlirtuna-benchmark-"))
-    fetched = None
     try:
-        try:
-            fetched = worker._retrying(
-                lambda: bundles.fetch(worker.db, lease.session_id, lease.problem_id)
+        ready: list[tuple[Lease, Problem, Path]] = []
+        for lease in leases:
+            problem = lease.problem or worker._retrying(
+                lambda le=lease: worker._problem(le.problem_id)
             )
-        except bundles.BundleMissing as exc:
-            outcome, error, final = None, str(exc), True
-        else:
-
-            def measure():
-                artifacts = tmp / "artifacts"
-                bundles.unpack(fetched.data, artifacts)
-                for commit in index_commits(artifacts) | {fetched.commit_id}:
-                    bundles.check_commit(commit, session.mlir_v, f"bundle {fetched.bundle_id}")
-                return worker.tuner.benchmark(problem, worker._context(problem), artifacts)
-
+            got = _unpacked(worker, lease, tmp / f"job-{lease.job_id}")
+            if isinstance(got, str):
+                yield lease, None, got, True
+            else:
+                ready.append((lease, problem, got))
+        if not ready:
+            return
+        artifacts = tmp / "artifacts"
+        merge_artifacts([directory for _, _, directory in ready], artifacts)
+        for lease, problem, _ in ready:
             log.info("job %s: benchmarking %s", lease.job_id, problem.canonical())
-            outcome, error, final = worker._guarded(lease, measure)
+            yield (
+                lease,
+                *worker._guarded(
+                    lease,
+                    lambda p=problem: worker.tuner.benchmark(p, worker._context(p), artifacts),
+                ),
+            )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    def finish() -> None:
-        if fetched is None or outcome is None:
-            if fetched is not None and final:
-                # Another commit's bundle (or one the tool refuses) can never be benchmarked
-                # here: remove it, so that `jobs requeue` compiles it again.
-                worker._retrying(lambda: bundles.delete(worker.db, fetched.bundle_id))
-            worker._fail(lease, error, final)
-            return
-        removed: list[str | None] = []
-        also = None
-        if not session.keep_artifacts:
-            also = bundles.delete_with([fetched.bundle_id], removed)
-        before = worker.stats.completed
-        worker._finish(lease, outcome, None, False, also=also)
-        if worker.stats.completed > before:  # recorded: a file store's bundle goes last
-            bundles.remove_files(removed)
 
-    return finish
+def _unpacked(worker: Worker, lease: Lease, dest: Path) -> Path | str:
+    """The job's bundle unpacked at `dest`, or why it cannot be benchmarked (a bundle that is
+    damaged or of another commit is removed, so that `jobs requeue` compiles it again)."""
+    try:
+        fetched = worker._retrying(
+            lambda: bundles.fetch(worker.db, lease.session_id, lease.problem_id)
+        )
+    except bundles.BundleMissing as exc:
+        return str(exc)
+    try:
+        bundles.unpack(fetched.data, dest)
+        for commit in index_commits(dest) | {fetched.commit_id}:
+            bundles.check_commit(commit, worker.session.mlir_v, f"bundle {fetched.bundle_id}")
+    except (TunerError, tarfile.TarError) as exc:
+        worker._retrying(lambda: bundles.delete(worker.db, fetched.bundle_id))
+        return f"{exc}"
+    return dest
 
 
-__all__ = ["benchmark_jobs", "compile_job", "run"]
+def record_with(session: Session, lease: Lease) -> tuple[AlsoInTransaction | None, Callable]:
+    """What a job's record also does, and what follows its commit: a benchmark job deletes its
+    bundle in the same transaction (its file, if any, once committed), unless the session keeps
+    artifacts."""
+    if lease.stage != BENCHMARK or session.keep_artifacts:
+        return None, _nothing
+    removed: list[str | None] = []
+    also = bundles.delete_with(lease.session_id, lease.problem_id, removed)
+    return also, lambda: bundles.remove_files(removed)
+
+
+def _nothing() -> None:
+    return None
+
+
+__all__ = ["benchmark", "compile_job", "record_with", "run"]

@@ -315,20 +315,15 @@ class Worker:
         with self.db.session() as s:
             return configs.load_problem(s, problem_id)
 
-    def _finish(
-        self,
-        lease: Lease,
-        outcome,
-        error: str | None,
-        final: bool = False,
-        also: queue.AlsoInTransaction | None = None,
-    ) -> None:
+    def _finish(self, lease: Lease, outcome, error: str | None, final: bool = False) -> None:
         if outcome is not None and (wrong := foreign_perf_config(self.session, outcome)):
             outcome, error, final = None, wrong, True
         if outcome is not None:
             for note in outcome.notes:
                 log.info("job %s: %s", lease.job_id, note)
+            also, committed = stages.record_with(self.session, lease)  # a benchmark's bundle
             if self._retrying(lambda: queue.record(self.db, lease, outcome, also)):
+                committed()
                 self.stats.completed += 1
                 log.info(
                     "job %s: completed, %s at %.3g TFlops",
