@@ -417,8 +417,8 @@ class RocmlirTuner:
             proc, stdout, stderr = self._start(argv, self._env(ctx, era), configs)
             tail = _BatchTail(out, problems)
             try:
-                yield from self._follow(proc, tail, ctx, stderr, start, total)
-                stdout.join(), stderr.join()
+                yield from self._follow(proc, tail, ctx, (stdout, stderr), start, total)
+                stdout.join(self.kill_grace_s), stderr.join(self.kill_grace_s)
             finally:
                 if proc.poll() is None:  # stopped early: the caller gave up, or an alarm
                     self._stop(proc, stdout, stderr)
@@ -430,16 +430,17 @@ class RocmlirTuner:
         proc: subprocess.Popen[bytes],
         tail: _BatchTail,
         ctx: TuneContext,
-        stderr: _TailReader,
+        readers: tuple[_TailReader, _TailReader],
         start: dt.datetime,
         total: float | None,
     ) -> Iterator[tuple[int, TuneOutcome | TunerError]]:
         """Yield each config's outcome while the tool runs; stop it past `total` seconds."""
         deadline = None if total is None else time.monotonic() + total
+        stderr = readers[1]
         while True:
             exited = proc.poll() is not None
             if not exited and deadline is not None and time.monotonic() > deadline:
-                self._stop(proc)
+                self._stop(proc, *readers)
                 tail.timed_out = total
                 exited = True  # rows written before the stop still count
             for index, row, debug_rows in tail.poll(exited):
