@@ -288,3 +288,54 @@ def test_batch_must_be_at_least_one(db_url):
     run = run_cli(db_url, "worker", "--session", "1", "--batch", "0")
     assert run.code == 2
     assert run.stderr.strip().splitlines() == ["error: --batch 0: give 1 or more jobs"]
+
+
+def test_a_batch_claim_whose_reply_was_lost_counts_once(db, tmp_path, monkeypatch):
+    """The first batch claim commits, then loses its reply (a server restart between the commit
+    and the answer): the retry finds the jobs its tokens took; none is held unowned."""
+    import pymysql
+
+    from mlirtuna import worker as worker_module
+    from mlirtuna.tuners.sleep import SleepTuner
+
+    lost = {"claim_many": 1}
+    real = queue.claim_many
+
+    def lossy(*args, **kw):
+        taken = real(*args, **kw)
+        if lost["claim_many"]:
+            lost["claim_many"] -= 1
+            orig = pymysql.err.OperationalError(2013, "Lost connection to server")
+            raise sa.exc.OperationalError("UPDATE job …", {}, orig)
+        return taken
+
+    monkeypatch.setattr(queue, "claim_many", lossy)
+    monkeypatch.setattr(worker_module, "DB_RETRY_S", 0.05)
+    path = tmp_path / "gemm"
+    path.write_text("".join(f"{line}\n" for line in gemm_lines(6)))
+    configs.import_files(db, "gemm", [str(path)], tag="s")
+    sid = sessions.create(db, SessionSpec(tuner="sleep")).id
+    jobs.load(db, sid, tag="s")
+    settings = WorkerSettings(session_id=sid, tuner="sleep", until_empty=True, batch=4)
+    w = Worker(db, settings, tuner=SleepTuner(0.0))
+    w.run()
+    assert lost == {"claim_many": 0}
+    assert (w.stats.completed, w.stats.lost, w.stats.failed) == (6, 0, 0)
+    with db.session() as s:
+        assert s.scalars(sa.select(Attempt.outcome)).all() == ["completed"] * 6
+        assert s.scalars(sa.select(Job.retries)).all() == [0] * 6
+
+
+def test_cli_workers_pass_batch_on(db, db_url, tmp_path, build, monkeypatch):
+    """`worker --gpus 0,1 --batch 4` starts two workers that each tune four jobs in one call."""
+    log = tmp_path / "calls.jsonl"
+    sid = session_of(db, tmp_path, gemm_lines(8))
+    run = run_cli(
+        db_url, "worker", "--session", str(sid), "--gpus", "0,1", "--batch", "4",
+        "--mlir-build-dir", str(build), "--until-empty",
+        MLIRTUNA_ROCMLIR_PYTHON=sys.executable, FAKE_TUNINGRUNNER_LOG=str(log),
+    )  # fmt: skip
+    assert run.code == 0, run.stderr
+    assert states(db, sid) == {"completed": 8}
+    calls = tool_calls(log)
+    assert len(calls) == 2 and all("--configs-file=-" in c["argv"] for c in calls)

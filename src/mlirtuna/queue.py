@@ -4,6 +4,7 @@ Four operations, each one short transaction (docs/architecture.md explains why t
 - claim: the next `new` job of a session, by priority then id, skipping rows other workers hold
   (`FOR UPDATE SKIP LOCKED` on PostgreSQL/MariaDB; on SQLite the write lock of BEGIN IMMEDIATE
   serializes claims and `UPDATE … RETURNING` picks and takes the row in one statement);
+  claim_many takes up to K jobs in one transaction, each with its own token and attempt;
 - heartbeat: extend the lease while the tuner runs;
 - record / fail / release: fenced writes, applied only while the job still carries this worker's
   lease_token, so a worker that lost its lease (paused, partitioned, requeued) writes nothing;

@@ -2,6 +2,10 @@
 
 One worker process per GPU (see manager.py). Stopping: the first SIGINT/SIGTERM lets the current
 job finish, the second gives it back at once (state new, no retry counted).
+
+With `--batch K` it claims up to K jobs at once (queue.claim_many) and, where the tuner can
+(rocmlir on E3/E4 builds), tunes them in one tool call, settling each job as its outcome arrives
+(docs/architecture.md, "Batches"); the batch code is the `_*batch*`/`_tune_many` functions.
 """
 
 from __future__ import annotations
