@@ -47,6 +47,10 @@ their winner is the tool's single-pass choice. E3's `.debug` has each candidate'
 (`MeasurementsMs`); they become the candidate's statistics (median, min, IQR, count), and with
 them the winner's margin over the runner-up and its noise. E2 records no spread.
 
+Batches (`worker --batch K`, E3 and E4): `tune_many` tunes several problems of one op in one
+call, the configs on stdin (`-c -`), and yields each problem's outcome as its row and `.debug`
+rows appear (_BatchTail), reading them with the same functions as one call per problem.
+
 Attention is tuned with `--verify-mode none`, as MITuna and rocMLIR's weekly CI do: there is no
 GPU verifier for attention (E3 falls back to a slow CPU reference with relaxed thresholds), and
 an E2 verification failure exits 0 having written nothing.
