@@ -18,7 +18,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from sqlalchemy import exc as sa_exc
@@ -27,6 +27,7 @@ from mlirtuna import configs, jobs, machine, queue, sessions, tuners
 from mlirtuna.db import ROLLED_BACK, Database, fault_of
 from mlirtuna.defaults import DEFAULT_BACKOFF_S, DEFAULT_LEASE_S, DEFAULT_MAX_RETRIES
 from mlirtuna.errors import DatabaseError, NotRun, TunerError, Unsupported, UserError
+from mlirtuna.problems import Problem
 from mlirtuna.queue import Claimant, Lease
 from mlirtuna.tuners.base import TuneContext, TuneOutcome, Tuner
 
@@ -40,6 +41,10 @@ DB_LOG_EVERY_S = 60.0  # while the database stays away, say so again this often 
 SWEEP_S = 5.0  # how often a busy worker looks for expired leases
 # The job timeout when --job-timeout is not given: generous per tuning space, so that only a
 # tuner that hangs meets it. Every tuner runs under it, whether or not it honours ctx.timeout_s.
+# A job of a batch settled as (lease, outcome, error, final); final RELEASE: give it back, the
+# tool never tuned it (its batch's tool stopped first).
+RELEASE = "release"
+Settled = tuple[Lease, TuneOutcome | None, str | None, bool | str]
 DEFAULT_JOB_TIMEOUT_S = {"quick": 3600.0, "full": 4 * 3600.0, "greedy": 4 * 3600.0,
                          "exhaustive": 24 * 3600.0}  # fmt: skip
 
@@ -391,9 +396,11 @@ class Worker:
         finally:
             self.current = None
 
-    def _settle(self, lease: Lease, outcome, error: str | None, final) -> None:
-        """Record or fail one job of a batch; `final` "release": the tool never tuned it."""
-        if final != "release":
+    def _settle(
+        self, lease: Lease, outcome: TuneOutcome | None, error: str | None, final: bool | str
+    ) -> None:
+        """Record or fail one job of a batch; `final` RELEASE: the tool never tuned it."""
+        if final != RELEASE:
             self._finish(lease, outcome, error, final)
             return
         if self._retrying(lambda: queue.release(self.db, lease, error or "not tuned")):
@@ -402,7 +409,7 @@ class Worker:
         else:
             self.stats.lost += 1
 
-    def _give_back(self, leases, why: str) -> None:
+    def _give_back(self, leases: Iterable[Lease], why: str) -> None:
         # One try each: a database that is away must not hold a stopping worker; the leases
         # bring the jobs back then.
         for lease in list(leases):
@@ -417,7 +424,7 @@ class Worker:
                     _first_line(exc),
                 )
 
-    def _tune_batch(self, leases: list[Lease]):
+    def _tune_batch(self, leases: list[Lease]) -> Iterator[Settled]:
         """(lease, outcome, error, final) for each job, as each is known: the jobs the tuner
         can batch in one call per op, every other one alone."""
         groups: dict[str, list[Lease]] = {}
@@ -438,13 +445,13 @@ class Worker:
         for lease in alone:
             yield (lease, *self._tune(lease))
 
-    def _batchable(self, batchable, problem) -> bool:
+    def _batchable(self, batchable: Callable[[Problem], bool], problem: Problem) -> bool:
         try:
             return bool(batchable(problem))
         except TunerError:
             return False  # tuned alone, where the failure is the job's own
 
-    def _tune_many(self, group: list[Lease]):
+    def _tune_many(self, group: list[Lease]) -> Iterator[Settled]:
         """One tool call for the group: each job's outcome as the tool writes it. The worker's
         alarm for the call is the job timeout times the batch size; when it fires, or the tuner
         fails as a whole, the job the tool was on fails and the ones not begun are given back."""
@@ -601,23 +608,25 @@ class Worker:
             delay = min(delay * 2, DB_RETRY_MAX_S)
 
 
-def _batch_outcome(result) -> tuple[TuneOutcome | None, str | None, bool | str]:
-    """(outcome, error, final) of one job of a batch; final "release" for a job not tuned."""
+def _batch_outcome(
+    result: TuneOutcome | TunerError,
+) -> tuple[TuneOutcome | None, str | None, bool | str]:
+    """(outcome, error, final) of one job of a batch; final RELEASE for a job not tuned."""
     if isinstance(result, NotRun):
-        return None, _error_text(result), "release"
+        return None, _error_text(result), RELEASE
     if isinstance(result, TunerError):
         return None, _error_text(result), isinstance(result, Unsupported)
     return result, None, False
 
 
-def _unfinished(left: list[Lease], why: str):
+def _unfinished(left: list[Lease], why: str) -> Iterator[Settled]:
     """A batch stopped by the worker's alarm: the job the tool was on (the first not settled:
     it tunes in order) fails, the others go back."""
     for i, lease in enumerate(left):
         if i == 0:
             yield lease, None, why, False
         else:
-            yield lease, None, f"not tuned: its batch stopped ({_first_line(why)})", "release"
+            yield lease, None, f"not tuned: its batch stopped ({_first_line(why)})", RELEASE
 
 
 def _ids(leases: list[Lease]) -> str:
