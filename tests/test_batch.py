@@ -38,6 +38,23 @@ def build(tmp_path, monkeypatch):
     return build
 
 
+def op_lines(op: str, n: int) -> list[str]:
+    """n distinct problems of an op."""
+    if op == "gemm":
+        return gemm_lines(n)
+    if op == "conv":
+        return [
+            f"convfp16 -F 1 -f NCHW -I NCHW -O NCHW -n {16 * (i + 1)} -c 64 -H 28 -W 28 -k 64 "
+            "-y 3 -x 3 -p 1 -q 1 -u 1 -v 1 -l 1 -j 1 -m conv -g 1 -t 1"
+            for i in range(n)
+        ]
+    return [
+        "-t f16 -transQ false -transK true -transV false -transO false -g 12 "
+        f"-seq_len_q {128 * (i + 1)} -seq_len_k 384 -head_dim_qk 64 -head_dim_v 64"
+        for i in range(n)
+    ]
+
+
 def gemm_lines(n: int) -> list[str]:
     return [
         f"-t f16 -out_datatype f16 -transA false -transB false -g 1 -m {64 * (i + 1)} -n 512 -k 768"
@@ -82,33 +99,35 @@ def states(db, sid) -> dict[str, int]:
         )
 
 
-def winners(db, sid) -> dict[int, tuple[str, int]]:
-    """problem id -> (winning perf config, candidate count)."""
+def winners(db, sid) -> dict[int, tuple[str, list[tuple[str, float | None]]]]:
+    """problem id -> (winning perf config, every candidate with its time)."""
     with db.session() as s:
         won = dict(
             s.execute(
                 sa.select(Result.problem_id, Result.perf_config).where(Result.session_id == sid)
             ).all()
         )
-        counts = dict(
-            s.execute(
-                sa.select(Candidate.problem_id, sa.func.count())
-                .where(Candidate.session_id == sid)
-                .group_by(Candidate.problem_id)
-            ).all()
-        )
-    return {p: (w, counts.get(p, 0)) for p, w in won.items()}
+        tried = collections.defaultdict(list)
+        for problem_id, perf_config, ns in s.execute(
+            sa.select(Candidate.problem_id, Candidate.perf_config, Candidate.kernel_time).where(
+                Candidate.session_id == sid
+            )
+        ):
+            tried[problem_id].append((perf_config, ns and round(ns, 3)))
+    return {p: (w, sorted(tried[p], key=str)) for p, w in won.items()}
 
 
-@pytest.mark.parametrize("era", ["E3", "E4"])
+@pytest.mark.parametrize(
+    ("era", "op"), [("E3", "gemm"), ("E4", "gemm"), ("E3", "conv"), ("E4", "attention")]
+)
 def test_a_batch_of_four_is_one_tool_call_with_the_results_of_four(
-    db, tmp_path, build, monkeypatch, era
+    db, tmp_path, build, monkeypatch, era, op
 ):
     monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", era)
     log = tmp_path / "calls.jsonl"
     monkeypatch.setenv("FAKE_TUNINGRUNNER_LOG", str(log))
-    lines = gemm_lines(4)
-    batched = session_of(db, tmp_path, lines, tag="k4")
+    lines = op_lines(op, 4)
+    batched = session_of(db, tmp_path, lines, op, tag="k4")
     w = worker(db, batched, build, batch=4)
     w.run()
     assert w.stats.completed == 4 and states(db, batched) == {"completed": 4}
@@ -117,12 +136,12 @@ def test_a_batch_of_four_is_one_tool_call_with_the_results_of_four(
     assert "--abort-on-error" not in calls[0]["argv"]  # one failed config must not stop the rest
 
     log.unlink()
-    single = session_of(db, tmp_path, lines, tag="k1")
+    single = session_of(db, tmp_path, lines, op, tag="k1")
     worker(db, single, build).run()
     assert len(tool_calls(log)) == 4
-    # The same winners and candidate counts as one call per job.
+    # The same winners and candidates (each with its own time) as one call per job.
     assert winners(db, batched) == winners(db, single)
-    assert all(count > 1 for _, count in winners(db, batched).values())
+    assert all(len(tried) > 1 for _, tried in winners(db, batched).values())
     with db.session() as s:
         outputs = s.scalars(sa.select(Job.result).where(Job.session_id == batched)).all()
     assert all(out.count("\n") == 1 for out in outputs)  # each job keeps its own row
