@@ -7,13 +7,15 @@ import collections
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import threading
 import time
 
 import pytest
 import sqlalchemy as sa
-from clitools import run_cli
+from clitools import mlirtuna_argv, run_cli, subprocess_env
 from test_rocmlir_tuner import FAKE
 
 from mlirtuna import configs, jobs, queue, sessions
@@ -358,3 +360,39 @@ def test_cli_workers_pass_batch_on(db, db_url, tmp_path, build, monkeypatch):
     assert states(db, sid) == {"completed": 8}
     calls = tool_calls(log)
     assert len(calls) == 2 and all("--configs-file=-" in c["argv"] for c in calls)
+
+
+def test_first_signal_finishes_the_batch_second_gives_it_back(db, db_url, tmp_path, build):
+    sid = session_of(db, tmp_path, gemm_lines(8))
+    argv = mlirtuna_argv(
+        "worker", "--session", str(sid), "--gpus", "0", "--batch", "4",
+        "--mlir-build-dir", str(build),
+    )  # fmt: skip
+    env = subprocess_env(db_url, MLIRTUNA_ROCMLIR_PYTHON=sys.executable)
+    env["FAKE_TUNINGRUNNER_DELAY"] = "0.5"
+
+    errlog = tmp_path / "worker.err"
+
+    def start() -> subprocess.Popen:
+        with open(errlog, "w") as err:
+            proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        deadline = time.monotonic() + 60
+        while states(db, sid).get("running", 0) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return proc
+
+    w = start()
+    w.send_signal(signal.SIGTERM)  # the batch runs to its end, then the worker stops
+    assert w.wait(timeout=60) == 0, errlog.read_text()
+    assert states(db, sid) == {"completed": 4, "new": 4}
+
+    w = start()
+    w.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    w.send_signal(signal.SIGINT)  # every job of the batch not recorded yet goes back now
+    assert w.wait(timeout=60) == 0, errlog.read_text()
+    rows = job_rows(db, sid)
+    given_back = [j for j in rows if j.state == "new"]
+    assert given_back and "running" not in states(db, sid)
+    for job in given_back:
+        assert job.retries == 0 and attempts_of(db, job.id)[-1] == "released"
