@@ -155,7 +155,7 @@ def test_compile_then_benchmark_records_what_one_stage_records(
     one = session(db, build, split=None)
     assert work(db, one, build, "gpu").stats.completed == 3
     two_stage, one_stage = recorded(db, sid), recorded(db, one)
-    assert len(two_stage) == 3 and list(two_stage.values()) == list(one_stage.values())
+    assert len(two_stage) == 3 and two_stage == one_stage
 
 
 def test_keep_artifacts_keeps_every_bundle(db, tmp_path, build):
@@ -443,7 +443,11 @@ def test_chaos_sigkill_workers_of_both_roles(db, db_url, tmp_path, build):
     )
     common = ["--session", str(sid), "--mlir-build-dir", str(build), "--until-empty",
               "--lease", "2", "--max-retries", "1000", "--retry-backoff", "0"]  # fmt: skip
-    roles_of = {"compile": ["--role", "compile"], "gpu0": ["--gpus", "0"], "gpu1": ["--gpus", "1"]}
+    roles_of = {  # one GPU worker benchmarks a bundle per call, the other up to 4 per call
+        "compile": ["--role", "compile"],
+        "gpu0": ["--gpus", "0"],
+        "gpu1": ["--gpus", "1", "--batch", "4"],
+    }
     kinds = ["compile", "compile", "gpu0", "gpu1"]
 
     def start(kind: str) -> subprocess.Popen:
@@ -608,3 +612,22 @@ def test_a_gpu_of_another_kind_records_nothing(db, tmp_path, build, monkeypatch)
     assert "bundle compiled for gfx942/304 CUs/8 chiplets" in failed.result
     assert count(db, Result, Result.session_id == sid) == 0
     assert count(db, Bundle, Bundle.complete.is_(True)) == 1  # kept for a GPU that matches
+
+
+def test_a_batch_benchmarks_k_bundles_in_one_call(db, tmp_path, build, monkeypatch):
+    problems(db, tmp_path, 5)
+    sid = session(db, build)
+    log = tmp_path / "tool.log"
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_LOG", str(log))
+    work(db, sid, build, "compile", batch=4)  # compile jobs: one per call all the same
+    assert work(db, sid, build, "gpu", batch=4).stats.completed == 5
+    assert states(db, sid) == {("compile", "completed"): 5, ("benchmark", "completed"): 5}
+    calls = [json.loads(line)["argv"] for line in log.read_text().splitlines()]
+    compiles = [a for a in calls if any(x.startswith("--compile-only=") for x in a)]
+    benches = [a for a in calls if any(x.startswith("--benchmark-artifacts=") for x in a)]
+    assert len(compiles) == 5 and len(benches) == 2  # 4 bundles, then the last one
+    assert "--configs-file=-" in benches[0]
+    assert count(db, Bundle) == 0
+    one = session(db, build, split=None)
+    work(db, one, build, "gpu", batch=4)
+    assert recorded(db, sid) == recorded(db, one)

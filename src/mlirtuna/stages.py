@@ -15,6 +15,7 @@ finishes the job, which the worker calls once the heartbeat let go (as for one-s
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import tarfile
@@ -116,15 +117,23 @@ def benchmark(worker: Worker, leases: list[Lease]) -> Iterator[Settled]:
             return
         artifacts = tmp / "artifacts"
         merge_artifacts([directory for _, _, directory in ready], artifacts)
-        for lease, problem, _ in ready:
+        if len(ready) == 1:
+            lease, problem, _ = ready[0]
             log.info("job %s: benchmarking %s", lease.job_id, problem.canonical())
             yield (
                 lease,
                 *worker._guarded(
                     lease,
-                    lambda p=problem: worker.tuner.benchmark(p, worker._context(p), artifacts),
+                    lambda: worker.tuner.benchmark(problem, worker._context(problem), artifacts),
                 ),
             )
+            return
+        # One tool call for every bundle (one start-up, the GPU busy meanwhile), each job
+        # settled as its row appears, through the worker's batch code.
+        group = [dataclasses.replace(lease, problem=problem) for lease, problem, _ in ready]
+        yield from worker._tune_many(
+            group, lambda problems, ctx: worker.tuner.benchmark_many(problems, ctx, artifacts)
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
