@@ -9,8 +9,10 @@
   outcome recorded exactly as a one-stage job's, the bundle deleted in the same transaction
   (unless the session keeps artifacts).
 
-Each function does the work while the worker's heartbeat holds the lease and returns what
-finishes the job, which the worker calls once the heartbeat let go (as for one-stage jobs).
+The work runs while the worker's heartbeat holds the leases. `run` (one job) returns what
+finishes the job, which the worker calls once the heartbeat let go, as for one-stage jobs;
+`benchmark` yields each job's (lease, outcome, error, final) as it is known, which a batch
+worker (`--batch K`: K bundles, one tool call) settles job by job.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ def run(worker: Worker, lease: Lease) -> Finish:
 
 
 def compile_job(worker: Worker, lease: Lease) -> Finish:
+    """Compile, pack and store (still invisible) while the lease is held; the returned finish
+    makes the bundle visible with the job's completion, or fails the job."""
     problem = lease.problem or worker._retrying(lambda: worker._problem(lease.problem_id))
     session = worker.session
     tmp = Path(tempfile.mkdtemp(prefix="mlirtuna-compile-"))
