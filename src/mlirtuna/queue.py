@@ -275,17 +275,6 @@ def _fenced(lease: Lease):
     return sa.and_(Job.id == lease.job_id, Job.lease_token == lease.token, Job.state == RUNNING)
 
 
-def heartbeat(db: Database, lease: Lease, lease_s: float) -> bool:
-    """Extend the lease; False when it is no longer ours (the worker must not record)."""
-    with db.session() as s:
-        done = s.execute(
-            sa.update(Job)
-            .where(_fenced(lease))
-            .values(lease_expires_at=db_now(lease_s), heartbeat_at=db_now())
-        )
-        return done.rowcount == 1
-
-
 _FENCE = sa.and_(
     _J.c.id == sa.bindparam("p_job", type_=sa.Integer()),
     _J.c.lease_token == _TOKEN,
@@ -342,6 +331,22 @@ _ADD_CANDIDATES = Precompiled(
     )
 )
 _END_ATTEMPT = Precompiled(sa.update(_A).where(_OPEN_ATTEMPT).values(_ENDED))
+
+
+_RENEW = Precompiled(
+    sa.update(_J)
+    .where(_FENCE)
+    .values(
+        lease_expires_at=db_now(sa.bindparam("p_lease_s", type_=sa.Double())), heartbeat_at=_NOW
+    )
+)
+
+
+def heartbeat(db: Database, lease: Lease, lease_s: float) -> bool:
+    """Extend the lease; False when it is no longer ours (the worker must not record)."""
+    params = {"p_job": lease.job_id, "p_token": lease.token, "p_lease_s": float(lease_s)}
+    with db.transaction(single=True) as conn:
+        return _RENEW.run(conn, params).rowcount == 1
 
 
 def _record_pg() -> Precompiled:
