@@ -3,16 +3,18 @@ trip), a record with thousands of candidates, and idle workers woken by NOTIFY o
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from mlirtuna import configs, jobs, queue, sessions, worker
+from mlirtuna import configs, fusion, jobs, queue, sessions, worker
 from mlirtuna.dbtext import MAX_CANDIDATE_ERROR_BYTES
-from mlirtuna.models import Attempt, Candidate, Job, Result
+from mlirtuna.models import CONFIG_TABLES, Attempt, Candidate, Job, Result
 from mlirtuna.queue import Claimant
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.stats import Spread
@@ -138,3 +140,28 @@ def test_idle_worker_is_woken_when_jobs_arrive(db, tmp_path, session_id, monkeyp
     assert w.stats.completed == 1, f"not claimed after {waited:.1f} s"
     if notify:
         assert waited < worker.POLL_MAX_S / 6  # polling alone waits at least POLL_MAX_S / 2
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def test_the_claim_reads_every_ops_problem_as_load_problem_does(db, session_id):
+    """The claim reads the problem in the same statement (a JSON object of its config row):
+    for every op, the same typed problem as configs.load_problem."""
+    for op in CONFIG_TABLES:
+        examples = str(EXAMPLES / f"{op}-small")
+        if op == "fusion":
+            fusion.import_modules(db, [examples], tag="every-op")
+        else:
+            configs.import_files(db, op, [examples], tag="every-op")
+    jobs.load(db, session_id, tag="every-op")
+    seen = set()
+    while (lease := queue.claim(db, session_id, ME, 60.0)) is not None:
+        with db.session() as s:
+            expected = configs.load_problem(s, lease.problem_id)
+        assert lease.problem == expected and lease.problem.canonical() == expected.canonical()
+        # Equal and of the same types (True, not 1: a boolean stored as 0/1 is converted).
+        got, want = dataclasses.astuple(lease.problem), dataclasses.astuple(expected)
+        assert [type(v) for v in got] == [type(v) for v in want]
+        seen.add(lease.problem.op)
+    assert seen == set(CONFIG_TABLES)

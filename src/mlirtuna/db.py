@@ -16,7 +16,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -149,6 +149,31 @@ def _sqlite_now(element: DbNow, compiler, **kw) -> str:
 
 def db_now(seconds: float | sa.ColumnElement = 0.0) -> DbNow:
     return DbNow(seconds)
+
+
+class JsonObject(FunctionElement):
+    """A JSON object built by the database from (name, value, name, value, …): one column for a
+    whole row, where reading the row's many columns costs more on the client than the query."""
+
+    inherit_cache = True
+
+
+@compiles(JsonObject)
+def _json_object(element: JsonObject, compiler, **kw) -> str:
+    return f"json_object({compiler.process(element.clauses, **kw)})"  # SQLite, MariaDB/MySQL
+
+
+@compiles(JsonObject, "postgresql")
+def _pg_json_object(element: JsonObject, compiler, **kw) -> str:
+    return f"json_build_object({compiler.process(element.clauses, **kw)})"
+
+
+def json_object(columns: Iterable[sa.ColumnElement]) -> JsonObject:
+    """{column name: value} of `columns`, as JSON built by the database."""
+    pairs: list[sa.ColumnElement] = []
+    for c in columns:
+        pairs += [sa.literal_column(f"'{c.name}'"), c]
+    return JsonObject(*pairs)
 
 
 class Database:

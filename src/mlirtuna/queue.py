@@ -14,6 +14,7 @@ Every lease time is computed by the database clock (db.db_now), never a worker's
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import os
 import uuid
@@ -25,7 +26,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from mlirtuna.configs import load_problem
-from mlirtuna.db import Database, Precompiled, db_now
+from mlirtuna.db import Database, Precompiled, db_now, json_object
 from mlirtuna.dbtext import MAX_CANDIDATE_ERROR_BYTES
 from mlirtuna.dbtext import cut_text as _cut
 from mlirtuna.keys import perf_config_family
@@ -114,12 +115,18 @@ _ATTEMPT = {
 _NEXT = sa.select(_J.c.id, _J.c.problem_id, _J.c.retries).where(_CLAIMABLE)
 _NEXT = _NEXT.order_by(_J.c.priority, _J.c.id).limit(1)
 
-# The problem is read with the claim: the op from `problem`, its columns from every op's config
-# table (outer joins on the primary key; only the op's own table matches).
-_CONFIG_COLUMNS = [
-    (op, c) for op, model in CONFIG_TABLES.items() for c in model.__table__.c if c.name != "id"
+# The problem is read with the claim: the op from `problem` and its config row as one JSON
+# object (outer joins on the primary key; only the op's own table matches). One column, not the
+# ~100 of every config table: building a result of that width cost more than the query.
+_PROBLEM_COLUMNS = [
+    _P.c.op,
+    sa.case(
+        *(
+            (_P.c.op == op, json_object(c for c in model.__table__.c if c.name != "id"))
+            for op, model in CONFIG_TABLES.items()
+        )
+    ),
 ]
-_PROBLEM_COLUMNS = [_P.c.op, *(c for _, c in _CONFIG_COLUMNS)]
 
 
 def _with_problem(source: sa.FromClause, problem_id: sa.ColumnElement) -> sa.FromClause:
@@ -224,28 +231,28 @@ def _take_next(db: Database, conn: sa.Connection, params: dict) -> tuple[sa.Row 
 
 
 def _problem_of(conn: sa.Connection, values: Sequence) -> Problem:
-    """The problem from the columns of _PROBLEM_COLUMNS (as the driver returned them)."""
-    processors = _problem_processors(conn.dialect)
-    op = values[0]
+    """The problem from the values of _PROBLEM_COLUMNS (op, config row as JSON)."""
+    op, config = values
     if op is None:
         raise LookupError("the claimed job's problem is gone")
-    columns = {
-        c.name: process(v) if process else v
-        for (owner, c), v, process in zip(_CONFIG_COLUMNS, values[1:], processors, strict=True)
-        if owner == op
-    }
-    return from_columns(op, columns)
+    if isinstance(config, str):  # PostgreSQL's driver parses JSON itself
+        config = json.loads(config)
+    for name, process in _result_processors(conn.dialect, op).items():
+        config[name] = process(config[name])
+    return from_columns(op, config)
 
 
-_PROCESSORS: dict[str, list] = {}
+_PROCESSORS: dict[tuple[str, str], dict] = {}
 
 
-def _problem_processors(dialect: sa.Dialect) -> list:
-    """Each config column's result processor (MariaDB returns booleans as 0/1, say)."""
-    found = _PROCESSORS.get(dialect.name)
+def _result_processors(dialect: sa.Dialect, op: str) -> dict:
+    """Each config column's result processor, where it has one (booleans stored as 0/1)."""
+    found = _PROCESSORS.get((dialect.name, op))
     if found is None:
-        found = [c.type._cached_result_processor(dialect, None) for _, c in _CONFIG_COLUMNS]
-        _PROCESSORS[dialect.name] = found
+        columns = CONFIG_TABLES[op].__table__.c
+        found = {c.name: c.type._cached_result_processor(dialect, None) for c in columns}
+        found = {k: v for k, v in found.items() if v is not None and k != "id"}
+        _PROCESSORS[(dialect.name, op)] = found
     return found
 
 
