@@ -28,8 +28,8 @@ ME = Claimant("test-host", 0, 1)
 # data-modifying CTE each, in autocommit. MariaDB: pick, take, attempt, problem / fenced update,
 # result, candidates (one multi-row INSERT), attempt end. SQLite: as MariaDB, plus BEGIN
 # IMMEDIATE, with pick and take in one UPDATE … RETURNING.
-CLAIM_STATEMENTS = {"postgresql": 1, "mysql": 4, "sqlite": 4}
-RECORD_STATEMENTS = {"postgresql": 1, "mysql": 4, "sqlite": 5}
+CLAIM_STATEMENTS = {"postgresql": 1, "mysql": 2, "sqlite": 4}
+RECORD_STATEMENTS = {"postgresql": 1, "mysql": 2, "sqlite": 5}
 
 
 def load_gemm(db, tmp_path, session_id: int, n: int, tag: str = "cost") -> None:
@@ -165,3 +165,19 @@ def test_the_claim_reads_every_ops_problem_as_load_problem_does(db, session_id):
         assert [type(v) for v in got] == [type(v) for v in want]
         seen.add(lease.problem.op)
     assert seen == set(CONFIG_TABLES)
+
+
+def test_a_claim_whose_attempt_row_fails_takes_nothing(db, tmp_path, session_id):
+    """The claim's statements are one unit: when its last one fails (here: an attempt row with
+    a token already used), the error surfaces as from any statement and the job stays new."""
+    load_gemm(db, tmp_path, session_id, 2)
+    first = queue.claim(db, session_id, ME, 60.0)
+    assert queue.release(db, first)
+    with pytest.raises(sa.exc.IntegrityError):
+        queue.claim(db, session_id, ME, 60.0, token=first.token)
+    with db.session() as s:
+        states = s.execute(sa.select(Job.state, Job.lease_token)).all()
+        assert sorted(states) == [("new", None), ("new", None)]
+        assert s.scalar(sa.select(sa.func.count()).select_from(Attempt)) == 1
+    # The connection that failed is usable again (rolled back, back in the pool).
+    assert queue.claim(db, session_id, ME, 60.0) is not None

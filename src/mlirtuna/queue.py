@@ -144,19 +144,21 @@ _CLAIM_SQLITE = Precompiled(
     .values(_TAKE)
     .returning(_J.c.id, _J.c.problem_id, _J.c.retries)
 )
-# MariaDB/MySQL: lock the next free row, skipping rows other workers hold; take it. (No
-# UPDATE … RETURNING and no data-modifying CTEs there.)
-_PICK_SKIP_LOCKED = Precompiled(_NEXT.with_for_update(skip_locked=True))
-_TAKE_PICKED = Precompiled(
-    sa.update(_J).where(_J.c.id == sa.bindparam("p_job", type_=sa.Integer())).values(_TAKE)
-)
-_ADD_ATTEMPT = Precompiled(
-    sa.insert(_A).values(job_id=sa.bindparam("p_job", type_=sa.Integer()), **_ATTEMPT)
-)
-_READ_PROBLEM = Precompiled(
+_JOB_ID = sa.bindparam("p_job", type_=sa.Integer())
+_ADD_ATTEMPT = sa.insert(_A).values(job_id=_JOB_ID, **_ATTEMPT)
+_READ_PROBLEM = (
     sa.select(*_PROBLEM_COLUMNS)
     .select_from(_with_problem(_P, _P.c.id))
     .where(_P.c.id == sa.bindparam("p_problem", type_=sa.Integer()))
+)
+_ADD_ATTEMPT_SQLITE = Precompiled(_ADD_ATTEMPT)
+_READ_PROBLEM_SQLITE = Precompiled(_READ_PROBLEM)
+# MariaDB/MySQL: lock the next free row, skipping rows other workers hold; then one script (one
+# round trip): read its problem, take it, add the attempt row. (No UPDATE … RETURNING and no
+# data-modifying CTEs there.)
+_PICK_SKIP_LOCKED = Precompiled(_NEXT.with_for_update(skip_locked=True))
+_TAKE_PICKED_MYSQL = Precompiled(
+    _READ_PROBLEM, sa.update(_J).where(_J.c.id == _JOB_ID).values(_TAKE), _ADD_ATTEMPT
 )
 
 
@@ -220,14 +222,17 @@ def _take_next(db: Database, conn: sa.Connection, params: dict) -> tuple[sa.Row 
         return row, row and _problem_of(conn, row[3:])
     if db.is_sqlite:
         row = _CLAIM_SQLITE.run(conn, params).first()
-    else:
-        row = _PICK_SKIP_LOCKED.run(conn, params).first()
-        if row is not None:
-            _TAKE_PICKED.run(conn, {**params, "p_job": row.id})
+        if row is None:
+            return None, None
+        _ADD_ATTEMPT_SQLITE.run(conn, {**params, "p_job": row.id})
+        problem = _READ_PROBLEM_SQLITE.run(conn, {"p_problem": row.problem_id}).one()
+        return row, _problem_of(conn, problem)
+    row = _PICK_SKIP_LOCKED.run(conn, params).first()
     if row is None:
         return None, None
-    _ADD_ATTEMPT.run(conn, {**params, "p_job": row.id})
-    return row, _problem_of(conn, _READ_PROBLEM.run(conn, {"p_problem": row.problem_id}).one())
+    script = {**params, "p_job": row.id, "p_problem": row.problem_id}
+    problem = _TAKE_PICKED_MYSQL.run_script(conn, script)[0][0]
+    return row, _problem_of(conn, problem)
 
 
 def _problem_of(conn: sa.Connection, values: Sequence) -> Problem:
@@ -329,15 +334,35 @@ _IDS = {
 _ENDED = {"ended_at": _NOW, "outcome": sa.bindparam("p_outcome", type_=sa.String(16))}
 _ENDED["message"] = sa.bindparam("p_message", type_=sa.Text())
 _OPEN_ATTEMPT = sa.and_(_A.c.lease_token == _TOKEN, _A.c.ended_at.is_(None))
-# SQLite, MariaDB/MySQL: the fenced update first; nothing else is sent when it matched nothing.
-_COMPLETE = Precompiled(sa.update(_J).where(_FENCE).values(_COMPLETED))
-_ADD_RESULT = Precompiled(sa.insert(_R).values(**_IDS, **_WINNER))
+# SQLite: the fenced update first; nothing else is sent when it matched nothing.
+_COMPLETE = sa.update(_J).where(_FENCE).values(_COMPLETED)
+_COMPLETE_SQLITE = Precompiled(_COMPLETE)
+_ADD_RESULT_SQLITE = Precompiled(sa.insert(_R).values(**_IDS, **_WINNER))
 _ADD_CANDIDATES = Precompiled(
     sa.insert(_C).values(
         **_IDS, **{k: sa.bindparam(f"c_{k}", type_=t) for k, t in _CANDIDATE_TYPES.items()}
     )
 )
-_END_ATTEMPT = Precompiled(sa.update(_A).where(_OPEN_ATTEMPT).values(_ENDED))
+_END_ATTEMPT_SQLITE = Precompiled(sa.update(_A).where(_OPEN_ATTEMPT).values(_ENDED))
+
+
+def _record_mysql() -> Precompiled:
+    """MariaDB/MySQL: one script (one round trip): the fenced update, its row count kept in a
+    session variable, the result and the attempt's end only when it matched, and that count;
+    the candidates follow (one multi-row INSERT) only when it did."""
+    recorded = sa.literal_column("@mlirtuna_recorded")
+    values = (sa.literal(v) if isinstance(v, str) else v for v in _WINNER.values())
+    winner = sa.select(*_IDS.values(), *values).where(recorded == 1)
+    return Precompiled(
+        _COMPLETE,
+        sa.text("SET @mlirtuna_recorded = ROW_COUNT()"),
+        sa.insert(_R).from_select([*_IDS, *_WINNER], winner),
+        sa.update(_A).where(_OPEN_ATTEMPT, recorded == 1).values(_ENDED),
+        sa.select(recorded),
+    )
+
+
+_RECORD_MYSQL = _record_mysql()
 
 
 _RENEW = Precompiled(
@@ -400,14 +425,16 @@ def record(db: Database, lease: Lease, outcome: TuneOutcome) -> bool:
         if pg:
             done = _RECORD_PG.run(conn, {**params, **_candidate_arrays(lease, outcome)})
             recorded = done.first() is not None
-        else:
+        elif db.is_sqlite:
             # The fenced update comes first: when it matches nothing, nothing has been written.
-            recorded = _COMPLETE.run(conn, params).rowcount == 1
+            recorded = _COMPLETE_SQLITE.run(conn, params).rowcount == 1
             if recorded:
-                _ADD_RESULT.run(conn, params)
-                if outcome.candidates:
-                    _ADD_CANDIDATES.run(conn, _candidate_rows(lease, outcome))
-                _END_ATTEMPT.run(conn, params)
+                _ADD_RESULT_SQLITE.run(conn, params)
+                _END_ATTEMPT_SQLITE.run(conn, params)
+        else:
+            recorded = _RECORD_MYSQL.run_script(conn, params)[-1][0][0] == 1
+        if recorded and not pg and outcome.candidates:
+            _ADD_CANDIDATES.run(conn, _candidate_rows(lease, outcome))
     if recorded:
         return True
     with db.session() as s:
