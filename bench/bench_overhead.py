@@ -31,7 +31,7 @@ import common
 from sqlalchemy import event
 
 from mlirtuna import queue
-from mlirtuna.db import Database
+from mlirtuna.db import PING_IDLE_S, Database
 from mlirtuna.queue import Claimant, Lease
 from mlirtuna.tuners.base import TuneContext
 from mlirtuna.tuners.sleep import SleepTuner
@@ -129,8 +129,8 @@ def _print_profile(backend: str, prof: cProfile.Profile) -> None:
 
 class DriverClock:
     """Counts the statements sent to the database and the time spent inside the driver, and
-    the other round trips: the pool's pre-ping at each checkout and each COMMIT (none for a
-    PostgreSQL statement run in autocommit)."""
+    the other round trips: the pool's ping of a connection that sat idle, and each COMMIT
+    (none for a PostgreSQL statement run in autocommit)."""
 
     def __init__(self, db: Database) -> None:
         self.statements, self.seconds, self._t0 = 0, 0.0, 0.0
@@ -151,8 +151,10 @@ class DriverClock:
         if conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
             self.commits += 1
 
-    def _checkout(self, *_args: object) -> None:
-        self.checkouts += 1
+    def _checkout(self, _dbapi_conn, record, _proxy) -> None:
+        # The pool pings a connection that sat idle longer than PING_IDLE_S (db.py).
+        idle = time.monotonic() - record.info.get("checked_in", time.monotonic())
+        self.checkouts += idle > PING_IDLE_S
 
     def take(self) -> tuple[int, int]:
         """(statements, round trips) since the last take; SQLite has no round trips."""
@@ -289,10 +291,11 @@ def report(chosen, sizes: Sizes, overhead, parts, rates) -> str:
             "Where mlirtuna's time goes: median ms per call, each timed on its own (the worker "
             "sweeps at most every 5 s, so reclaim_expired is not in its per-job cost); then the "
             "statements a claim and a record send (SQLite's BEGIN IMMEDIATE included) and their "
-            "round trips to the server (statements + the pool's pre-ping + COMMIT; PostgreSQL's "
-            "one-statement claim and record run in autocommit, without BEGIN/COMMIT); then per "
+            "round trips to the server (statements + COMMIT + the ping of a connection idle "
+            "over 1 s, none here; PostgreSQL's one-statement claim and record run in "
+            "autocommit, without BEGIN/COMMIT); then per "
             "job the ms spent inside the database driver executing statements (round trips and "
-            "server work; COMMIT and pre-ping not included). The rest is Python.",
+            "server work; COMMIT not included). The rest is Python.",
             common.table(["backend", *PARTS, "sum", *COUNTS, "in driver"], parts),
             "Queue throughput, no-op tuner, worker processes started behind a barrier; jobs/s "
             "by the database clock (first claim to last completion) and by the wall clock "

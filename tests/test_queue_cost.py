@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from mlirtuna import configs, fusion, jobs, queue, sessions, worker
+from mlirtuna.db import PING_IDLE_S
 from mlirtuna.dbtext import MAX_CANDIDATE_ERROR_BYTES
 from mlirtuna.models import CONFIG_TABLES, Attempt, Candidate, Job, Result
 from mlirtuna.queue import Claimant
@@ -180,4 +181,26 @@ def test_a_claim_whose_attempt_row_fails_takes_nothing(db, tmp_path, session_id)
         assert sorted(states) == [("new", None), ("new", None)]
         assert s.scalar(sa.select(sa.func.count()).select_from(Attempt)) == 1
     # The connection that failed is usable again (rolled back, back in the pool).
+    assert queue.claim(db, session_id, ME, 60.0) is not None
+
+
+def test_a_connection_cut_while_idle_is_replaced_before_use(db, tmp_path, session_id):
+    """No ping per transaction (a round trip): a pooled connection is pinged only after sitting
+    idle over PING_IDLE_S, as a worker's is while it tunes; one the server dropped meanwhile is
+    then replaced before the claim, which succeeds at once."""
+    if db.is_sqlite:
+        pytest.skip("SQLite has no server connection to lose")
+    load_gemm(db, tmp_path, session_id, 1)
+    with db.engine.connect() as conn:  # the pool's connection, as the claim will get it back
+        me = conn.exec_driver_sql(
+            "SELECT pg_backend_pid()" if db.backend == "postgresql" else "SELECT CONNECTION_ID()"
+        ).scalar()
+    killer = sa.create_engine(db.url, poolclass=sa.NullPool)
+    with killer.connect() as conn:
+        if db.backend == "postgresql":
+            conn.exec_driver_sql(f"SELECT pg_terminate_backend({me})")
+        else:
+            conn.exec_driver_sql(f"KILL {me}")
+    killer.dispose()
+    time.sleep(PING_IDLE_S + 0.2)
     assert queue.claim(db, session_id, ME, 60.0) is not None

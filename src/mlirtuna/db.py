@@ -386,19 +386,42 @@ def _make_engine(url: URL) -> Engine:
     try:
         if url.get_backend_name() == "sqlite":
             return _sqlite_engine(url)
-        # pool_pre_ping: a worker whose server restarted reconnects instead of failing a job.
         # READ COMMITTED on MariaDB/MySQL: no gap locks, so concurrent claims and records of
         # different jobs do not deadlock over index ranges (PostgreSQL's default already is).
-        return sa.create_engine(
+        engine = sa.create_engine(
             url,
-            pool_pre_ping=True,
             pool_size=2,
             max_overflow=2,
             isolation_level="READ COMMITTED",
             connect_args=_connect_args(url),
         )
+        _ping_when_idle(engine)
+        return engine
     except (NoSuchModuleError, ArgumentError) as exc:
         raise DatabaseError(f"unsupported database URL {mask(url)}: {exc}") from None
+
+
+# A pooled connection idle longer than this is pinged before use (a round trip).
+PING_IDLE_S = 1.0
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Ping a pooled connection before use when it sat idle for more than PING_IDLE_S, so that a
+    worker whose server restarted while it tuned reconnects instead of failing (what
+    pool_pre_ping does at every checkout: a round trip per transaction, a third of a busy
+    queue's). A connection used within that second is trusted: a restart in that second
+    surfaces on the next statement as the server being away, which callers wait out."""
+
+    @event.listens_for(engine.pool, "checkin")
+    def _checked_in(_dbapi_conn, record) -> None:
+        record.info["checked_in"] = time.monotonic()
+
+    @event.listens_for(engine.pool, "checkout")
+    def _checkout(dbapi_conn, record, _proxy) -> None:
+        idle = time.monotonic() - record.info.get("checked_in", time.monotonic())
+        if idle > PING_IDLE_S and not engine.dialect._do_ping_w_event(dbapi_conn):
+            # As pool_pre_ping: this and every older pooled connection are dropped.
+            raise sa.exc.InvalidatePoolError()
 
 
 def _connect_args(url: URL) -> dict[str, object]:
