@@ -317,8 +317,11 @@ class Precompiled:
     whose connections allow multiple statements: _make_engine).
     """
 
-    def __init__(self, *stmts: sa.Executable) -> None:
-        self.stmts = stmts
+    def __init__(
+        self, *stmts: sa.Executable, edit: Callable[[int, str], str] | None = None
+    ) -> None:
+        """`edit(i, sql)`: the i-th statement's SQL text as sent, for what Core cannot say."""
+        self.stmts, self.edit = stmts, edit
         self._compiled: dict[str, tuple[str, dict, dict]] = {}
 
     def run(self, conn: Connection, params: dict | list[dict]) -> sa.CursorResult:
@@ -377,7 +380,7 @@ class Precompiled:
                 process = bind.type._cached_bind_processor(dialect)
                 if process is not None:
                     processors[name] = process
-            texts.append(text)
+            texts.append(self.edit(i, text) if self.edit else text)
         self._compiled[dialect.name] = (";\n".join(texts), constants, processors)
         return self._compiled[dialect.name]
 

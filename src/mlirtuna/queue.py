@@ -20,6 +20,7 @@ import os
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
@@ -78,9 +79,11 @@ class Claimant:
 #   PostgreSQL: claim = 1 statement (data-modifying CTEs: pick, take, attempt row, the problem),
 #               record = 1 statement (fenced update, result, candidates, attempt end), each in
 #               autocommit (one statement is atomic by itself: no BEGIN, no COMMIT);
-#   MariaDB/MySQL: claim = pick (SKIP LOCKED), take, attempt, problem; record = fenced update,
-#               result, candidates (one multi-row INSERT), attempt end; one transaction each;
-#   SQLite: as MariaDB, but the claim picks and takes in one UPDATE … RETURNING.
+#   MariaDB/MySQL: claim = pick (SKIP LOCKED), then one script (problem, take, attempt);
+#               record = one script (fenced update, result and attempt end guarded by its row
+#               count), then the candidates (one multi-row INSERT); one transaction each;
+#   SQLite: statement by statement after BEGIN IMMEDIATE (no network: round trips cost little);
+#               the claim picks and takes in one UPDATE … RETURNING.
 _J, _A, _P = Job.__table__, Attempt.__table__, ProblemRow.__table__
 _R, _C = Result.__table__, Candidate.__table__
 _NOW = db_now()
@@ -153,13 +156,34 @@ _READ_PROBLEM = (
 )
 _ADD_ATTEMPT_SQLITE = Precompiled(_ADD_ATTEMPT)
 _READ_PROBLEM_SQLITE = Precompiled(_READ_PROBLEM)
-# MariaDB/MySQL: lock the next free row, skipping rows other workers hold; then one script (one
-# round trip): read its problem, take it, add the attempt row. (No UPDATE … RETURNING and no
-# data-modifying CTEs there.)
-_PICK_SKIP_LOCKED = Precompiled(_NEXT.with_for_update(skip_locked=True))
-_TAKE_PICKED_MYSQL = Precompiled(
-    _READ_PROBLEM, sa.update(_J).where(_J.c.id == _JOB_ID).values(_TAKE), _ADD_ATTEMPT
-)
+# MariaDB/MySQL (no UPDATE … RETURNING, no data-modifying CTEs): one script, one round trip, in
+# the claim's transaction: lock the next free row, skipping rows other workers hold, into session
+# variables; take it; add its attempt row; read it back with its problem (no row: none free).
+_PICKED = ("@mlirtuna_job", "@mlirtuna_problem", "@mlirtuna_retries")
+
+
+def _claim_mysql() -> Precompiled:
+    job, problem, retries = (sa.literal_column(v) for v in _PICKED)
+    attempt = sa.select(job, *_ATTEMPT.values()).where(job.is_not(None))
+
+    def pick_into(i: int, sql: str) -> str:  # SELECT … INTO @… FROM …: Core has no INTO
+        if i != 1:
+            return sql
+        return sql.replace("\nFROM job", f" INTO {', '.join(_PICKED)}\nFROM job", 1)
+
+    return Precompiled(
+        sa.text(f"SET {', '.join(f'{v} = NULL' for v in _PICKED)}"),
+        _NEXT.with_for_update(skip_locked=True),
+        sa.update(_J).where(_J.c.id == job).values(_TAKE),
+        sa.insert(_A).from_select(["job_id", *_ATTEMPT], attempt),
+        sa.select(job, problem, retries, *_PROBLEM_COLUMNS)
+        .select_from(_with_problem(_P, _P.c.id))
+        .where(_P.c.id == problem),
+        edit=pick_into,
+    )
+
+
+_CLAIM_MYSQL = _claim_mysql()
 
 
 def _claim_pg() -> Precompiled:
@@ -215,7 +239,13 @@ def claim(
         return Lease(row.id, params["p_token"], session_id, row.problem_id, row.retries, problem)
 
 
-def _take_next(db: Database, conn: sa.Connection, params: dict) -> tuple[sa.Row | None, object]:
+class _Taken(NamedTuple):
+    id: int
+    problem_id: int
+    retries: int
+
+
+def _take_next(db: Database, conn: sa.Connection, params: dict) -> tuple[object, object]:
     """(the job taken: id, problem_id, retries; its problem), or (None, None)."""
     if db.backend == "postgresql":
         row = _CLAIM_PG.run(conn, params).first()
@@ -227,12 +257,11 @@ def _take_next(db: Database, conn: sa.Connection, params: dict) -> tuple[sa.Row 
         _ADD_ATTEMPT_SQLITE.run(conn, {**params, "p_job": row.id})
         problem = _READ_PROBLEM_SQLITE.run(conn, {"p_problem": row.problem_id}).one()
         return row, _problem_of(conn, problem)
-    row = _PICK_SKIP_LOCKED.run(conn, params).first()
-    if row is None:
+    taken = _CLAIM_MYSQL.run_script(conn, params)[-1]
+    if not taken:
         return None, None
-    script = {**params, "p_job": row.id, "p_problem": row.problem_id}
-    problem = _TAKE_PICKED_MYSQL.run_script(conn, script)[0][0]
-    return row, _problem_of(conn, problem)
+    job_id, problem_id, retries, *problem = taken[0]
+    return _Taken(job_id, problem_id, retries), _problem_of(conn, problem)
 
 
 def _problem_of(conn: sa.Connection, values: Sequence) -> Problem:
