@@ -204,3 +204,24 @@ def test_a_connection_cut_while_idle_is_replaced_before_use(db, tmp_path, sessio
     killer.dispose()
     time.sleep(PING_IDLE_S + 0.2)
     assert queue.claim(db, session_id, ME, 60.0) is not None
+
+
+def test_a_connection_returned_mid_transaction_is_rolled_back(db):
+    """MariaDB's pool rolls back only connections whose server says a transaction is open (the
+    default sent ROLLBACK after every commit, a round trip): an open one still is."""
+    if db.is_sqlite:
+        pytest.skip("SQLite: the driver is in autocommit mode; mlirtuna sends BEGIN itself")
+    raw = db.engine.raw_connection()
+    cursor = raw.cursor()
+    cursor.execute(
+        "INSERT INTO problem (op, test_vector, created_at) "
+        "VALUES ('gemm', 'left open', '2026-01-01 00:00:00')"
+    )
+    cursor.close()
+    raw.close()  # back to the pool, the transaction still open
+    for _ in range(3):  # whichever pooled connection comes next, it commits nothing of that
+        with db.transaction() as conn:
+            conn.exec_driver_sql("SELECT 1")
+    with db.session() as s:
+        left = sa.text("SELECT count(*) FROM problem WHERE test_vector = 'left open'")
+        assert s.scalar(left) == 0

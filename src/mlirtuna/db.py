@@ -391,14 +391,18 @@ def _make_engine(url: URL) -> Engine:
             return _sqlite_engine(url)
         # READ COMMITTED on MariaDB/MySQL: no gap locks, so concurrent claims and records of
         # different jobs do not deadlock over index ranges (PostgreSQL's default already is).
+        mysql = url.get_backend_name() in ("mysql", "mariadb")
         engine = sa.create_engine(
             url,
             pool_size=2,
             max_overflow=2,
             isolation_level="READ COMMITTED",
             connect_args=_connect_args(url),
+            pool_reset_on_return=None if mysql else "rollback",
         )
         _ping_when_idle(engine)
+        if mysql:
+            _roll_back_only_open_transactions(engine)
         return engine
     except (NoSuchModuleError, ArgumentError) as exc:
         raise DatabaseError(f"unsupported database URL {mask(url)}: {exc}") from None
@@ -425,6 +429,18 @@ def _ping_when_idle(engine: Engine) -> None:
         if idle > PING_IDLE_S and not engine.dialect._do_ping_w_event(dbapi_conn):
             # As pool_pre_ping: this and every older pooled connection are dropped.
             raise sa.exc.InvalidatePoolError()
+
+
+def _roll_back_only_open_transactions(engine: Engine) -> None:
+    """MariaDB/MySQL: a connection going back to the pool is rolled back only when the server
+    says a transaction is open. PyMySQL sends ROLLBACK whatever the state, so the pool's default
+    reset cost a round trip after every committed transaction."""
+    from pymysql.constants import SERVER_STATUS
+
+    @event.listens_for(engine, "reset")
+    def _reset(dbapi_conn, _record, _state) -> None:
+        if dbapi_conn.server_status & SERVER_STATUS.SERVER_STATUS_IN_TRANS:
+            dbapi_conn.rollback()
 
 
 def _connect_args(url: URL) -> dict[str, object]:
