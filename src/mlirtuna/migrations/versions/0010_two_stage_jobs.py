@@ -1,7 +1,7 @@
 """two-stage jobs: job.stage, the session's split and artifact store, bundles
 
 Revision ID: 0010
-Revises: 0008
+Revises: 0012
 Create Date: 2026-12-03 09:50:00
 """
 
@@ -10,7 +10,7 @@ from alembic import op
 from sqlalchemy.dialects import mysql
 
 revision = "0010"
-down_revision = "0008"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 
