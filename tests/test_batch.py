@@ -149,6 +149,36 @@ def test_a_batch_of_four_is_one_tool_call_with_the_results_of_four(
     assert all(out.count("\n") == 1 for out in outputs)  # each job keeps its own row
 
 
+def candidate_errors(db, sid) -> dict[int, list[tuple[str, str | None]]]:
+    """problem id -> every candidate's perf config with its error text."""
+    with db.session() as s:
+        rows = s.execute(
+            sa.select(Candidate.problem_id, Candidate.perf_config, Candidate.error).where(
+                Candidate.session_id == sid
+            )
+        ).all()
+    errors = collections.defaultdict(list)
+    for problem_id, perf_config, error in rows:
+        errors[problem_id].append((perf_config, error))
+    return {p: sorted(e, key=str) for p, e in errors.items()}
+
+
+def test_a_discarded_candidate_is_discarded_only_for_its_own_config(
+    db, tmp_path, build, monkeypatch
+):
+    # The stand-in's E4 driver discards a perf config of the first problem that is N/A for
+    # the second (fake e4_discarded): in one call, the second's must stay N/A.
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E4")
+    lines = gemm_lines(3)[1:]
+    batched = session_of(db, tmp_path, lines, tag="k2")
+    assert worker(db, batched, build, batch=2).run().completed == 2
+    single = session_of(db, tmp_path, lines, tag="k1")
+    assert worker(db, single, build).run().completed == 2
+    assert candidate_errors(db, batched) == candidate_errors(db, single)
+    texts = [e for errs in candidate_errors(db, batched).values() for _, e in errs]
+    assert any(e and "Discarded by" in e for e in texts) and any(e and "N/A" in e for e in texts)
+
+
 def test_each_job_is_recorded_while_the_tool_still_runs(db, tmp_path, build, monkeypatch):
     monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E3")
     monkeypatch.setenv("FAKE_TUNINGRUNNER_DELAY", "0.6")
