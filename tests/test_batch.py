@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -23,6 +24,7 @@ from mlirtuna.models import Attempt, Candidate, Job, Result
 from mlirtuna.problems import ExpandOptions
 from mlirtuna.queue import Claimant
 from mlirtuna.sessions import SessionSpec
+from mlirtuna.tuners.rocmlir import _driver_segment, parse_debug_lines
 from mlirtuna.worker import Worker, WorkerSettings
 
 ARCH_FULL = "gfx942:sramecc+:xnack-"
@@ -426,3 +428,13 @@ def test_first_signal_finishes_the_batch_second_gives_it_back(db, db_url, tmp_pa
     assert given_back and "running" not in states(db, sid)
     for job in given_back:
         assert job.retries == 0 and attempts_of(db, job.id)[-1] == "released"
+
+
+def test_driver_lines_of_a_config_that_got_no_row_are_skipped():
+    debug = ["PerfConfig\tTFlops\tM\n", "a\t1.5\t64\n", "b\t\t64\n", "c\t\t64\n"]
+    block = parse_debug_lines(debug, Path("x.debug"))
+    failed = [("a", "N/A"), ("b", "N/A"), ("c", "Discarded")]  # "No valid perf config found"
+    own = [("c", "Discarded"), ("a", "12.5"), ("b", "N/A")]  # its own lines, in another order
+    assert _driver_segment(failed + own, 0, block) == 3
+    assert _driver_segment(failed + own, 4, block) is None
+    assert _driver_segment(failed, 0, block) is None  # "a" has a time in the .debug file

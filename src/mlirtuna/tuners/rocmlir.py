@@ -109,9 +109,13 @@ _FLAG_RE = re.compile(r"(?<![\w-])--[A-Za-z][\w-]*")
 _SPACES_RE = re.compile(r"--tuning-space\s*\{([^}]*)\}")
 _TIMED_OUT_RE = re.compile(r"Tuning timed out after")
 # One line of rocmlir-tuning-driver's output as E4 logs it with --debug: "<perfConfig>\tDiscarded".
-_DISCARDED_RE = re.compile(r"(\S+)\tDiscarded\s*$", re.MULTILINE)
+# (?<!\S): a match starts only where a word does; without it every position inside a long perf
+# config is tried again, quadratic in its length (0.3 s for a batch's stderr).
+_DISCARDED_RE = re.compile(r"(?<!\S)(\S+)\tDiscarded\s*$", re.MULTILINE)
 # Any such line, "<perfConfig>\t<ns|N/A|Discarded>" (read from a batch's stderr as it arrives).
-_DRIVER_RE = re.compile(rb"(\S+)\t(Discarded|N/A|[-+0-9.eE]+|nan|inf)[ \t\r]*$", re.MULTILINE)
+_DRIVER_RE = re.compile(
+    rb"(?<!\S)(\S+)\t(Discarded|N/A|[-+0-9.eE]+|nan|inf)[ \t\r]*$", re.MULTILINE
+)
 # How long a batch's ready row waits for its driver lines on stderr (a pipe lags the files).
 DRIVER_LINES_GRACE_S = 1.0
 GPU_TIMED_OUT = "gpu_timed_out"
