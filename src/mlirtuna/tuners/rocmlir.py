@@ -49,7 +49,10 @@ them the winner's margin over the runner-up and its noise. E2 records no spread.
 
 Batches (`worker --batch K`, E3 and E4): `tune_many` tunes several problems of one op in one
 call, the configs on stdin (`-c -`), and yields each problem's outcome as its row and `.debug`
-rows appear (_BatchTail), reading them with the same functions as one call per problem.
+rows appear (_BatchTail), reading them with the same functions as one call per problem. Which of
+a config's candidates E4's driver Discarded is read from that config's own driver lines in the
+batch's stderr, never from another config's (_driver_segment); each file and stderr is read once,
+as it grows (a poll costs what the tool wrote since the last one).
 
 Attention is tuned with `--verify-mode none`, as MITuna and rocMLIR's weekly CI do: there is no
 GPU verifier for attention (E3 falls back to a slow CPU reference with relaxed thresholds), and
