@@ -84,6 +84,12 @@ class Scenario:
     split: bool  # two-stage session (compile jobs, then benchmark jobs)
     batch: int  # the GPU workers' --batch (1: omitted, today's behaviour)
     compile_workers: int = 0
+    # A diagnostic: the GPU workers' tool calls start in this many seconds instead of the costs'
+    # start-up (0: as if the next call's start-up were hidden behind the current benchmarking).
+    gpu_startup_s: float | None = None
+
+    def gpu_startup(self, costs: Costs) -> float:
+        return costs.startup_s if self.gpu_startup_s is None else self.gpu_startup_s
 
     def needs(self) -> list[str]:
         """CLI flags this scenario needs from the build under test."""
@@ -94,7 +100,8 @@ class Scenario:
 
     def ceiling(self, costs: Costs) -> float:
         """The busy share a slot reaches when it never waits: start-up and compiles idle it."""
-        per_call_idle = costs.startup_s + (0 if self.split else self.batch * costs.compile_s)
+        per_call_idle = self.gpu_startup(costs)
+        per_call_idle += 0 if self.split else self.batch * costs.compile_s
         busy = self.batch * costs.bench_s
         return busy / (busy + per_call_idle)
 
@@ -222,14 +229,18 @@ def worker_argvs(sid: int, plan: Plan, scenario: Scenario) -> dict[str, list[str
 
 # -- running one scenario ----------------------------------------------------------------------
 @contextlib.contextmanager
-def workers(argvs: dict[str, list[str]], env: dict[str, str], logs: Path) -> Iterator[list]:
+def workers(argvs: dict[str, list[str]], envs: dict[str, dict], logs: Path) -> Iterator[list]:
     """The worker processes (each its own process group, its stderr in a file), stopped after."""
     procs = []
     try:
         for name, argv in argvs.items():
             with open(logs / f"{name}.log", "w") as err:
                 proc = subprocess.Popen(
-                    argv, env=env, stdout=err, stderr=subprocess.STDOUT, start_new_session=True
+                    argv,
+                    env=envs[name],
+                    stdout=err,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
                 )
             procs.append((name, proc))
         yield procs
@@ -309,7 +320,12 @@ def run_scenario(url: str, tmp: Path, build: Path, plan: Plan, scenario: Scenari
     sid = open_session(env, plan, scenario)
     db = Database(url)
     try:
-        with workers(worker_argvs(sid, plan, scenario), env, workdir) as procs:
+        argvs = worker_argvs(sid, plan, scenario)
+        envs = {name: env for name in argvs}
+        if scenario.gpu_startup_s is not None:
+            gpu_env = dict(env, FAKE_TUNINGRUNNER_STARTUP_S=str(scenario.gpu_startup_s))
+            envs.update({name: gpu_env for name in argvs if name.startswith("gpu")})
+        with workers(argvs, envs, workdir) as procs:
             wait_idle(procs, workdir)
             busy0 = common.cpu_busy_s()
             t0 = time.monotonic()
@@ -439,7 +455,7 @@ def capacity_rows(plan: Plan, scenarios: Sequence[Scenario]) -> list[list[object
         if not sc.split:
             continue
         per_compile = c.startup_s + c.compile_s  # a compile job: one tool call, one problem
-        per_bench = c.startup_s / sc.batch + c.bench_s  # a fed slot, start-up amortized over K
+        per_bench = sc.gpu_startup(c) / sc.batch + c.bench_s  # start-up amortized over K
         supply = sc.compile_workers / per_compile
         demand = plan.gpus / per_bench
         rows.append(
@@ -451,17 +467,17 @@ def capacity_rows(plan: Plan, scenarios: Sequence[Scenario]) -> list[list[object
                 f"{supply / demand:.2f}",
                 math.ceil(plan.gpus * per_compile / per_bench),
                 pct(sc.ceiling(c)),
-                workers_for_95(plan, sc.batch),
+                workers_for_95(plan, sc),
             ]
         )
     return rows
 
 
-def workers_for_95(plan: Plan, batch: int) -> str:
+def workers_for_95(plan: Plan, sc: Scenario) -> str:
     """Compile workers that keep the slots >= 95 % busy, or why no number of them can."""
     c = plan.costs
-    if Scenario("", True, batch).ceiling(c) < 0.95:
-        k_min = math.ceil(19 * c.startup_s / c.bench_s)  # K b / (s + K b) >= 0.95
+    if sc.ceiling(c) < 0.95:
+        k_min = math.ceil(19 * sc.gpu_startup(c) / c.bench_s)  # K b / (s + K b) >= 0.95
         return f"none: start-up caps it; needs K >= {k_min}"
     return str(math.ceil(0.95 * plan.gpus * (c.startup_s + c.compile_s) / c.bench_s))
 
@@ -473,22 +489,27 @@ CAPACITY_HEADERS = [
 ]  # fmt: skip
 
 
-def scenarios(batch: int, compile_workers: Sequence[int]) -> list[Scenario]:
+def scenarios(plan: Plan, batch: int, counts: Sequence[str], diagnostic: bool) -> list[Scenario]:
+    """a) one-stage, b) batched, c) two-stage per compile worker count ('feed': enough)."""
     chosen = [
         Scenario("one-stage", split=False, batch=1),
         Scenario(f"one-stage batched K={batch}", split=False, batch=batch),
     ]
-    chosen += [
-        Scenario(f"two-stage {n} compile", split=True, batch=batch, compile_workers=n)
-        for n in compile_workers
-    ]
+    for text in counts:
+        n = feed_count(plan, batch, plan.costs.startup_s) if text == "feed" else int(text)
+        chosen.append(Scenario(f"two-stage {n} compile", True, batch, compile_workers=n))
+    if diagnostic:
+        n = feed_count(plan, batch, 0.0)
+        label = f"two-stage {n} compile, GPU calls without start-up (diagnostic)"
+        chosen.append(Scenario(label, True, batch, compile_workers=n, gpu_startup_s=0.0))
     return chosen
 
 
-def feed_count(plan: Plan, batch: int) -> int:
-    """Compile workers that keep G slots fed (the capacity table's number)."""
+def feed_count(plan: Plan, batch: int, gpu_startup_s: float) -> int:
+    """Compile workers that keep the GPU slots fed (the capacity table's number)."""
     c = plan.costs
-    return math.ceil(plan.gpus * (c.startup_s + c.compile_s) / (c.startup_s / batch + c.bench_s))
+    per_bench = gpu_startup_s / batch + c.bench_s
+    return math.ceil(plan.gpus * (c.startup_s + c.compile_s) / per_bench)
 
 
 def run_backend(plan: Plan, chosen: Sequence[Scenario]) -> list[Outcome | list[object]]:
@@ -543,6 +564,8 @@ def options():
     add("--batch", type=int, help="K: jobs per GPU worker's tool call, batched rows (default 8)")
     add("--compile-workers", help="two-stage rows: comma-separated compile worker counts; "
         "'feed' = enough for the costs (default 0,2,8,feed; smoke 1)")  # fmt: skip
+    add("--no-diagnostic", action="store_true", help="leave out the two-stage row whose GPU "
+        "calls have no start-up (it tells the start-up's cost from the queue's)")  # fmt: skip
     add("--timeout", type=float, help="seconds per scenario (default: 3x one-stage's + 60)")
     return p.parse_args()
 
@@ -567,12 +590,10 @@ def main() -> None:
              args.timeout)
         for b in common.backends(args.backends)
     ]  # fmt: skip
-    counts_text = pick(args.compile_workers, "0,2,8,feed", "1", smoke)
-    counts = [
-        feed_count(plans[0], batch) if n.strip() == "feed" else int(n)
-        for n in counts_text.split(",")
-    ]
-    chosen = scenarios(batch, counts)
+    counts = pick(args.compile_workers, "0,2,8,feed", "1", smoke).split(",")
+    chosen = scenarios(
+        plans[0], batch, [c.strip() for c in counts], not (smoke or args.no_diagnostic)
+    )
     sections = [header(plans, batch)]
     for plan in plans:
         results = run_backend(plan, chosen)
