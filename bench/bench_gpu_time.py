@@ -563,7 +563,7 @@ def options():
     add("--bench-ms", type=float, help="benchmark per candidate, ms (default 10)")
     add("--batch", type=int, help="K: jobs per GPU worker's tool call, batched rows (default 8)")
     add("--compile-workers", help="two-stage rows: comma-separated compile worker counts; "
-        "'feed' = enough for the costs (default 0,2,8,feed; smoke 1)")  # fmt: skip
+        "'feed' = enough for the costs, '' none (default 0,2,8,feed; smoke 1)")  # fmt: skip
     add("--no-diagnostic", action="store_true", help="leave out the two-stage row whose GPU "
         "calls have no start-up (it tells the start-up's cost from the queue's)")  # fmt: skip
     add("--timeout", type=float, help="seconds per scenario (default: 3x one-stage's + 60)")
@@ -591,9 +591,8 @@ def main() -> None:
         for b in common.backends(args.backends)
     ]  # fmt: skip
     counts = pick(args.compile_workers, "0,2,8,feed", "1", smoke).split(",")
-    chosen = scenarios(
-        plans[0], batch, [c.strip() for c in counts], not (smoke or args.no_diagnostic)
-    )
+    counts = [c.strip() for c in counts if c.strip()]  # "": no two-stage rows
+    chosen = scenarios(plans[0], batch, counts, not (smoke or args.no_diagnostic))
     sections = [header(plans, batch)]
     for plan in plans:
         results = run_backend(plan, chosen)
