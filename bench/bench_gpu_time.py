@@ -54,7 +54,10 @@ FAKE_BUILD = ROOT / "tests" / "fake_rocmlir"
 ARCH_FULL, NUM_CU, NUM_CHIPLETS = "gfx942:sramecc+:xnack-", 304, 8
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 TAG = "bench-gpu-time"
+GPU_LOG, TOOL_LOG = "gpu.jsonl", "tool-calls.jsonl"  # per scenario: busy stretches, tool argv
+KINDS = ("one-stage", "batched", "two-stage")
 STALL_MARGIN_S = 30.0  # beyond the longest single tool call, before "no progress" stops a run
+STALL_IDLE_S = 20.0  # nothing running and nothing claimed (idle workers poll every <= 2 s)
 READY_TIMEOUT_S = 120.0  # for every worker to start and report idle (2 cores, tens of workers)
 STOP_GRACE_S = 10.0
 
@@ -114,6 +117,7 @@ class Plan:
     space: str
     costs: Costs
     timeout_s: float | None  # per scenario; None: from the costs
+    kinds: tuple[str, ...] = KINDS  # which rows: one-stage, batched, two-stage
 
     def longest_call_s(self, batch: int) -> float:
         c = self.costs
@@ -129,13 +133,37 @@ class Plan:
         return 3 * bound + 60
 
 
+@dataclass(frozen=True)
+class SlotTime:
+    """One GPU slot's window and what filled it, in seconds."""
+
+    window: float  # its first claim to the end of its last attempt
+    benchmarking: float
+    tool_costs: float  # in a job: the stand-in's start-up per call (+ compiles, one-stage)
+    in_jobs: float  # holding at least one job
+
+    @property
+    def share(self) -> float:
+        return self.benchmarking / self.window
+
+    @property
+    def other_share(self) -> float:
+        """In a job, neither benchmarking nor the tool's costs: mlirtuna, Python, bundles."""
+        return (self.in_jobs - self.benchmarking - self.tool_costs) / self.window
+
+    @property
+    def between_share(self) -> float:
+        """Holding no job: polling for one, or nothing claimable."""
+        return (self.window - self.in_jobs) / self.window
+
+
 @dataclass
 class Outcome:
     scenario: Scenario
     jobs_done: int = 0
     jobs_total: int = 0
     wall_s: float = float("nan")
-    slot_share: dict[int, float | None] = field(default_factory=dict)
+    slots: dict[int, SlotTime | None] = field(default_factory=dict)
     farm_share: float = float("nan")
     candidates: int = 0
     cpu_busy_pct: float = float("nan")
@@ -149,7 +177,7 @@ def fake_build(tmp: Path) -> Path:
     return build
 
 
-def farm_env(url: str, build: Path, costs: Costs, gpus: int, gpu_log: Path) -> dict[str, str]:
+def farm_env(url: str, build: Path, costs: Costs, gpus: int, logs: Path) -> dict[str, str]:
     """The environment of every mlirtuna process (and so of the stand-in they start)."""
     env = {
         k: v
@@ -171,7 +199,8 @@ def farm_env(url: str, build: Path, costs: Costs, gpus: int, gpu_log: Path) -> d
         FAKE_TUNINGRUNNER_STARTUP_S=str(costs.startup_s),
         FAKE_TUNINGRUNNER_COMPILE_MS=str(costs.compile_ms),
         FAKE_TUNINGRUNNER_BENCH_MS=str(costs.bench_ms),
-        FAKE_TUNINGRUNNER_GPU_LOG=str(gpu_log),
+        FAKE_TUNINGRUNNER_GPU_LOG=str(logs / GPU_LOG),
+        FAKE_TUNINGRUNNER_LOG=str(logs / TOOL_LOG),
     )
     return env
 
@@ -282,29 +311,44 @@ def wait_idle(procs: list, logs: Path) -> None:
         common.status(f"  not idle after {READY_TIMEOUT_S:.0f} s: {sorted(waiting)}; going on")
 
 
-def progress(db: Database, sid: int, gpu_log: Path) -> tuple[int, int]:
-    """(attempts ended, benchmarking stretches logged): anything moving counts as progress."""
+@dataclass(frozen=True)
+class Progress:
+    claimed: int  # attempts begun
+    ended: int  # attempts ended
+    stretches: int  # benchmarking stretches logged
+
+    @property
+    def running(self) -> bool:
+        return self.claimed > self.ended
+
+
+def progress(db: Database, sid: int, gpu_log: Path) -> Progress:
     with db.session() as s:
-        ended = s.scalar(
-            sa.select(sa.func.count())
-            .select_from(Attempt)
+        claimed, ended = s.execute(
+            sa.select(sa.func.count(), sa.func.count(Attempt.ended_at))
             .join(Job, Job.id == Attempt.job_id)
-            .where(Job.session_id == sid, Attempt.ended_at.is_not(None))
-        )
+            .where(Job.session_id == sid)
+        ).one()
     lines = gpu_log.read_text().count("\n") if gpu_log.exists() else 0
-    return int(ended or 0), lines
+    return Progress(int(claimed), int(ended), lines)
 
 
-def drive(db: Database, sid: int, gpu_log: Path, timeout_s: float, stall_s: float) -> str:
-    """Wait until the session is drained; '' or why the run was cut short."""
+def drive(db: Database, sid: int, gpu_log: Path, timeout_s: float, longest_call_s: float) -> str:
+    """Wait until the session is drained; '' or why the run was cut short.
+
+    Stalled: nothing claimed, ended or benchmarked for STALL_IDLE_S with no attempt running
+    (no worker can claim what is left), or for the longest tool call + STALL_MARGIN_S with one
+    running (a call that hangs)."""
     start = last_change = time.monotonic()
     seen = progress(db, sid, gpu_log)
     while not jobs.is_drained(db, sid):
         now = time.monotonic()
         if now - start > timeout_s:
             return f"timed out after {timeout_s:.0f} s"
-        if now - last_change > stall_s:
-            return f"stalled: no job ended and no benchmark ran for {stall_s:.0f} s"
+        quiet = now - last_change
+        if quiet > (longest_call_s + STALL_MARGIN_S if seen.running else STALL_IDLE_S):
+            what = "attempts running" if seen.running else "nothing claimable"
+            return f"stalled: no progress for {quiet:.0f} s, {what}; stopped"
         time.sleep(0.5)
         current = progress(db, sid, gpu_log)
         if current != seen:
@@ -315,8 +359,8 @@ def drive(db: Database, sid: int, gpu_log: Path, timeout_s: float, stall_s: floa
 def run_scenario(url: str, tmp: Path, build: Path, plan: Plan, scenario: Scenario) -> Outcome:
     workdir = tmp / scenario.label.replace(" ", "_").replace(",", "")
     workdir.mkdir()
-    gpu_log = workdir / "gpu.jsonl"
-    env = farm_env(url, build, plan.costs, plan.gpus, gpu_log)
+    gpu_log = workdir / GPU_LOG
+    env = farm_env(url, build, plan.costs, plan.gpus, workdir)
     sid = open_session(env, plan, scenario)
     db = Database(url)
     try:
@@ -330,13 +374,15 @@ def run_scenario(url: str, tmp: Path, build: Path, plan: Plan, scenario: Scenari
             busy0 = common.cpu_busy_s()
             t0 = time.monotonic()
             mlirtuna(env, "jobs", "load", "--session", str(sid), "--tag", TAG)
-            stall_s = plan.longest_call_s(scenario.batch) + STALL_MARGIN_S
-            note = drive(db, sid, gpu_log, plan.timeout_for(scenario), stall_s)
+            longest = plan.longest_call_s(scenario.batch)
+            note = drive(db, sid, gpu_log, plan.timeout_for(scenario), longest)
             elapsed = time.monotonic() - t0
             cpu = 100 * (common.cpu_busy_s() - busy0) / (elapsed * (os.cpu_count() or 1))
-        outcome = measure(db, sid, gpu_log, plan.gpus, scenario)
+        outcome = measure(db, sid, workdir, plan, scenario)
     finally:
         db.dispose()
+    if note and scenario.split and scenario.compile_workers == 0:
+        note = f"cannot finish without compile workers ({note})"
     outcome.note, outcome.cpu_busy_pct = note, cpu
     return outcome
 
@@ -373,7 +419,24 @@ def read_gpu_log(path: Path) -> tuple[dict[int, list[tuple[float, float]]], int]
     return stretches, candidates
 
 
-def measure(db: Database, sid: int, gpu_log: Path, gpus: int, scenario: Scenario) -> Outcome:
+def tool_calls(path: Path) -> dict[int, int]:
+    """Tool invocations per GPU id (`--gpus N`; compile-only calls have none), --help left out."""
+    calls: dict[int, int] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            argv = json.loads(line)["argv"]
+            if "--help" in argv:
+                continue
+            for i, arg in enumerate(argv):
+                value = arg.partition("=")[2] if arg.startswith("--gpus=") else None
+                if arg == "--gpus" and i + 1 < len(argv):
+                    value = argv[i + 1]
+                if value is not None:
+                    calls[int(value)] = calls.get(int(value), 0) + 1
+    return calls
+
+
+def measure(db: Database, sid: int, logs: Path, plan: Plan, scenario: Scenario) -> Outcome:
     with db.session() as s:
         attempts = s.execute(
             sa.select(Attempt.gpu_id, Attempt.claimed_at, Attempt.ended_at)
@@ -387,24 +450,43 @@ def measure(db: Database, sid: int, gpu_log: Path, gpus: int, scenario: Scenario
                 .group_by(Job.state)
             ).all()
         )
-    stretches, candidates = read_gpu_log(gpu_log)
+    stretches, candidates = read_gpu_log(logs / GPU_LOG)
     out = Outcome(scenario, states.get(COMPLETED, 0), sum(states.values()), candidates=candidates)
     if not attempts:
         return out
     times = [(g, epoch(a), epoch(b)) for g, a, b in attempts]
     lo, hi = min(a for _, a, _ in times), max(b for _, _, b in times)
     out.wall_s = hi - lo
-    for g in range(gpus):
-        mine = [(a, b) for gpu, a, b in times if gpu == g]
-        if not mine:
-            out.slot_share[g] = None
-            continue
-        w_lo, w_hi = min(a for a, _ in mine), max(b for _, b in mine)
-        busy = union_within(stretches.get(g, []), w_lo, w_hi)
-        out.slot_share[g] = busy / (w_hi - w_lo) if w_hi > w_lo else None
-    busy_all = sum(union_within(stretches.get(g, []), lo, hi) for g in range(gpus))
-    out.farm_share = busy_all / (gpus * out.wall_s) if out.wall_s > 0 else float("nan")
+    calls = tool_calls(logs / TOOL_LOG)
+    for g in range(plan.gpus):
+        held = [(a, b) for gpu, a, b in times if gpu == g]
+        out.slots[g] = slot_time(held, stretches.get(g, []), calls.get(g, 0), plan, scenario)
+    busy_all = sum(union_within(stretches.get(g, []), lo, hi) for g in range(plan.gpus))
+    out.farm_share = busy_all / (plan.gpus * out.wall_s) if out.wall_s > 0 else float("nan")
     return out
+
+
+def slot_time(
+    held: list[tuple[float, float]],
+    busy: list[tuple[float, float]],
+    calls: int,
+    plan: Plan,
+    scenario: Scenario,
+) -> SlotTime | None:
+    """Where one slot's window went: benchmarking, the tool's own costs, the rest of a job's
+    time (mlirtuna, Python, bundles), and no job held at all."""
+    if not held:
+        return None
+    lo, hi = min(a for a, _ in held), max(b for _, b in held)
+    if hi <= lo:
+        return None
+    benchmarking = union_within(busy, lo, hi)
+    in_jobs = union_within(held, lo, hi)
+    costs = calls * scenario.gpu_startup(plan.costs)
+    if not scenario.split:  # one-stage: every benchmarked config was compiled on this slot
+        costs += len(busy) * plan.costs.compile_s
+    costs = min(costs, max(in_jobs - benchmarking, 0.0))
+    return SlotTime(hi - lo, benchmarking, costs, in_jobs)
 
 
 # -- reporting ---------------------------------------------------------------------------------
@@ -412,10 +494,13 @@ def pct(value: float | None) -> str:
     return "-" if value is None or math.isnan(value) else f"{100 * value:.1f} %"
 
 
+def mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
 def result_row(o: Outcome, plan: Plan) -> list[object]:
-    shares = [o.slot_share.get(g) for g in range(plan.gpus)]
-    known = [s for s in shares if s is not None]
-    mean = sum(known) / len(known) if known else None
+    slots = [o.slots.get(g) for g in range(plan.gpus)]
+    known = [t for t in slots if t is not None]
     rate = o.candidates / o.wall_s if o.wall_s > 0 else float("nan")
     sc = o.scenario
     return [
@@ -423,28 +508,47 @@ def result_row(o: Outcome, plan: Plan) -> list[object]:
         sc.batch,
         sc.compile_workers if sc.split else "-",
         f"{o.jobs_done}/{o.jobs_total}",
-        f"{o.wall_s:.1f}",
-        *(pct(s) for s in shares),
-        pct(mean),
+        "-" if math.isnan(o.wall_s) else f"{o.wall_s:.1f}",
+        *(pct(t.share if t else None) for t in slots),
+        pct(mean([t.share for t in known])),
         pct(o.farm_share),
         pct(sc.ceiling(plan.costs)),
-        f"{rate:.0f}",
-        f"{o.cpu_busy_pct:.0f} %",
+        "-" if math.isnan(rate) else f"{rate:.0f}",
         o.note,
     ]
+
+
+def where_row(o: Outcome, plan: Plan) -> list[object]:
+    """Where the slots' windows went, mean over slots."""
+    known = [t for t in o.slots.values() if t is not None]
+    return [
+        o.scenario.label,
+        pct(mean([t.share for t in known])),
+        pct(mean([t.tool_costs / t.window for t in known])),
+        pct(mean([t.other_share for t in known])),
+        pct(mean([t.between_share for t in known])),
+        f"{o.cpu_busy_pct:.0f} %",
+    ]
+
+
+WHERE_HEADERS = [
+    "scenario", "benchmarking", "in a job: tool start-up (+ compile, one-stage)",
+    "in a job: the rest (mlirtuna, Python, bundles)", "between jobs (no job held)",
+    "machine CPU busy",
+]  # fmt: skip
 
 
 def skipped_row(scenario: Scenario, plan: Plan, missing: list[str]) -> list[object]:
     why = f"skipped: needs {', '.join(missing)}: not in this build"
     cw = scenario.compile_workers if scenario.split else "-"
-    return [scenario.label, scenario.batch, cw, *["-"] * (plan.gpus + 7), why]
+    return [scenario.label, scenario.batch, cw, *["-"] * (plan.gpus + 6), why]
 
 
 def result_headers(gpus: int) -> list[str]:
     slots = [f"GPU {g} busy" for g in range(gpus)]
     return [
         "scenario", "batch K", "compile workers", "jobs done", "wall s", *slots,
-        "mean slot busy", "farm busy", "ceiling", "candidates/s", "machine CPU busy", "note",
+        "mean slot busy", "farm busy", "ceiling", "candidates/s", "note",
     ]  # fmt: skip
 
 
@@ -491,10 +595,13 @@ CAPACITY_HEADERS = [
 
 def scenarios(plan: Plan, batch: int, counts: Sequence[str], diagnostic: bool) -> list[Scenario]:
     """a) one-stage, b) batched, c) two-stage per compile worker count ('feed': enough)."""
-    chosen = [
-        Scenario("one-stage", split=False, batch=1),
-        Scenario(f"one-stage batched K={batch}", split=False, batch=batch),
-    ]
+    chosen = []
+    if "one-stage" in plan.kinds:
+        chosen.append(Scenario("one-stage", split=False, batch=1))
+    if "batched" in plan.kinds:
+        chosen.append(Scenario(f"one-stage batched K={batch}", split=False, batch=batch))
+    if "two-stage" not in plan.kinds:
+        return chosen
     for text in counts:
         n = feed_count(plan, batch, plan.costs.startup_s) if text == "feed" else int(text)
         chosen.append(Scenario(f"two-stage {n} compile", True, batch, compile_workers=n))
@@ -517,7 +624,7 @@ def run_backend(plan: Plan, chosen: Sequence[Scenario]) -> list[Outcome | list[o
     with common.scratch_db(plan.backend) as url, tempfile.TemporaryDirectory() as tmp_text:
         tmp = Path(tmp_text)
         build = fake_build(tmp)
-        env = farm_env(url, build, plan.costs, plan.gpus, tmp / "unused.jsonl")
+        env = farm_env(url, build, plan.costs, plan.gpus, tmp)
         flags = cli_flags(env)
         (tmp / "problems.txt").write_text("\n".join(problem_lines(plan.problems)) + "\n")
         mlirtuna(
@@ -564,6 +671,7 @@ def options():
     add("--batch", type=int, help="K: jobs per GPU worker's tool call, batched rows (default 8)")
     add("--compile-workers", help="two-stage rows: comma-separated compile worker counts; "
         "'feed' = enough for the costs, '' none (default 0,2,8,feed; smoke 1)")  # fmt: skip
+    add("--kinds", default=",".join(KINDS), help="rows to run (default: all three kinds)")
     add("--no-diagnostic", action="store_true", help="leave out the two-stage row whose GPU "
         "calls have no start-up (it tells the start-up's cost from the queue's)")  # fmt: skip
     add("--timeout", type=float, help="seconds per scenario (default: 3x one-stage's + 60)")
@@ -585,11 +693,14 @@ def main() -> None:
         candidates=space_size(space),
     )
     batch = pick(args.batch, 8, 2, smoke)
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    if not kinds or set(kinds) - set(KINDS):
+        raise SystemExit(f"--kinds: a subset of {','.join(KINDS)}, not {args.kinds!r}")
+    problems, gpus = pick(args.problems, 32, 4, smoke), pick(args.gpus, 4, 2, smoke)
     plans = [
-        Plan(b, pick(args.problems, 32, 4, smoke), pick(args.gpus, 4, 2, smoke), space, costs,
-             args.timeout)
+        Plan(b, problems, gpus, space, costs, args.timeout, kinds)
         for b in common.backends(args.backends)
-    ]  # fmt: skip
+    ]
     counts = pick(args.compile_workers, "0,2,8,feed", "1", smoke).split(",")
     counts = [c.strip() for c in counts if c.strip()]  # "": no two-stage rows
     chosen = scenarios(plans[0], batch, counts, not (smoke or args.no_diagnostic))
@@ -597,9 +708,12 @@ def main() -> None:
     for plan in plans:
         results = run_backend(plan, chosen)
         rows = [r if isinstance(r, list) else result_row(r, plan) for r in results]
+        where = [where_row(r, plan) for r in results if isinstance(r, Outcome) and r.slots]
         sections += [
             f"#### {common.LABEL[plan.backend]}",
             common.table(result_headers(plan.gpus), rows),
+            "Where each GPU slot's window went (mean over slots):",
+            common.table(WHERE_HEADERS, where),
         ]
     caps = capacity_rows(plans[0], chosen)
     if caps:
@@ -627,7 +741,8 @@ def header(plans: Sequence[Plan], batch: int) -> str:
             "pay for mlirtuna, the database and the stand-in's Python start-up.",
             "Slot busy = the union of the slot's benchmarking stretches (GPU log) over its "
             "window, first claim to the end of its last attempt (database clock). Wall = first "
-            "claim of any job to the end of the last attempt. Farm busy = all benchmarking / "
+            "claim of any job to the end of the last attempt (two-stage: a compile and a benchmark "
+            "job per problem). Farm busy = all benchmarking / "
             "(slots x wall), ramp-up and tail included. Ceiling = the share the costs allow a "
             "slot that never waits: K x bench / (start-up + K x (compile + bench)) one-stage, "
             "K x bench / (start-up + K x bench) two-stage. Candidates/s = candidates benchmarked "
