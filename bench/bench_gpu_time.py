@@ -141,6 +141,7 @@ class SlotTime:
     benchmarking: float
     tool_costs: float  # in a job: the stand-in's start-up per call (+ compiles, one-stage)
     in_jobs: float  # holding at least one job
+    calls: int  # tool invocations on this slot
 
     @property
     def share(self) -> float:
@@ -486,10 +487,14 @@ def slot_time(
     if not scenario.split:  # one-stage: every benchmarked config was compiled on this slot
         costs += len(busy) * plan.costs.compile_s
     costs = min(costs, max(in_jobs - benchmarking, 0.0))
-    return SlotTime(hi - lo, benchmarking, costs, in_jobs)
+    return SlotTime(hi - lo, benchmarking, costs, in_jobs, calls)
 
 
 # -- reporting ---------------------------------------------------------------------------------
+def fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None or math.isnan(value) else format(value, spec)
+
+
 def pct(value: float | None) -> str:
     return "-" if value is None or math.isnan(value) else f"{100 * value:.1f} %"
 
@@ -527,6 +532,7 @@ def where_row(o: Outcome, plan: Plan) -> list[object]:
         pct(mean([t.tool_costs / t.window for t in known])),
         pct(mean([t.other_share for t in known])),
         pct(mean([t.between_share for t in known])),
+        fmt(mean([t.other_share * t.window / t.calls for t in known if t.calls]), ".2f"),
         f"{o.cpu_busy_pct:.0f} %",
     ]
 
@@ -534,7 +540,7 @@ def where_row(o: Outcome, plan: Plan) -> list[object]:
 WHERE_HEADERS = [
     "scenario", "benchmarking", "in a job: tool start-up (+ compile, one-stage)",
     "in a job: the rest (mlirtuna, Python, bundles)", "between jobs (no job held)",
-    "machine CPU busy",
+    "the rest per tool call, s", "machine CPU busy",
 ]  # fmt: skip
 
 
