@@ -12,7 +12,12 @@ Definitions (the same for every scenario):
 - slot busy share: the union of the slot's benchmarking stretches inside its window / window;
 - wall: the farm's window, from the first claim of any job to the end of the last attempt;
 - farm share: all slots' benchmarking / (G x wall), idle ramp-up and tail included;
-- ceiling: the share the costs alone allow a slot that never waits for anything.
+- ceiling: the share the costs alone allow a slot that never waits for anything;
+- where a slot's window went: benchmarking, the tool's start-up (and one-stage compiles) as the
+  costs say from the tool calls it made, the rest of the time it held a job (mlirtuna, Python,
+  bundles: the farm's own overhead), and the time it held no job.
+A diagnostic two-stage row gives the GPU workers' tool calls no start-up (compile calls keep
+theirs), to tell what the tool's start-up costs from what the farm itself loses.
 
 Workers start idle; the jobs are loaded once every worker said so (their start-up stays out),
 and they are stopped once the session is drained. A scenario that stops making progress, or
@@ -21,7 +26,8 @@ only pay for mlirtuna, the database and the stand-in's Python start-up.
 
     python bench/bench_gpu_time.py [--backends sqlite] [--smoke] [--out FILE]
         [--problems 32] [--gpus 4] [--space exhaustive] [--startup-s 2] [--compile-ms 50]
-        [--bench-ms 10] [--batch 8] [--compile-workers 0,2,8,feed]
+        [--bench-ms 10] [--batch 8] [--compile-workers 0,2,8,feed] [--no-diagnostic]
+        [--kinds one-stage,batched,two-stage] [--timeout S]
 """
 
 from __future__ import annotations
@@ -124,12 +130,14 @@ class Plan:
         return c.startup_s + batch * (c.compile_s + c.bench_s)
 
     def timeout_for(self, scenario: Scenario) -> float:
-        """Generous: three times the work of one slot tuning its share one-stage, plus slack."""
+        """Generous: three times what the slower of the GPU slots (tuning their share
+        one-stage) and the compile workers need, plus slack."""
         if self.timeout_s is not None:
             return self.timeout_s
         per_slot = math.ceil(self.problems / self.gpus) * self.longest_call_s(1)
         serial_compile = self.problems * (self.costs.startup_s + self.costs.compile_s)
-        bound = per_slot if not scenario.split else max(per_slot, serial_compile / 2)
+        compile_bound = serial_compile / max(scenario.compile_workers, 1) if scenario.split else 0
+        bound = max(per_slot, compile_bound)
         return 3 * bound + 60
 
 
