@@ -124,11 +124,17 @@ def test_four_workers_drain_500_jobs_exactly_once(db, db_url, tmp_path):
     assert_never_held_twice(rows)
 
 
-def test_chaos_sigkill_and_restart_loses_nothing(db, db_url, tmp_path):
+# --batch 4: each worker holds up to four leases at once; a kill leaves them all to expire.
+BATCHES = [1, pytest.param(4, marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_chaos_sigkill_and_restart_loses_nothing(db, db_url, tmp_path, batch):
     n = 150
     sid = make_session(db, tmp_path, n)
     log = tmp_path / "claims.log"
     args = ("--until-empty", "--lease", "1.5", "--max-retries", "1000", "--retry-backoff", "0")
+    args += ("--batch", str(batch))
     procs = [start_worker(db_url, sid, log, *args, sleep_s=0.1) for _ in range(4)]
     rng = random.Random(7)
     kills = 0
@@ -223,7 +229,8 @@ def test_failing_tuner_retries_with_backoff_then_errors(db, db_url, tmp_path):
             assert gaps[0] >= 0.25 and gaps[1] >= 0.55  # 0.3 s, then doubled
 
 
-def test_workers_survive_killed_connections(db, db_url, tmp_path):
+@pytest.mark.parametrize("batch", BATCHES)
+def test_workers_survive_killed_connections(db, db_url, tmp_path, batch):
     if db.is_sqlite:
         pytest.skip("SQLite has no server connection to lose")
     n = 120
@@ -231,10 +238,8 @@ def test_workers_survive_killed_connections(db, db_url, tmp_path):
     log = tmp_path / "claims.log"
     # 0.2 s a job: about 8 s of work for three workers, so the last to start (on a loaded machine)
     # still finds jobs to claim.
-    procs = [
-        start_worker(db_url, sid, log, "--until-empty", "--lease", "10", sleep_s=0.2)
-        for _ in range(3)
-    ]
+    args = ("--until-empty", "--lease", "10", "--batch", str(batch))
+    procs = [start_worker(db_url, sid, log, *args, sleep_s=0.2) for _ in range(3)]
     # Mid-run: once every worker has claimed a job, i.e. holds a connection and is past its
     # start-up (a worker that cannot reach the database at start-up stops at once with one line
     # and exit 2, by design), cut their connections, four times.

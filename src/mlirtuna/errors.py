@@ -65,6 +65,11 @@ class TunerTimeout(TunerError):
     """The tuner ran past the job timeout and was stopped."""
 
 
+class NotRun(TunerError):
+    """A batch's tool stopped before it tuned this problem: nothing is known against it, so its
+    job is given back (no retry counted) rather than failed."""
+
+
 class Unsupported(TunerError):
     """The tuner cannot run this problem at all (data type, op, layout, size): retrying cannot
     help, so the job ends in error at once."""

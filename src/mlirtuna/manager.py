@@ -76,6 +76,8 @@ def worker_argv(settings: WorkerSettings, slot: Slot) -> list[str]:
         argv.append("--until-empty")
     if settings.max_jobs is not None:
         argv += ["--max-jobs", str(settings.max_jobs)]
+    if settings.batch != 1:
+        argv += ["--batch", str(settings.batch)]
     if settings.mlir_build_dir:
         argv += ["--mlir-build-dir", settings.mlir_build_dir]
     return argv

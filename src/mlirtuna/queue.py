@@ -4,6 +4,7 @@ Four operations, each one short transaction (docs/architecture.md explains why t
 - claim: the next `new` job of a session, by priority then id, skipping rows other workers hold
   (`FOR UPDATE SKIP LOCKED` on PostgreSQL/MariaDB; on SQLite the write lock of BEGIN IMMEDIATE
   serializes claims and `UPDATE … RETURNING` picks and takes the row in one statement);
+  claim_many takes up to K jobs in one transaction, each with its own token and attempt;
 - heartbeat: extend the lease while the tuner runs;
 - record / fail / release: fenced writes, applied only while the job still carries this worker's
   lease_token, so a worker that lost its lease (paused, partitioned, requeued) writes nothing;
@@ -142,6 +143,75 @@ def claim(
         conn.execute(_ADD_ATTEMPT, {**params, "p_job": row.id})
         problem = load_problem(s, row.problem_id)
         return Lease(row.id, params["p_token"], session_id, row.problem_id, row.retries, problem)
+
+
+# A batch: the next `limit` claimable jobs in claim order, locked (PostgreSQL, MariaDB: rows
+# other workers hold are skipped) or, on SQLite, under the write lock of BEGIN IMMEDIATE.
+_NEXT_MANY = _NEXT.limit(sa.bindparam("p_limit", type_=sa.Integer()))
+_PICK_MANY_SKIP_LOCKED = _NEXT_MANY.with_for_update(skip_locked=True)
+# Each job of a batch gets its own token: one statement, run once per picked row.
+_TAKE_ONE = sa.update(_J).where(_J.c.id == sa.bindparam("p_job"), _J.c.state == NEW).values(_TAKE)
+
+
+def claim_many(
+    db: Database,
+    session_id: int,
+    who: Claimant,
+    lease_s: float,
+    limit: int,
+    tokens: list[str] | None = None,
+) -> list[Lease]:
+    """Take up to `limit` jobs of the session in one transaction, in claim order (priority,
+    id); an empty list when there is nothing to take now.
+
+    Each job gets its own lease token (tokens[i] for the i-th job taken) and its own attempt,
+    so that each is recorded, failed, released or lost on its own, exactly as a job taken by
+    `claim`. A caller that retries passes the same `tokens` and asks `claimed_with_any` first.
+    """
+    tokens = tokens or [new_token() for _ in range(limit)]
+    if len(tokens) < limit:
+        raise ValueError(f"claim_many: {len(tokens)} tokens for up to {limit} jobs")
+    params = {
+        "p_session": session_id,
+        "p_limit": int(limit),
+        "p_lease_s": float(lease_s),
+        "p_machine": who.machine_name,
+        "p_gpu": who.gpu_id,
+        "p_pid": who.pid,
+    }
+    with db.session(immediate=True) as s:
+        conn = s.connection()
+        pick = _NEXT_MANY if db.is_sqlite else _PICK_MANY_SKIP_LOCKED
+        rows = conn.execute(pick, params).all()
+        if not rows:
+            return []
+        taken = [
+            {**params, "p_job": r.id, "p_token": t}
+            for r, t in zip(rows, tokens[: len(rows)], strict=True)
+        ]
+        conn.execute(_TAKE_ONE, taken)
+        conn.execute(_ADD_ATTEMPT, taken)
+        return [
+            Lease(r.id, t["p_token"], session_id, r.problem_id, r.retries,
+                  load_problem(s, r.problem_id))
+            for r, t in zip(rows, taken, strict=True)
+        ]  # fmt: skip
+
+
+def claimed_with_any(db: Database, tokens: list[str]) -> list[Lease]:
+    """The jobs a batch claim with these tokens took, when that claim committed (its reply may
+    have been lost), in claim order; empty when it did not commit."""
+    with db.session() as s:
+        rows = s.execute(
+            sa.select(_J.c.id, _J.c.session_id, _J.c.problem_id, _J.c.retries, _J.c.lease_token)
+            .where(_J.c.lease_token.in_(tokens), _J.c.state == RUNNING)
+            .order_by(_J.c.priority, _J.c.id)
+        ).all()
+        return [
+            Lease(r.id, r.lease_token, r.session_id, r.problem_id, r.retries,
+                  load_problem(s, r.problem_id))
+            for r in rows
+        ]  # fmt: skip
 
 
 def claimed_with(db: Database, token: str) -> Lease | None:

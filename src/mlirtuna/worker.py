@@ -2,18 +2,23 @@
 
 One worker process per GPU (see manager.py). Stopping: the first SIGINT/SIGTERM lets the current
 job finish, the second gives it back at once (state new, no retry counted).
+
+With `--batch K` it claims up to K jobs at once (queue.claim_many) and, where the tuner can
+(rocmlir on E3/E4 builds), tunes them in one tool call, settling each job as its outcome arrives
+(docs/architecture.md, "Batches"); the batch code is the `_*batch*`/`_tune_many` functions.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import random
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from sqlalchemy import exc as sa_exc
@@ -21,7 +26,8 @@ from sqlalchemy import exc as sa_exc
 from mlirtuna import configs, jobs, machine, queue, sessions, tuners
 from mlirtuna.db import ROLLED_BACK, Database, fault_of
 from mlirtuna.defaults import DEFAULT_BACKOFF_S, DEFAULT_LEASE_S, DEFAULT_MAX_RETRIES
-from mlirtuna.errors import DatabaseError, TunerError, Unsupported, UserError
+from mlirtuna.errors import DatabaseError, NotRun, TunerError, Unsupported, UserError
+from mlirtuna.problems import Problem
 from mlirtuna.queue import Claimant, Lease
 from mlirtuna.tuners.base import TuneContext, TuneOutcome, Tuner
 
@@ -35,6 +41,10 @@ DB_LOG_EVERY_S = 60.0  # while the database stays away, say so again this often 
 SWEEP_S = 5.0  # how often a busy worker looks for expired leases
 # The job timeout when --job-timeout is not given: generous per tuning space, so that only a
 # tuner that hangs meets it. Every tuner runs under it, whether or not it honours ctx.timeout_s.
+# A job of a batch settled as (lease, outcome, error, final); final RELEASE: give it back, the
+# tool never tuned it (its batch's tool stopped first).
+RELEASE = "release"
+Settled = tuple[Lease, TuneOutcome | None, str | None, bool | str]
 DEFAULT_JOB_TIMEOUT_S = {"quick": 3600.0, "full": 4 * 3600.0, "greedy": 4 * 3600.0,
                          "exhaustive": 24 * 3600.0}  # fmt: skip
 
@@ -50,6 +60,7 @@ class WorkerSettings:
     backoff_s: float = DEFAULT_BACKOFF_S
     until_empty: bool = False
     max_jobs: int | None = None
+    batch: int = 1  # jobs claimed at once (rocmlir E3/E4: tuned in one tool call)
     mlir_build_dir: str | None = None
     cpu_mem_limit: int = 4 << 30
     machine_name: str = field(default_factory=machine.machine_name)
@@ -79,56 +90,83 @@ class JobTimedOut(BaseException):
 
 
 class Heartbeat:
-    """Extends the lease the worker holds every `interval` seconds, from one long-lived thread.
+    """Extends the leases the worker holds every `interval` seconds, from one long-lived thread.
 
-    `hold(lease)` makes a lease current for the duration of a job; its `lost` event is set when a
-    renewal finds the lease taken away (requeued, cancelled, or expired and claimed by another
-    worker). One thread per worker, not one per job: starting a thread per job cost more than
-    the job's own queue work.
+    `hold(lease)` (one job) or `hold_many(leases)` (a batch) makes leases current; `drop(lease)`
+    ends one of them once its job is recorded. Each lease has its own `lost` event, set when a
+    renewal finds that lease taken away (requeued, cancelled, or expired and claimed by another
+    worker): a lost lease marks only its own job. One thread per worker, not one per job:
+    starting a thread per job cost more than the job's own queue work.
     """
 
     def __init__(self, db: Database, lease_s: float, interval: float) -> None:
         self.db, self.lease_s, self.interval = db, lease_s, interval
         self._cv = threading.Condition()
-        self._lease: Lease | None = None
-        self._lost = threading.Event()
+        self._held: dict[int, tuple[Lease, threading.Event]] = {}
+        self._claims = 0  # counts holds: a fresh claim restarts the interval, a drop does not
         threading.Thread(target=self._loop, daemon=True, name="heartbeat").start()
 
     def _loop(self) -> None:
         while True:
             with self._cv:
-                self._cv.wait_for(lambda: self._lease is not None)
-                lease, lost = self._lease, self._lost
-                # Sleep one interval unless the job ends (or another begins) first.
-                if self._cv.wait_for(lambda held=lease: self._lease is not held, self.interval):
+                self._cv.wait_for(lambda: bool(self._held))
+                claims = self._claims
+                # Sleep one interval unless every job ends or a new claim arrives first.
+                if self._cv.wait_for(
+                    lambda claims=claims: not self._held or self._claims != claims, self.interval
+                ):
                     continue
-            self._renew(lease, lost)
+                held = list(self._held.values())
+            for lease, lost in held:
+                if not lost.is_set():
+                    self._renew(lease, lost)
 
     def _renew(self, lease: Lease, lost: threading.Event) -> None:
         try:
             if not queue.heartbeat(self.db, lease, self.lease_s):
                 with self._cv:
-                    if self._lease is not lease:  # the job ended (and recorded) meanwhile
-                        return
+                    if not self._holds(lease):
+                        return  # the job ended (and recorded) meanwhile
                 log.warning("job %s: lease lost (taken over, requeued or cancelled)", lease.job_id)
                 lost.set()
-                with self._cv:
-                    self._cv.wait_for(lambda: self._lease is not lease)
         except Exception as exc:  # the database may come back before the lease runs out
             log.warning("job %s: heartbeat failed: %s", lease.job_id, _first_line(exc))
 
     @contextlib.contextmanager
     def hold(self, lease: Lease) -> Iterator[threading.Event]:
+        with self.hold_many([lease]) as lost:
+            yield lost[lease.job_id]
+
+    @contextlib.contextmanager
+    def hold_many(self, leases: list[Lease]) -> Iterator[dict[int, threading.Event]]:
+        """Renew all these leases until the block ends (or `drop` ends one earlier); yields
+        each job's `lost` event by job id."""
+        lost = {lease.job_id: threading.Event() for lease in leases}
         with self._cv:
-            self._lease, self._lost = lease, threading.Event()
-            lost = self._lost
+            self._held.update({lease.job_id: (lease, lost[lease.job_id]) for lease in leases})
+            self._claims += 1
             self._cv.notify_all()
         try:
             yield lost
         finally:
             with self._cv:
-                self._lease = None
+                for lease in leases:
+                    self.drop_locked(lease)
                 self._cv.notify_all()
+
+    def drop(self, lease: Lease) -> None:
+        """Stop renewing one lease (its job is recorded, failed or given back)."""
+        with self._cv:
+            self.drop_locked(lease)
+            self._cv.notify_all()
+
+    def drop_locked(self, lease: Lease) -> None:
+        if self._holds(lease):
+            del self._held[lease.job_id]
+
+    def _holds(self, lease: Lease) -> bool:
+        held = self._held.get(lease.job_id)
+        return held is not None and held[0].token == lease.token
 
 
 class Worker:
@@ -145,6 +183,7 @@ class Worker:
         self.stats = WorkerStats()
         self._next_sweep = 0.0
         self.heartbeat = Heartbeat(db, settings.lease_s, settings.heartbeat_s)
+        self.batch = self._batch_size()
 
     # -- signals -----------------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -156,17 +195,16 @@ class Worker:
             raise GiveBack()
         self.stop_requested.set()
         if self.current is not None:
-            log.warning(
-                "stopping after job %s (signal again to give it back now)", self.current.job_id
-            )
+            what = f"job {self.current.job_id}" if self.batch == 1 else "the current batch"
+            log.warning("stopping after %s (signal again to give it back now)", what)
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> WorkerStats:
         idle = POLL_MIN_S
         said_idle = False  # an idle stretch is announced once, not at every poll
         while not self.stop_requested.is_set() and not self._enough():
-            lease = self._claim()
-            if lease is None:
+            leases = self._claim()
+            if not leases:
                 if self.settings.until_empty and self._retrying(
                     lambda: jobs.is_drained(self.db, self.settings.session_id)
                 ):
@@ -182,14 +220,17 @@ class Worker:
                 idle = min(idle * 2, POLL_MAX_S)
                 continue
             idle, said_idle = POLL_MIN_S, False
-            self._work(lease)
+            if self.batch == 1:
+                self._work(leases[0])
+            else:
+                self._work_batch(leases)
         return self.stats
 
     def _enough(self) -> bool:
         done = self.stats.completed + self.stats.failed + self.stats.lost
         return self.settings.max_jobs is not None and done >= self.settings.max_jobs
 
-    def _claim(self) -> Lease | None:
+    def _claim(self) -> list[Lease]:
         # Expired leases are swept every SWEEP_S seconds and whenever nothing is claimable: a
         # dead worker's job comes back within its lease + SWEEP_S, and a busy queue does not pay
         # for a sweep on every claim.
@@ -197,11 +238,12 @@ class Worker:
         swept = now >= self._next_sweep
         if swept:
             self._sweep(now)
-        lease = self._claim_once()
-        if lease is None and not swept:
+        claim = self._claim_once if self.batch == 1 else self._claim_batch
+        leases = claim()
+        if not leases and not swept:
             self._sweep(now)
-            lease = self._claim_once()
-        return lease
+            leases = claim()
+        return leases
 
     def _sweep(self, now: float) -> None:
         self._retrying(
@@ -211,7 +253,7 @@ class Worker:
         )
         self._next_sweep = now + SWEEP_S
 
-    def _claim_once(self) -> Lease | None:
+    def _claim_once(self) -> list[Lease]:
         # One token for every try: when a try's commit landed but its reply was lost (a server
         # restart at the wrong moment), the next try finds the job this token already holds
         # instead of leaving it running unowned until its lease runs out.
@@ -227,7 +269,8 @@ class Worker:
                 self.db, self.settings.session_id, self.claimant, self.settings.lease_s, token
             )
 
-        return self._retrying(attempt)
+        lease = self._retrying(attempt)
+        return [lease] if lease is not None else []
 
     def _work(self, lease: Lease) -> None:
         self.current = lease
@@ -281,6 +324,173 @@ class Worker:
         except Exception as exc:  # a tuner bug must cost one attempt, not the job
             log.exception("job %s: tuner crashed", lease.job_id)
             return None, f"tuner crashed: {type(exc).__name__}: {exc}", False
+
+    # -- batches (--batch K): claim up to K jobs, tune them in one tool call where it can ------
+
+    def _batch_size(self) -> int:
+        """--batch, where it helps: a tuner with tune_many only when its build can (rocmlir
+        E3/E4; E2 tunes one config per call); any other tuner tunes a claimed batch in turn."""
+        k = max(1, self.settings.batch)
+        can_batch = getattr(self.tuner, "can_batch", None)
+        if k == 1 or can_batch is None:
+            return k
+        try:
+            if can_batch():
+                return k
+        except TunerError as exc:  # the tool's --help failed: the first job will say why
+            log.warning("--batch %s: cannot ask the tool (%s); one job at a time", k, exc)
+            return 1
+        log.info("--batch %s: this tool takes one config per call; one job at a time", k)
+        return 1
+
+    def _claim_batch(self) -> list[Lease]:
+        # As _claim_once: the same tokens for every try, and a look for what a try whose reply
+        # was lost took.
+        limit = self.batch
+        if self.settings.max_jobs is not None:
+            done = self.stats.completed + self.stats.failed + self.stats.lost
+            limit = max(1, min(limit, self.settings.max_jobs - done))
+        tokens = [queue.new_token() for _ in range(limit)]
+        tries = 0
+
+        def attempt() -> list[Lease]:
+            nonlocal tries
+            tries += 1
+            if tries > 1 and (held := queue.claimed_with_any(self.db, tokens)):
+                return held
+            return queue.claim_many(
+                self.db,
+                self.settings.session_id,
+                self.claimant,
+                self.settings.lease_s,
+                limit,
+                tokens,
+            )
+
+        return self._retrying(attempt)
+
+    def _work_batch(self, leases: list[Lease]) -> None:
+        """Tune a claimed batch, settling each job (record, fail or give back) as its outcome
+        arrives; a second stop signal gives back every job not settled yet."""
+        self.current = leases[0]
+        pending = {lease.job_id: lease for lease in leases}
+        try:
+            # closing: a give-back stops the tool before the jobs are given back.
+            with (
+                self.heartbeat.hold_many(leases) as lost,
+                contextlib.closing(self._tune_batch(leases)) as outcomes,
+            ):
+                for lease, outcome, error, final in outcomes:
+                    self.heartbeat.drop(lease)
+                    if lost[lease.job_id].is_set():
+                        self.stats.lost += 1  # another worker has it now: record nothing
+                    else:
+                        self._settle(lease, outcome, error, final)
+                    pending.pop(lease.job_id)
+        except GiveBack:
+            self.stop_requested.set()
+            self._give_back(pending.values(), "given back by a stopping worker")
+        except DatabaseError:
+            self._give_back(pending.values(), "the worker stopped on a database error")
+            raise
+        finally:
+            self.current = None
+
+    def _settle(
+        self, lease: Lease, outcome: TuneOutcome | None, error: str | None, final: bool | str
+    ) -> None:
+        """Record or fail one job of a batch; `final` RELEASE: the tool never tuned it."""
+        if final != RELEASE:
+            self._finish(lease, outcome, error, final)
+            return
+        if self._retrying(lambda: queue.release(self.db, lease, error or "not tuned")):
+            self.stats.released += 1
+            log.info("job %s given back: %s", lease.job_id, _first_line(error))
+        else:
+            self.stats.lost += 1
+
+    def _give_back(self, leases: Iterable[Lease], why: str) -> None:
+        # One try each: a database that is away must not hold a stopping worker; the leases
+        # bring the jobs back then.
+        for lease in list(leases):
+            try:
+                if queue.release(self.db, lease, why):
+                    self.stats.released += 1
+                    log.warning("job %s given back", lease.job_id)
+            except Exception as exc:
+                log.warning(
+                    "job %s: could not give it back (%s); it returns when its lease expires",
+                    lease.job_id,
+                    _first_line(exc),
+                )
+
+    def _tune_batch(self, leases: list[Lease]) -> Iterator[Settled]:
+        """(lease, outcome, error, final) for each job, as each is known: the jobs the tuner
+        can batch in one call per op, every other one alone."""
+        groups: dict[str, list[Lease]] = {}
+        alone: list[Lease] = []
+        for lease in leases:
+            problem = lease.problem or self._retrying(lambda le=lease: self._problem(le.problem_id))
+            lease = dataclasses.replace(lease, problem=problem)
+            batchable = getattr(self.tuner, "batchable", None)
+            if batchable is not None and self._batchable(batchable, problem):
+                groups.setdefault(problem.op, []).append(lease)
+            else:
+                alone.append(lease)
+        for group in groups.values():
+            if len(group) == 1:
+                alone.append(group[0])
+            else:
+                yield from self._tune_many(group)
+        for lease in alone:
+            yield (lease, *self._tune(lease))
+
+    def _batchable(self, batchable: Callable[[Problem], bool], problem: Problem) -> bool:
+        try:
+            return bool(batchable(problem))
+        except TunerError:
+            return False  # tuned alone, where the failure is the job's own
+
+    def _tune_many(self, group: list[Lease]) -> Iterator[Settled]:
+        """One tool call for the group: each job's outcome as the tool writes it. The worker's
+        alarm for the call is the job timeout times the batch size; when it fires, or the tuner
+        fails as a whole, the job the tool was on fails and the ones not begun are given back."""
+        try:
+            ctx = self._context(group[0].problem)
+        except TunerError as exc:
+            for lease in group:
+                yield lease, None, _error_text(exc), False
+            return
+        timeout = self.job_timeout_s * len(group)
+        deadline = time.monotonic() + timeout + _grace_s(timeout)
+        log.info("jobs %s: tuning %d problems in one call", _ids(group), len(group))
+        left = list(group)
+        outcomes = self.tuner.tune_many([lease.problem for lease in group], ctx)
+        with contextlib.closing(outcomes):
+            while left:
+                try:
+                    with _alarm(max(deadline - time.monotonic(), 0.001)):
+                        item = next(outcomes, None)
+                except JobTimedOut:
+                    why = f"timed out after {timeout:g} s (the worker stopped the tuner)"
+                    yield from _unfinished(left, why)
+                    return
+                except TunerError as exc:  # the call as a whole: each job, as K=1 would
+                    for lease in left:
+                        yield lease, None, _error_text(exc), isinstance(exc, Unsupported)
+                    return
+                except Exception as exc:  # a tuner bug must cost one attempt, not the jobs
+                    log.exception("jobs %s: tuner crashed", _ids(left))
+                    for lease in left:
+                        yield lease, None, f"tuner crashed: {type(exc).__name__}: {exc}", False
+                    return
+                if item is None:
+                    for lease in left:
+                        yield lease, None, "the tuner gave no outcome for it", False
+                    return
+                lease = group[item[0]]
+                left.remove(lease)
+                yield lease, *_batch_outcome(item[1])
 
     @property
     def job_timeout_s(self) -> float:
@@ -396,6 +606,31 @@ class Worker:
             else:
                 self.stop_requested.wait(pause)
             delay = min(delay * 2, DB_RETRY_MAX_S)
+
+
+def _batch_outcome(
+    result: TuneOutcome | TunerError,
+) -> tuple[TuneOutcome | None, str | None, bool | str]:
+    """(outcome, error, final) of one job of a batch; final RELEASE for a job not tuned."""
+    if isinstance(result, NotRun):
+        return None, _error_text(result), RELEASE
+    if isinstance(result, TunerError):
+        return None, _error_text(result), isinstance(result, Unsupported)
+    return result, None, False
+
+
+def _unfinished(left: list[Lease], why: str) -> Iterator[Settled]:
+    """A batch stopped by the worker's alarm: the job the tool was on (the first not settled:
+    it tunes in order) fails, the others go back."""
+    for i, lease in enumerate(left):
+        if i == 0:
+            yield lease, None, why, False
+        else:
+            yield lease, None, f"not tuned: its batch stopped ({_first_line(why)})", RELEASE
+
+
+def _ids(leases: list[Lease]) -> str:
+    return ",".join(str(lease.job_id) for lease in leases)
 
 
 def _grace_s(timeout: float) -> float:

@@ -192,3 +192,19 @@ def mlir_build_dir_opt():
         None, "--mlir-build-dir", envvar="MLIRTUNA_ROCMLIR_BUILD", show_envvar=True,
         help="rocMLIR build dir (holds bin/tuningRunner.py; its git commit becomes mlir_v).",
     )  # fmt: skip
+
+
+def batch_opt():
+    """--batch K, shared by `worker` and `run`."""
+    return typer.Option(
+        1, "--batch", metavar="K",
+        help="Claim up to K jobs at once. rocmlir on E3/E4 builds tunes them in one "
+        "tuningRunner.py call (start-up paid once; each job recorded as its row appears); "
+        "fusion problems, E2/E2.5 builds take one call per job, other tuners tune a claimed "
+        "batch in turn.",
+    )  # fmt: skip
+
+
+def check_batch(batch: int) -> None:
+    if batch < 1:
+        raise UserError(f"--batch {batch}: give 1 or more jobs")

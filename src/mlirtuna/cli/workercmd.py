@@ -45,6 +45,7 @@ def worker(
         False, "--until-empty", help="Exit once no job is new or running."
     ),
     max_jobs: int = typer.Option(None, "--max-jobs", help="Exit after this many jobs."),
+    batch: int = common.batch_opt(),
     lease: float = typer.Option(
         DEFAULT_LEASE_S, "--lease", help="Lease seconds; a heartbeat renews it every third of that."
     ),
@@ -76,6 +77,7 @@ def worker(
     from mlirtuna import manager, sessions
     from mlirtuna.worker import WorkerSettings, session_tuner
 
+    common.check_batch(batch)
     if not common.state(ctx).debug:
         logging.getLogger("mlirtuna").setLevel(logging.INFO)  # one line per job: a worker's log
     db = common.database(ctx, wait_s=wait_for_db)
@@ -89,6 +91,7 @@ def worker(
         backoff_s=retry_backoff,
         until_empty=until_empty,
         max_jobs=max_jobs,
+        batch=batch,
         mlir_build_dir=mlir_build_dir,
         cpu_mem_limit=int(cpu_mem_limit),
     )
@@ -144,6 +147,7 @@ def run(
     ),
     gpus: str = typer.Option("auto", "--gpus", help="auto or 0,1,…"),
     workers: int = typer.Option(1, "--workers", help="Worker processes per GPU (or CPU workers)."),
+    batch: int = common.batch_opt(),
     output: str = typer.Option(
         None,
         "-o",
@@ -184,6 +188,7 @@ def run(
     from mlirtuna.worker import WorkerSettings
 
     common.output_format(as_json, as_csv)  # both at once: refused before any work
+    common.check_batch(batch)
 
     db = common.database(ctx, create=True)
     flags = {
@@ -206,7 +211,9 @@ def run(
         session_flags=flags,
         skip_tuned=skip_tuned,
         reuse=reuse_,
-        settings=WorkerSettings(session_id=0, job_timeout_s=job_timeout, max_retries=max_retries),
+        settings=WorkerSettings(
+            session_id=0, job_timeout_s=job_timeout, max_retries=max_retries, batch=batch
+        ),
     )
     prepared = flow.prepare(db, plan)
     sid = prepared.session.id

@@ -47,6 +47,10 @@ their winner is the tool's single-pass choice. E3's `.debug` has each candidate'
 (`MeasurementsMs`); they become the candidate's statistics (median, min, IQR, count), and with
 them the winner's margin over the runner-up and its noise. E2 records no spread.
 
+Batches (`worker --batch K`, E3 and E4): `tune_many` tunes several problems of one op in one
+call, the configs on stdin (`-c -`), and yields each problem's outcome as its row and `.debug`
+rows appear (_BatchTail), reading them with the same functions as one call per problem.
+
 Attention is tuned with `--verify-mode none`, as MITuna and rocMLIR's weekly CI do: there is no
 GPU verifier for attention (E3 falls back to a slow CPU reference with relaxed thresholds), and
 an E2 verification failure exits 0 having written nothing.
@@ -56,6 +60,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -65,12 +70,21 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from mlirtuna import keys, stats, tuningdb
-from mlirtuna.errors import InputError, TunerError, TunerTimeout, Unsupported, UserError
+from mlirtuna.errors import (
+    InputError,
+    NotRun,
+    TunerError,
+    TunerTimeout,
+    Unsupported,
+    UserError,
+)
 from mlirtuna.problems import Problem
 from mlirtuna.problems.fusion import parse_key
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome
@@ -104,6 +118,13 @@ E4_SETTINGS = (
 )
 # Eras driven like E2 (device through the environment, --tflops) and like E3 (--gpus).
 E2_LIKE = ("E2", "E2.5")
+# Batches (`-c -`): eras that write each config's row as it finishes, and ops whose configs are
+# config-list lines (fusion is a module file per call).
+BATCH_ERAS = ("E3", "E4")
+BATCH_OPS = ("conv", "gemm", "attention", "gemm_gemm", "conv_gemm")
+BATCH_POLL_S = 0.05  # how often a batch's output files are looked at while the tool runs
+# .debug columns that describe the candidate, not the problem: the rest tell blocks apart.
+_CANDIDATE_COLUMNS = ("PerfConfig", "TFlops", "MeasurementsMs", "LDSBankConflict")
 
 
 @dataclass(frozen=True)
@@ -234,11 +255,16 @@ class RocmlirTuner:
             run = self._run(argv, self._env(ctx, era), ctx.timeout_s)
             return self._outcome(problem, ctx, out, run, self.two_stage(ctx))
 
-    def command(self, problem: Problem, ctx: TuneContext, out: Path) -> list[str]:
-        """The argument list for one config. Values are joined with `=` so that a config that
+    def command(
+        self, problem: Problem, ctx: TuneContext, out: Path, *, batch: bool = False
+    ) -> list[str]:
+        """The argument list for one config, or with `batch` for a list of configs of the
+        problem's op read from stdin (`-c -`). Values are joined with `=` so that a config that
         starts with `-` (every gemm one) and `--device=0` are never taken for flags."""
         era = self.era
-        if problem.op != "fusion":
+        if batch:
+            config = "--configs-file=-"
+        elif problem.op != "fusion":
             config = f"--config={problem.canonical()}"
         elif era.name == "E2":  # E2 reads fusion modules from a directory only
             config = f"--test_dir={_module_path(out, problem).parent}"
@@ -263,7 +289,7 @@ class RocmlirTuner:
         argv += setting_flags(ctx, era)
         if "--timeout" in era.flags and ctx.timeout_s:
             argv.append(f"--timeout={max(1, math.floor(ctx.timeout_s * TOOL_TIMEOUT_FRACTION))}")
-        if "--abort-on-error" in era.flags:
+        if "--abort-on-error" in era.flags and not batch:  # a batch goes on past a failure
             argv.append("--abort-on-error")
         if self.two_stage(ctx):
             argv.append(f"--two-stage-topk={ctx.topk}")
@@ -291,24 +317,36 @@ class RocmlirTuner:
 
     # -- the subprocess -------------------------------------------------------------------
 
-    def _run(self, argv: list[str], env: dict[str, str], timeout: float | None) -> _Run:
-        start = _now()
+    def _start(
+        self, argv: list[str], env: dict[str, str], stdin: str | None = None
+    ) -> tuple[subprocess.Popen[bytes], _TailReader, _TailReader]:
+        """Start the tool, its stdout and stderr read by threads; `stdin`: text fed to it."""
         try:
             proc = subprocess.Popen(
                 argv,
                 cwd=self.build_dir,
                 env=env,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,  # its own process group: a timeout kills all of it
             )
         except OSError as e:
             raise TunerError(f"cannot run {argv[0]} {argv[1]}: {e}") from e
-        out, err = (
+        if proc.stdin is not None:
+            # The tool reads all of stdin before it starts (load_configs_from_stdin); a few
+            # configs fit in the pipe's buffer, so this write does not wait for the tool.
+            with contextlib.suppress(BrokenPipeError), proc.stdin:
+                proc.stdin.write((stdin or "").encode())
+        return (
+            proc,
             _TailReader(proc.stdout, STDOUT_KEEP_BYTES),
             _TailReader(proc.stderr, STDERR_KEEP_BYTES),
         )
+
+    def _run(self, argv: list[str], env: dict[str, str], timeout: float | None) -> _Run:
+        start = _now()
+        proc, out, err = self._start(argv, env)
         try:
             proc.wait(timeout=timeout)
             out.join(), err.join()
@@ -344,31 +382,107 @@ class RocmlirTuner:
         if run.returncode != 0:
             raise _failure(run, out)
         row, notes = _result_row(problem, out, run)
-        _check_gpu(row, ctx)
-        if not row.has_perf_config or not row.has_valid_tflops:
-            raise TunerError(
-                f"no valid perf config: tuningRunner reports perfConfig {row.perf_config} with "
-                f"{row.tflops} TFlops for {row.test_vector!r}",
-                detail=_tail(run.stderr),
-            )
-        flops = float(problem.flops())
         debug = out.with_name(out.name + ".debug")
-        if debug.is_file():
-            discarded = set(_DISCARDED_RE.findall(run.stderr))
-            candidates = _candidates(read_debug_file(debug), flops, discarded, two_stage)
-        else:
-            candidates = []
-            notes.append("tuningRunner wrote no .debug file; only its winner is recorded")
-        candidates, winner = _reconcile(candidates, row, flops, notes)
-        return TuneOutcome(
-            margin=_margin(winner, candidates),
-            candidates=candidates,
-            winner=winner,
-            output=_read_tail(out, STDOUT_KEEP_BYTES) + _stderr_block(run.stderr),
-            compile_start=run.start,  # neither era reports phases: compile and benchmark
-            compile_end=run.end,  # are interleaved inside rocmlir-tuning-driver
-            notes=notes,
-        )
+        debug_rows = read_debug_file(debug) if debug.is_file() else None
+        output = _read_tail(out, STDOUT_KEEP_BYTES) + _stderr_block(run.stderr)
+        return _row_outcome(problem, ctx, row, debug_rows, run, output, notes, two_stage)
+
+    # -- a batch: one tool call for several configs (E3, E4) ------------------------------
+
+    def can_batch(self) -> bool:
+        """Whether this build tunes a list of configs in one call, writing each config's row
+        as it finishes (E3, E4; E2 writes its file only at the end)."""
+        return self.era.name in BATCH_ERAS
+
+    def batchable(self, problem: Problem) -> bool:
+        """Whether this problem can be one config of a batch (fusion: a module file per call)."""
+        return problem.op in BATCH_OPS and self.can_batch()
+
+    def tune_many(
+        self, problems: Sequence[Problem], ctx: TuneContext
+    ) -> Iterator[tuple[int, TuneOutcome | TunerError]]:
+        """Tune problems of one op in one tool call (`-c -`, the configs on stdin): yields
+        (index, outcome or error) for each problem as its row and `.debug` rows appear, while
+        the tool runs. Each config keeps the per-config `--timeout`; the call as a whole may run
+        `ctx.timeout_s` per config. A config the tool failed (`.state`) gets its error; when the
+        tool stops early (killed, crashed, timed out), the config it was on gets the failure and
+        the ones it never started a NotRun error: nothing is wrong with them."""
+        era = self.era
+        self._check_context(ctx, era)
+        ops = {p.op for p in problems}
+        if len(ops) != 1 or not all(self.batchable(p) for p in problems):
+            raise TunerError(f"tune_many: one batchable op per call, not {sorted(ops)}")
+        total = ctx.timeout_s * len(problems) if ctx.timeout_s else None
+        with tempfile.TemporaryDirectory(prefix="mlirtuna-rocmlir-") as tmp:
+            out = Path(tmp) / "tuning.tsv"
+            argv = self.command(problems[0], ctx, out, batch=True)
+            configs = "".join(f"{p.canonical()}\n" for p in problems)
+            start = _now()
+            proc, stdout, stderr = self._start(argv, self._env(ctx, era), configs)
+            tail = _BatchTail(out, problems)
+            try:
+                yield from self._follow(proc, tail, ctx, (stdout, stderr), start, total)
+                stdout.join(self.kill_grace_s), stderr.join(self.kill_grace_s)
+            finally:
+                if proc.poll() is None:  # stopped early: the caller gave up, or an alarm
+                    self._stop(proc, stdout, stderr)
+            run = _Run(proc.returncode, stdout.text(), stderr.text(), start, _now())
+            yield from self._unfinished(tail, run, out)
+
+    def _follow(
+        self,
+        proc: subprocess.Popen[bytes],
+        tail: _BatchTail,
+        ctx: TuneContext,
+        readers: tuple[_TailReader, _TailReader],
+        start: dt.datetime,
+        total: float | None,
+    ) -> Iterator[tuple[int, TuneOutcome | TunerError]]:
+        """Yield each config's outcome while the tool runs; stop it past `total` seconds."""
+        deadline = None if total is None else time.monotonic() + total
+        stderr = readers[1]
+        while True:
+            exited = proc.poll() is not None
+            if not exited and deadline is not None and time.monotonic() > deadline:
+                self._stop(proc, *readers)
+                tail.timed_out = total
+                exited = True  # rows written before the stop still count
+            for index, row, debug_rows in tail.poll(exited):
+                run = _Run(0, "", stderr.text(), start, _now())
+                try:
+                    yield index, _row_outcome(
+                        tail.problems[index], ctx, row, debug_rows, run, _row_text(row),
+                        tail.notes(index), self.two_stage(ctx),
+                    )  # fmt: skip
+                except TunerError as exc:
+                    yield index, exc
+            if exited:
+                return
+            time.sleep(BATCH_POLL_S)
+
+    def _unfinished(
+        self, tail: _BatchTail, run: _Run, out: Path
+    ) -> Iterator[tuple[int, TunerError]]:
+        """The configs that got no row: the tool's own verdict from `.state`, else the failure
+        for the first (it was running when the tool stopped), NotRun for the rest."""
+        states = _config_states(out)
+        blamed = False
+        for index in tail.missing():
+            problem = tail.problems[index]
+            state = states.get(problem.canonical())
+            if state is not None:
+                yield index, _state_error(state, run)
+            elif not blamed:
+                blamed = True
+                yield index, _batch_failure(run, out, tail.timed_out)
+            else:
+                yield (
+                    index,
+                    NotRun(
+                        "the batch's tuningRunner stopped before it tuned this config",
+                        detail=_tail(run.stderr),
+                    ),
+                )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -463,6 +577,196 @@ def _result_row(problem: Problem, out: Path, run: _Run) -> tuple[tuningdb.Tuning
     return row, notes
 
 
+def _row_outcome(
+    problem: Problem,
+    ctx: TuneContext,
+    row: tuningdb.TuningRow,
+    debug_rows: list[DebugRow] | None,
+    run: _Run,
+    output: str,
+    notes: list[str],
+    two_stage: bool,
+) -> TuneOutcome:
+    """One config's outcome from its result row and its `.debug` rows (None: no .debug file)."""
+    _check_gpu(row, ctx)
+    if not row.has_perf_config or not row.has_valid_tflops:
+        raise TunerError(
+            f"no valid perf config: tuningRunner reports perfConfig {row.perf_config} with "
+            f"{row.tflops} TFlops for {row.test_vector!r}",
+            detail=_tail(run.stderr),
+        )
+    flops = float(problem.flops())
+    if debug_rows is not None:
+        discarded = set(_DISCARDED_RE.findall(run.stderr))
+        candidates = _candidates(debug_rows, flops, discarded, two_stage)
+    else:
+        candidates = []
+        notes.append("tuningRunner wrote no .debug file; only its winner is recorded")
+    candidates, winner = _reconcile(candidates, row, flops, notes)
+    start, end = _row_phase(row) or (run.start, run.end)
+    return TuneOutcome(
+        margin=_margin(winner, candidates),
+        candidates=candidates,
+        winner=winner,
+        output=output,
+        compile_start=start,  # neither era reports phases: compile and benchmark
+        compile_end=end,  # are interleaved inside rocmlir-tuning-driver
+        notes=notes,
+    )
+
+
+def _row_phase(row: tuningdb.TuningRow) -> tuple[dt.datetime, dt.datetime] | None:
+    """When the tool tuned a batch's config: E3's row has its start and its duration."""
+    if row.timestamp is None or row.duration_s is None:
+        return None
+    try:
+        start = dt.datetime.strptime(row.timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    except ValueError:
+        return None
+    return start, start + dt.timedelta(seconds=row.duration_s)
+
+
+def _row_text(row: tuningdb.TuningRow) -> str:
+    """What a batch's job keeps as the tool's output: its own row."""
+    fields = (row.arch, row.num_cu, row.num_chiplets, row.test_vector, row.perf_config)
+    fields += (row.tflops, row.tuning_space, row.commit_id, row.timestamp, row.duration_s)
+    return "\t".join("" if f is None else str(f) for f in fields) + "\n"
+
+
+class _BatchTail:
+    """Follows a batch's output and `.debug` files while the tool writes them.
+
+    The tool tunes the configs one after the other and, for each, writes its result row and
+    then its `.debug` rows (a failed config writes neither). So the k-th row's candidates are
+    the k-th block of `.debug` rows, a block being a run of rows with the same problem columns;
+    block k is complete once row k+1 was seen before the `.debug` file was read, a block k+1
+    has begun, or the tool has exited. Rows are matched to problems by their key (the plain
+    part: E4 appends -supportsSplitK).
+    """
+
+    def __init__(self, out: Path, problems: Sequence[Problem]) -> None:
+        self.out, self.debug = out, out.with_name(out.name + ".debug")
+        self.problems = problems
+        self._index = {p.canonical(): i for i, p in enumerate(problems)}
+        self._rows: list[tuple[int | None, tuningdb.TuningRow]] = []
+        self._blocks: list[list[DebugRow]] = []
+        self._sizes = {self.out: -1, self.debug: -1}
+        self._text = {self.out: "", self.debug: ""}
+        self._notes: dict[int, list[str]] = {}
+        self.done: set[int] = set()
+        self.timed_out: float | None = None
+
+    def poll(self, exited: bool) -> list[tuple[int, tuningdb.TuningRow, list[DebugRow] | None]]:
+        """The rows now complete with their candidates, each once. `exited`: the tool had
+        exited before this call (so everything it wrote is there)."""
+        if self._grew(self.out):
+            self._read_rows()
+        if self._grew(self.debug):
+            self._blocks = _blocks(parse_debug_lines(self._lines(self.debug), self.debug))
+        seen, ready = len(self._rows), []
+        for k, (index, row) in enumerate(self._rows):
+            if index is None or index in self.done:
+                continue
+            if not (exited or k + 1 < seen or k + 1 < len(self._blocks)):
+                break  # its .debug block may still be growing
+            self.done.add(index)
+            ready.append((index, row, self._blocks[k] if k < len(self._blocks) else None))
+        return ready
+
+    def missing(self) -> list[int]:
+        """The problems that got no row, in the order the tool was given them."""
+        return [i for i in range(len(self.problems)) if i not in self.done]
+
+    def notes(self, index: int) -> list[str]:
+        return self._notes.pop(index, [])
+
+    def _grew(self, path: Path) -> bool:
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return False
+        if size == self._sizes[path]:
+            return False
+        self._sizes[path] = size
+        data = path.read_bytes()
+        # Only whole lines: the tool may be in the middle of writing the last one.
+        self._text[path] = data[: data.rfind(b"\n") + 1].decode("utf-8", errors="replace")
+        return True
+
+    def _lines(self, path: Path) -> list[str]:
+        return self._text[path].splitlines(keepends=True)
+
+    def _read_rows(self) -> None:
+        try:
+            rows = tuningdb.parse_tuning_db(self._lines(self.out), str(self.out)).rows
+        except InputError:
+            return  # a malformed file: its configs end as unfinished, with the tool's status
+        for row in rows[len(self._rows) :]:
+            index = self._index.get(keys.split_key(row.test_vector).plain)
+            if index is None:
+                for i in self.missing():  # noted on every job that may have been meant
+                    self._notes.setdefault(i, []).append(
+                        f"tuningRunner wrote a row for {row.test_vector!r}, which matches no "
+                        "config of its batch"
+                    )
+            self._rows.append((index, row))
+
+
+def _blocks(rows: list[DebugRow]) -> list[list[DebugRow]]:
+    """Consecutive `.debug` rows of the same problem, one block per config tuned."""
+    blocks: list[list[DebugRow]] = []
+    for row in rows:
+        if blocks and blocks[-1][0].problem == row.problem:
+            blocks[-1].append(row)
+        else:
+            blocks.append([row])
+    return blocks
+
+
+def _config_states(out: Path) -> dict[str, str]:
+    """E3/E4's `<output>.state`: failed configs (plain key) -> their state."""
+    path = out.with_name(out.name + ".state")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return {
+            keys.split_key(vector).plain: state
+            for context in data.get("contexts", {}).values()
+            for vector, state in context.items()
+            if isinstance(state, str)
+        }
+    except (OSError, ValueError, AttributeError, InputError):
+        return {}
+
+
+def _state_error(state: str, run: _Run) -> TunerError:
+    """A batch's config the tool recorded as failed in `.state`."""
+    if state == GPU_TIMED_OUT:
+        return TunerError(
+            "GPU run timed out (tuningRunner state gpu_timed_out, driver exit status 3)",
+            detail=_tail(run.stderr),
+        )
+    if state == "timed_out":
+        return TunerTimeout(
+            "tuningRunner's per-config --timeout fired (state timed_out)", detail=_tail(run.stderr)
+        )
+    return TunerError(f"tuningRunner failed this config (state {state})", detail=_tail(run.stderr))
+
+
+def _batch_failure(run: _Run, out: Path, timed_out: float | None) -> TunerError:
+    """The config a batch's tool was on when it stopped early (killed, crashed, timed out)."""
+    if timed_out is not None:
+        return TunerTimeout(
+            f"tuningRunner ran past the batch's timeout of {timed_out:g} s; killed its whole "
+            "process group",
+            detail=_tail(run.stderr),
+        )
+    if run.returncode == 0:
+        return TunerError(
+            "tuningRunner exited 0 but wrote no result for this config", detail=_tail(run.stderr)
+        )
+    return _failure(run, out)
+
+
 def _module_path(out: Path, problem: Problem) -> Path:
     """Where a fusion module is written for the tool: a directory of its own (E2's --test_dir
     tunes every *.mlir of it). The name ends in .mlir whatever the file was called."""
@@ -504,6 +808,11 @@ class DebugRow:
     tflops: float | None
     lineno: int
     measurements_ms: tuple[float, ...] | None = None  # E3's MeasurementsMs, when written
+    # The problem's columns (every column but the candidate's): one config's rows share them.
+    problem: tuple[str, ...] = ()
+
+    def _replace_problem(self, problem: tuple[str, ...]) -> DebugRow:
+        return dataclasses.replace(self, problem=problem)
 
 
 def read_debug_file(path: Path) -> list[DebugRow]:
@@ -514,20 +823,28 @@ def read_debug_file(path: Path) -> list[DebugRow]:
     TFlops by the caller.
     """
     with open(path, encoding="utf-8", newline="") as f:
-        reader = csv.reader(f, delimiter="\t")
-        header = next(reader, None)
-        if not header:
-            return []
-        try:
-            pc_col, tf_col = header.index("PerfConfig"), header.index("TFlops")
-        except ValueError:
-            raise TunerError(f"{path}:1: .debug header lacks PerfConfig or TFlops") from None
-        ms_col = header.index("MeasurementsMs") if "MeasurementsMs" in header else None
-        return [
-            _debug_row(path, reader.line_num, fields, len(header), pc_col, tf_col, ms_col)
-            for fields in reader
-            if fields and fields != header
-        ]
+        return parse_debug_lines(f, path)
+
+
+def parse_debug_lines(lines: Iterable[str], path: Path) -> list[DebugRow]:
+    """read_debug_file on text given as lines (a batch reads the file as the tool writes it)."""
+    reader = csv.reader(lines, delimiter="\t")
+    header = next(reader, None)
+    if not header:
+        return []
+    try:
+        pc_col, tf_col = header.index("PerfConfig"), header.index("TFlops")
+    except ValueError:
+        raise TunerError(f"{path}:1: .debug header lacks PerfConfig or TFlops") from None
+    ms_col = header.index("MeasurementsMs") if "MeasurementsMs" in header else None
+    problem_cols = [i for i, name in enumerate(header) if name not in _CANDIDATE_COLUMNS]
+    return [
+        _debug_row(
+            path, reader.line_num, fields, len(header), pc_col, tf_col, ms_col
+        )._replace_problem(tuple(fields[i] for i in problem_cols))
+        for fields in reader
+        if fields and fields != header
+    ]
 
 
 def _debug_row(

@@ -26,6 +26,7 @@ Environment:
   FAKE_TUNINGRUNNER_IGNORE_SIGTERM=1: "hang" ignores SIGTERM (so only SIGKILL stops it),
   FAKE_TUNINGRUNNER_FAULT: fail | hang | none | garbage | wrong_arch | empty | crash_partial
     (E2/E3), fail (E2.5: a "### " line), fail | gpu_timeout (E4: driver exit 3, gpu_timed_out),
+  FAKE_TUNINGRUNNER_FAULT_CONFIG=TEXT: the fault hits only configs containing TEXT (E3, E4),
   FAKE_TUNINGRUNNER_TWO_STAGE=1: E3 also takes E4's --two-stage-topk K (the K fastest of the
     first pass measured again, "precisely"; the others' .debug TFlops empty, as Discarded).
   FAKE_E25_NUM_CHIPLETS=0: an earlier E2.5 build, without the numChiplets column.
@@ -471,6 +472,13 @@ def hang() -> None:
         time.sleep(60)
 
 
+def fault_for(config: str) -> str:
+    """FAKE_TUNINGRUNNER_FAULT, for the configs containing FAKE_TUNINGRUNNER_FAULT_CONFIG only
+    when that is set (one bad config among several of one call)."""
+    only = os.environ.get("FAKE_TUNINGRUNNER_FAULT_CONFIG")
+    return FAULT if not only or only in config else ""
+
+
 def maybe_delay() -> None:
     delay = float(os.environ.get("FAKE_TUNINGRUNNER_DELAY", "0") or 0)
     if delay > 0:
@@ -768,10 +776,11 @@ def e3_tune_one(args, gpu: Gpu, gpu_id: int, config: str, log: Log, out):
         )
         return "timed_out"
     maybe_delay()
+    fault = fault_for(config)
     pipeline = f"rocmlir-gen {config} | rocmlir-tuning-driver --tuning-space={args.tuning_space}"
-    if FAULT == "hang":
+    if fault == "hang":
         hang()
-    if FAULT == "fail":
+    if fault == "fail":
         log.error(
             f"[GPU {gpu_id}] Tuning pipeline failed\nExit code: 1\nReproduce: "
             f"ROCR_VISIBLE_DEVICES={gpu_id} {pipeline}\nSTDERR:\nCompilation failed"
@@ -784,12 +793,12 @@ def e3_tune_one(args, gpu: Gpu, gpu_id: int, config: str, log: Log, out):
     if result.winner == "None":
         log.error(f"[GPU {gpu_id}] No valid perf config found")
         return "failed"
-    if FAULT == "empty":
+    if fault == "empty":
         sys.exit(0)  # forced: the real E3 exits 1 here; the E2 quirk, for both eras
-    if FAULT == "garbage":
+    if fault == "garbage":
         write_garbage(out)
         sys.exit(0)
-    if FAULT == "crash_partial":
+    if fault == "crash_partial":
         crash_partial(out)
     return result
 
@@ -1050,8 +1059,9 @@ def e4_main(argv: list[str]) -> int:
             start = time.time()
             stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             maybe_delay()
-            if FAULT in ("gpu_timeout", "fail"):
-                code = GPU_TIMEOUT_EXIT_CODE if FAULT == "gpu_timeout" else 1
+            fault = fault_for(config)
+            if fault in ("gpu_timeout", "fail"):
+                code = GPU_TIMEOUT_EXIT_CODE if fault == "gpu_timeout" else 1
                 state = "gpu_timed_out" if code == GPU_TIMEOUT_EXIT_CODE else "failed"
                 log.error(
                     f"[GPU {gpu_id}] Tuning pipeline failed\nExit code: {code}\n"
