@@ -176,6 +176,7 @@ class Outcome:
     farm_share: float = float("nan")
     candidates: int = 0
     cpu_busy_pct: float = float("nan")
+    gpu_workers_cpu_s: float = float("nan")  # the GPU workers' and their tool calls' own CPU
     note: str = ""
 
 
@@ -380,6 +381,8 @@ def run_scenario(url: str, tmp: Path, build: Path, plan: Plan, scenario: Scenari
             envs.update({name: gpu_env for name in argvs if name.startswith("gpu")})
         with workers(argvs, envs, workdir) as procs:
             wait_idle(procs, workdir)
+            gpu_pids = [p.pid for name, p in procs if name.startswith("gpu")]
+            gpu_cpu0 = sum(process_cpu_s(pid) for pid in gpu_pids)
             busy0 = common.cpu_busy_s()
             t0 = time.monotonic()
             mlirtuna(env, "jobs", "load", "--session", str(sid), "--tag", TAG)
@@ -387,7 +390,9 @@ def run_scenario(url: str, tmp: Path, build: Path, plan: Plan, scenario: Scenari
             note = drive(db, sid, gpu_log, plan.timeout_for(scenario), longest)
             elapsed = time.monotonic() - t0
             cpu = 100 * (common.cpu_busy_s() - busy0) / (elapsed * (os.cpu_count() or 1))
+            gpu_cpu = sum(process_cpu_s(pid) for pid in gpu_pids) - gpu_cpu0
         outcome = measure(db, sid, workdir, plan, scenario)
+        outcome.gpu_workers_cpu_s = gpu_cpu
     finally:
         db.dispose()
     if note and scenario.split and scenario.compile_workers == 0:
@@ -397,6 +402,16 @@ def run_scenario(url: str, tmp: Path, build: Path, plan: Plan, scenario: Scenari
 
 
 # -- measuring ---------------------------------------------------------------------------------
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds of a process and its reaped children (its tool calls); 0 where unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
+    return (utime + stime + cutime + cstime) / os.sysconf("SC_CLK_TCK")
+
+
 def epoch(value: dt.datetime | str) -> float:
     """A naive UTC timestamp from the database as seconds since the epoch (as time.time())."""
     stamp = value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(value)
@@ -541,14 +556,20 @@ def where_row(o: Outcome, plan: Plan) -> list[object]:
         pct(mean([t.other_share for t in known])),
         pct(mean([t.between_share for t in known])),
         fmt(mean([t.other_share * t.window / t.calls for t in known if t.calls]), ".2f"),
+        fmt(cpu_per_call(o, known), ".2f"),
         f"{o.cpu_busy_pct:.0f} %",
     ]
+
+
+def cpu_per_call(o: Outcome, known: Sequence[SlotTime]) -> float | None:
+    calls = sum(t.calls for t in known)
+    return o.gpu_workers_cpu_s / calls if calls else None
 
 
 WHERE_HEADERS = [
     "scenario", "benchmarking", "in a job: tool start-up (+ compile, one-stage)",
     "in a job: the rest (mlirtuna, Python, bundles)", "between jobs (no job held)",
-    "the rest per tool call, s", "machine CPU busy",
+    "the rest per tool call, s", "GPU side CPU per tool call, s", "machine CPU busy",
 ]  # fmt: skip
 
 
@@ -761,6 +782,14 @@ def header(plans: Sequence[Plan], batch: int) -> str:
             "slot that never waits: K x bench / (start-up + K x (compile + bench)) one-stage, "
             "K x bench / (start-up + K x bench) two-stage. Candidates/s = candidates benchmarked "
             "/ wall. Machine CPU busy: all cores, from loading the jobs to the drained session.",
+            "Where the windows went: the tool's start-up (+ compiles, one-stage) is what the "
+            "costs charge for the tool calls each slot made (the stand-in's call log); the "
+            "rest is the remaining time the slot held a job (mlirtuna's claim, record and "
+            "bundle fetch, the stand-in's Python start-up, waiting for a CPU); between jobs = "
+            "holding none. GPU side CPU per tool call = the CPU time of the GPU worker "
+            "processes and their tool calls (/proc) over the run / their tool calls: what the "
+            "rest would shrink to if the GPU hosts' CPUs were their own (here the compile "
+            "workers share the same 2 cores).",
         ]
     )
 
