@@ -789,7 +789,8 @@ def header(plans: Sequence[Plan], batch: int) -> str:
             "holding none. GPU side CPU per tool call = the CPU time of the GPU worker "
             "processes and their tool calls (/proc) over the run / their tool calls: what the "
             "rest would shrink to if the GPU hosts' CPUs were their own (here the compile "
-            "workers share the same 2 cores).",
+            "workers share the same 2 cores); part of it overlaps the tool's sleeps (rows are "
+            "recorded while the next config runs), so it can exceed the rest.",
         ]
     )
 
