@@ -31,7 +31,7 @@ import common
 from sqlalchemy import event
 
 from mlirtuna import queue
-from mlirtuna.db import Database
+from mlirtuna.db import PING_IDLE_S, Database
 from mlirtuna.queue import Claimant, Lease
 from mlirtuna.tuners.base import TuneContext
 from mlirtuna.tuners.sleep import SleepTuner
@@ -61,6 +61,7 @@ RATE_HEADERS = (
 )  # fmt: skip
 OVERHEAD_HEADERS = ("backend", "mlirtuna ms/job", "Optuna ms/trial", "Optuna / mlirtuna")
 PARTS = ("reclaim_expired", "claim + problem", "heartbeat hold", "record")
+COUNTS = ("claim statements", "claim round trips", "record statements", "record round trips")
 SMOKE = Sizes(rounds=2, per_round=3, calls=3, throughput_jobs=6, workers=(2,))
 
 
@@ -127,12 +128,17 @@ def _print_profile(backend: str, prof: cProfile.Profile) -> None:
 
 
 class DriverClock:
-    """Counts the statements sent to the database and the time spent inside the driver."""
+    """Counts the statements sent to the database and the time spent inside the driver, and
+    the other round trips: the pool's ping of a connection that sat idle, and each COMMIT
+    (none for a PostgreSQL statement run in autocommit)."""
 
     def __init__(self, db: Database) -> None:
         self.statements, self.seconds, self._t0 = 0, 0.0, 0.0
+        self.checkouts, self.commits = 0, 0
         event.listen(db.engine, "before_cursor_execute", self._before)
         event.listen(db.engine, "after_cursor_execute", self._after)
+        event.listen(db.engine, "commit", self._commit)
+        event.listen(db.engine.pool, "checkout", self._checkout)
 
     def _before(self, *_args: object) -> None:
         self._t0 = time.perf_counter()
@@ -141,37 +147,65 @@ class DriverClock:
         self.statements += 1
         self.seconds += time.perf_counter() - self._t0
 
+    def _commit(self, conn) -> None:
+        if conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+            self.commits += 1
+
+    def _checkout(self, _dbapi_conn, record, _proxy) -> None:
+        # The pool pings a connection that sat idle longer than PING_IDLE_S (db.py).
+        idle = time.monotonic() - record.info.get("checked_in", time.monotonic())
+        self.checkouts += idle > PING_IDLE_S
+
+    def take(self) -> tuple[int, int]:
+        """(statements, round trips) since the last take; SQLite has no round trips."""
+        trips = self.statements + self.checkouts + self.commits
+        counts = (self.statements, trips)
+        self.statements, self.checkouts, self.commits = 0, 0, 0
+        return counts
+
 
 def breakdown(db: Database, n: int) -> dict[str, float]:
-    """Median milliseconds of each call the worker makes per job, timed one by one, and per
-    job the statements sent and the milliseconds spent inside the driver executing them."""
+    """Median milliseconds of each call the worker makes per job, timed one by one; per claim
+    and per record the statements and round trips sent; per job the milliseconds spent inside
+    the driver executing statements."""
     parts: dict[str, list[float]] = {k: [] for k in PARTS}
     sid = common.make_session(db, n + 1)
     clock = DriverClock(db)
     who, tuner = Claimant("bench", -1), SleepTuner(0.0)
     ctx = TuneContext("cpu", "cpu", 1, 1, "full", gpu_id=-1)
     beat = Heartbeat(db, 120.0, 40.0)
+    counts = {"claim": [0, 0], "record": [0, 0]}
+    driver_s = 0.0
     for i in range(n + 1):
         t0 = time.perf_counter()
         queue.reclaim_expired(db, max_retries=3, session_id=sid)
         t1 = time.perf_counter()
+        clock.take()
+        clock.seconds = 0.0
         lease = queue.claim(db, sid, who, 120.0)
         if lease is None or lease.problem is None:
             raise RuntimeError("no job to claim")
+        claimed = clock.take()
         t2 = time.perf_counter()
         with beat.hold(lease):
             outcome = tuner.tune(lease.problem, ctx)
         t3 = time.perf_counter()
+        clock.take()
         _record(db, lease, outcome)
+        recorded = clock.take()
         t4 = time.perf_counter()
         if i == 0:  # the first job warms up
-            clock.statements, clock.seconds = 0, 0.0
             continue
+        driver_s += clock.seconds
+        for key, taken in (("claim", claimed), ("record", recorded)):
+            counts[key] = [a + b for a, b in zip(counts[key], taken, strict=True)]
         for key, a, b in zip(parts, (t0, t1, t2, t3), (t1, t2, t3, t4), strict=True):
             parts[key].append((b - a) * 1e3)
     out = {k: common.median(v) for k, v in parts.items()}
-    out["statements"] = clock.statements / n
-    out["in driver"] = clock.seconds / n * 1e3
+    for key in ("claim", "record"):
+        out[f"{key} statements"] = counts[key][0] / n
+        out[f"{key} round trips"] = counts[key][1] / n if not db.is_sqlite else float("nan")
+    out["in driver"] = driver_s / n * 1e3
     return out
 
 
@@ -217,11 +251,16 @@ def main() -> None:
             common.status(f"{backend}: per-call breakdown")
             calls = breakdown(db, sizes.calls)
             per_call = [calls[k] for k in PARTS]
-            parts.append([label, *per_call, sum(per_call), calls["statements"], calls["in driver"]])
+            counted = [_count(calls[k]) for k in COUNTS]
+            parts.append([label, *per_call, sum(per_call), *counted, calls["in driver"]])
             common.status(f"{backend}: throughput with {sizes.workers} worker processes")
             for w, run in throughput(db, url, sizes):
                 rates.append(rate_row(label, w, run))
     common.emit(report(chosen, sizes, overhead, parts, rates), args.out)
+
+
+def _count(value: float) -> str:
+    return "-" if value != value else f"{value:.3g}"  # NaN: SQLite, no server to go round to
 
 
 def rate_row(label: str, workers: int, run: common.WorkerRun) -> list[object]:
@@ -250,11 +289,14 @@ def report(chosen, sizes: Sizes, overhead, parts, rates) -> str:
             "RandomSampler, ask + suggest_float + tell.",
             common.table(OVERHEAD_HEADERS, overhead),
             "Where mlirtuna's time goes: median ms per call, each timed on its own (the worker "
-            "sweeps at most every 5 s, so reclaim_expired is not in its per-job cost); then per "
-            "job the statements sent and the ms spent inside the database driver executing them "
-            "(round trips and server work; COMMIT not included, SQLite's BEGIN included). The rest "
-            "is Python.",
-            common.table(["backend", *PARTS, "sum", "statements", "in driver"], parts),
+            "sweeps at most every 5 s, so reclaim_expired is not in its per-job cost); then the "
+            "statements a claim and a record send (SQLite's BEGIN IMMEDIATE included) and their "
+            "round trips to the server (statements + COMMIT + the ping of a connection idle "
+            "over 1 s, none here; PostgreSQL's one-statement claim and record run in "
+            "autocommit, without BEGIN/COMMIT); then per "
+            "job the ms spent inside the database driver executing statements (round trips and "
+            "server work; COMMIT not included). The rest is Python.",
+            common.table(["backend", *PARTS, "sum", *COUNTS, "in driver"], parts),
             "Queue throughput, no-op tuner, worker processes started behind a barrier; jobs/s "
             "by the database clock (first claim to last completion) and by the wall clock "
             "(start signal to the last worker's exit, which includes its `--until-empty` check); "

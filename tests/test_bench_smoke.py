@@ -57,6 +57,15 @@ def test_queue_benchmarks_run(name: str, tmp_path: Path) -> None:
         assert f"| {LABELS[backend]} |" in text
 
 
+def test_server_capacity_runs(tmp_path: Path) -> None:
+    servers = [b for b in backends() if b != "sqlite"]
+    if not servers:
+        pytest.skip("no database server named (MLIRTUNA_TEST_POSTGRES / MLIRTUNA_TEST_MYSQL)")
+    text = run_script("bench_server_capacity", tmp_path, "--backends", ",".join(servers))
+    for backend in servers:
+        assert f"| {LABELS[backend]} | 5 min |" in text
+
+
 def test_tuning_spread_runs(tmp_path: Path) -> None:
     text = run_script("bench_tuning_spread", tmp_path)
     for op in ("gemm", "conv", "attention"):

@@ -8,13 +8,15 @@ in queue.py.
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as dt
+import functools
 import logging
 import os
 import random
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -149,6 +151,31 @@ def db_now(seconds: float | sa.ColumnElement = 0.0) -> DbNow:
     return DbNow(seconds)
 
 
+class JsonObject(FunctionElement):
+    """A JSON object built by the database from (name, value, name, value, …): one column for a
+    whole row, where reading the row's many columns costs more on the client than the query."""
+
+    inherit_cache = True
+
+
+@compiles(JsonObject)
+def _json_object(element: JsonObject, compiler, **kw) -> str:
+    return f"json_object({compiler.process(element.clauses, **kw)})"  # SQLite, MariaDB/MySQL
+
+
+@compiles(JsonObject, "postgresql")
+def _pg_json_object(element: JsonObject, compiler, **kw) -> str:
+    return f"json_build_object({compiler.process(element.clauses, **kw)})"
+
+
+def json_object(columns: Iterable[sa.ColumnElement]) -> JsonObject:
+    """{column name: value} of `columns`, as JSON built by the database."""
+    pairs: list[sa.ColumnElement] = []
+    for c in columns:
+        pairs += [sa.literal_column(f"'{c.name}'"), c]
+    return JsonObject(*pairs)
+
+
 class Database:
     """One database: an engine plus the unit-of-work context manager every query runs in."""
 
@@ -190,6 +217,29 @@ class Database:
             session.begin(),
         ):
             yield session
+
+    @contextlib.contextmanager
+    def transaction(self, *, immediate: bool = False, single: bool = False) -> Iterator[Connection]:
+        """One transaction on a Core connection, for the queue's hot path (no ORM Session).
+
+        `immediate`: as for session(). `single`: the caller sends one statement only, which is
+        atomic by itself; PostgreSQL then runs it in autocommit mode, saving the BEGIN and
+        COMMIT round trips (elsewhere it is an ordinary transaction).
+        """
+        if single and self.backend == "postgresql":
+            bind = self._autocommit
+        else:
+            bind = self._immediate if immediate else self.engine
+        with self._translate_errors(), bind.connect() as conn, conn.begin():
+            yield conn
+
+    @functools.cached_property
+    def _immediate(self) -> Engine:
+        return self.engine.execution_options(sqlite_immediate=True)
+
+    @functools.cached_property
+    def _autocommit(self) -> Engine:
+        return self.engine.execution_options(isolation_level="AUTOCOMMIT")
 
     @contextlib.contextmanager
     def _translate_errors(self) -> Iterator[None]:
@@ -255,18 +305,153 @@ class Database:
         raise AssertionError("unreachable")
 
 
+class Precompiled:
+    """Core statements compiled once per dialect and sent at driver level.
+
+    The queue's hot statements run once per job on every worker: executing them as SQL text
+    skips SQLAlchemy's per-call cache-key generation and compiled-cache lookup, the cost that
+    dominated a job. Bind values still go through each column type's bind processor (SQLite
+    stores datetimes as text); result rows come back as the driver returns them.
+
+    Several statements make a script, sent in one round trip by `run_script` (MariaDB/MySQL,
+    whose connections allow multiple statements: _make_engine).
+    """
+
+    def __init__(
+        self, *stmts: sa.Executable, edit: Callable[[int, str], str] | None = None
+    ) -> None:
+        """`edit(i, sql)`: the i-th statement's SQL text as sent, for what Core cannot say."""
+        self.stmts, self.edit = stmts, edit
+        self._compiled: dict[str, tuple[str, dict, dict]] = {}
+
+    def run(self, conn: Connection, params: dict | list[dict]) -> sa.CursorResult:
+        sql, bound = self._prepare(conn.dialect)
+        if isinstance(params, list):
+            return conn.exec_driver_sql(sql, [bound(p) for p in params])
+        return conn.exec_driver_sql(sql, bound(params))
+
+    def run_script(self, conn: Connection, params: dict) -> list[list[tuple]]:
+        """Every statement's rows, the script sent in one round trip; a failing statement
+        raises as exec_driver_sql would (the transaction is then rolled back whole)."""
+        sql, bound = self._prepare(conn.dialect)
+        args = bound(params)
+        cursor = conn.connection.dbapi_connection.cursor()
+        conn.dispatch.before_cursor_execute(conn, cursor, sql, args, None, False)
+        try:
+            cursor.execute(sql, args)
+            rows = [list(cursor.fetchall())]
+            while cursor.nextset():  # the later statements' errors surface here
+                rows.append(list(cursor.fetchall()))
+        except Exception as exc:
+            conn._handle_dbapi_exception(exc, sql, args, cursor, None)  # wraps; drops dead links
+            raise
+        finally:
+            cursor.close()
+        conn.dispatch.after_cursor_execute(conn, cursor, sql, args, None, False)
+        return rows
+
+    def _prepare(self, dialect: sa.Dialect) -> tuple[str, Callable[[dict], dict]]:
+        sql, constants, processors = self._compiled.get(dialect.name) or self._compile(dialect)
+
+        def bound(values: dict) -> dict:
+            args = {**constants, **values}
+            for key, process in processors.items():
+                args[key] = process(args[key])
+            return args
+
+        return sql, bound
+
+    def _compile(self, dialect: sa.Dialect) -> tuple[str, dict, dict]:
+        if dialect.positional:  # SQLite's driver also takes named parameters (:name)
+            dialect = copy.copy(dialect)
+            dialect.paramstyle, dialect.positional = "named", False
+        texts, constants, processors = [], {}, {}
+        for i, stmt in enumerate(self.stmts):
+            compiled = stmt.compile(dialect=dialect)
+            text = compiled.string
+            if "POSTCOMPILE" in text:
+                raise AssertionError(f"statement needs per-call rendering: {text}")
+            for bind, name in compiled.bind_names.items():
+                if not bind.required:  # a constant (param_1 …): its own name per statement
+                    unique = f"s{i}_{name}" if len(self.stmts) > 1 else name
+                    text = text.replace(f"%({name})s", f"%({unique})s")
+                    constants[unique] = bind.effective_value
+                    name = unique
+                process = bind.type._cached_bind_processor(dialect)
+                if process is not None:
+                    processors[name] = process
+            texts.append(self.edit(i, text) if self.edit else text)
+        self._compiled[dialect.name] = (";\n".join(texts), constants, processors)
+        return self._compiled[dialect.name]
+
+
 def _make_engine(url: URL) -> Engine:
     try:
         if url.get_backend_name() == "sqlite":
             return _sqlite_engine(url)
-        # pool_pre_ping: a worker whose server restarted reconnects instead of failing a job.
         # READ COMMITTED on MariaDB/MySQL: no gap locks, so concurrent claims and records of
         # different jobs do not deadlock over index ranges (PostgreSQL's default already is).
-        return sa.create_engine(
-            url, pool_pre_ping=True, pool_size=2, max_overflow=2, isolation_level="READ COMMITTED"
+        mysql = url.get_backend_name() in ("mysql", "mariadb")
+        engine = sa.create_engine(
+            url,
+            pool_size=2,
+            max_overflow=2,
+            isolation_level="READ COMMITTED",
+            connect_args=_connect_args(url),
+            pool_reset_on_return=None if mysql else "rollback",
         )
+        _ping_when_idle(engine)
+        if mysql:
+            _roll_back_only_open_transactions(engine)
+        return engine
     except (NoSuchModuleError, ArgumentError) as exc:
         raise DatabaseError(f"unsupported database URL {mask(url)}: {exc}") from None
+
+
+# A pooled connection idle longer than this is pinged before use (a round trip).
+PING_IDLE_S = 1.0
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Ping a pooled connection before use when it sat idle for more than PING_IDLE_S, so that a
+    worker whose server restarted while it tuned reconnects instead of failing (what
+    pool_pre_ping does at every checkout: a round trip per transaction, a third of a busy
+    queue's). A connection used within that second is trusted: a restart in that second
+    surfaces on the next statement as the server being away, which callers wait out."""
+
+    @event.listens_for(engine.pool, "checkin")
+    def _checked_in(_dbapi_conn, record) -> None:
+        record.info["checked_in"] = time.monotonic()
+
+    @event.listens_for(engine.pool, "checkout")
+    def _checkout(dbapi_conn, record, _proxy) -> None:
+        idle = time.monotonic() - record.info.get("checked_in", time.monotonic())
+        if idle > PING_IDLE_S and not engine.dialect._do_ping_w_event(dbapi_conn):
+            # As pool_pre_ping: this and every older pooled connection are dropped.
+            raise sa.exc.InvalidatePoolError()
+
+
+def _roll_back_only_open_transactions(engine: Engine) -> None:
+    """MariaDB/MySQL: a connection going back to the pool is rolled back only when the server
+    says a transaction is open. PyMySQL sends ROLLBACK whatever the state, so the pool's default
+    reset cost a round trip after every committed transaction."""
+    from pymysql.constants import SERVER_STATUS
+
+    @event.listens_for(engine, "reset")
+    def _reset(dbapi_conn, _record, _state) -> None:
+        if dbapi_conn.server_status & SERVER_STATUS.SERVER_STATUS_IN_TRANS:
+            dbapi_conn.rollback()
+
+
+def _connect_args(url: URL) -> dict[str, object]:
+    """MariaDB/MySQL: allow several statements per round trip (the queue's claim and record
+    send scripts of bound statements, never text from users); found rows, not changed rows, as
+    the update count (as SQLAlchemy sets it itself)."""
+    if url.get_backend_name() not in ("mysql", "mariadb"):
+        return {}
+    from pymysql.constants import CLIENT
+
+    return {"client_flag": CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS}
 
 
 def _require_sqlite_file(url: URL) -> None:

@@ -46,6 +46,10 @@ BigId = BigInteger().with_variant(Integer(), "sqlite")
 # Job states (design.md, "The job life cycle").
 NEW, RUNNING, COMPLETED, ERROR, CANCELLED = "new", "running", "completed", "error", "cancelled"
 JOB_STATES = (NEW, RUNNING, COMPLETED, ERROR, CANCELLED)
+# PostgreSQL only: triggers on `job` (migration 0012) notify this channel, with the session id as
+# payload, when a job becomes claimable (inserted as new, or its state changed to new); idle
+# workers LISTEN on it instead of only polling (wakeup.py).
+JOB_CLAIMABLE_CHANNEL = "mlirtuna_job_claimable"
 # Every space some tuningRunner offers (lfbo: rocmlirTriton; smart: rocMLIR's analysis work);
 # which ones a build has is read from its --help (tuners.rocmlir.Era).
 TUNING_SPACES = ("quick", "full", "greedy", "exhaustive", "lfbo", "smart")

@@ -15,20 +15,26 @@ Every lease time is computed by the database clock (db.db_now), never a worker's
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import os
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from mlirtuna.configs import load_problem
-from mlirtuna.db import Database, db_now
+from mlirtuna.db import Database, Precompiled, db_now, json_object
 from mlirtuna.dbtext import MAX_CANDIDATE_ERROR_BYTES
 from mlirtuna.dbtext import cut_text as _cut
+from mlirtuna.keys import perf_config_family
 from mlirtuna.models import (
     COMPLETED,
+    CONFIG_TABLES,
     ERROR,
     NEW,
     RUNNING,
@@ -37,7 +43,8 @@ from mlirtuna.models import (
     Job,
     Result,
 )
-from mlirtuna.problems import Problem
+from mlirtuna.models import Problem as ProblemRow
+from mlirtuna.problems import Problem, from_columns
 from mlirtuna.tuners import base
 from mlirtuna.tuners.base import TuneOutcome
 
@@ -68,46 +75,142 @@ class Claimant:
 
 
 # The claim and the record run once per job on every worker: their statements are built once,
-# here, with bind parameters (building SQLAlchemy expressions per call cost more than the SQL).
-_J, _A = Job.__table__, Attempt.__table__
+# here, with bind parameters, compiled once per dialect and sent as SQL text (db.Precompiled).
+# Per backend, the fewest round trips it allows (bench/bench_overhead.py counts them):
+#   PostgreSQL: claim = 1 statement (data-modifying CTEs: pick, take, attempt row, the problem),
+#               record = 1 statement (fenced update, result, candidates, attempt end), each in
+#               autocommit (one statement is atomic by itself: no BEGIN, no COMMIT);
+#   MariaDB/MySQL: claim = pick (SKIP LOCKED), then one script (problem, take, attempt);
+#               record = one script (fenced update, result and attempt end guarded by its row
+#               count), then the candidates (one multi-row INSERT); one transaction each;
+#   SQLite: statement by statement after BEGIN IMMEDIATE (no network: round trips cost little);
+#               the claim picks and takes in one UPDATE … RETURNING.
+_J, _A, _P = Job.__table__, Attempt.__table__, ProblemRow.__table__
+_R, _C = Result.__table__, Candidate.__table__
 _NOW = db_now()
+_TOKEN = sa.bindparam("p_token", type_=sa.String(32))
+_MACHINE = sa.bindparam("p_machine", type_=sa.String(200))
+_GPU = sa.bindparam("p_gpu", type_=sa.Integer())
+# What makes a job claimable: the one place to extend (every backend's claim uses it).
 _CLAIMABLE = sa.and_(
-    _J.c.session_id == sa.bindparam("p_session"),
+    _J.c.session_id == sa.bindparam("p_session", type_=sa.Integer()),
     _J.c.state == NEW,
     sa.or_(_J.c.not_before.is_(None), _J.c.not_before <= _NOW),
 )
 _TAKE = {
     "state": RUNNING,
-    "lease_token": sa.bindparam("p_token"),
+    "lease_token": _TOKEN,
     "lease_expires_at": db_now(sa.bindparam("p_lease_s", type_=sa.Double())),
     "heartbeat_at": _NOW,
     "claimed_at": _NOW,
     "compile_start": _NOW,
     "compile_end": None,
     "finished_at": None,
-    "machine_name": sa.bindparam("p_machine"),
-    "gpu_id": sa.bindparam("p_gpu"),
+    "machine_name": _MACHINE,
+    "gpu_id": _GPU,
+}
+_ATTEMPT = {
+    "lease_token": _TOKEN,
+    "machine_name": _MACHINE,
+    "gpu_id": _GPU,
+    "pid": sa.bindparam("p_pid", type_=sa.Integer()),
+    "claimed_at": _NOW,
 }
 _NEXT = sa.select(_J.c.id, _J.c.problem_id, _J.c.retries).where(_CLAIMABLE)
 _NEXT = _NEXT.order_by(_J.c.priority, _J.c.id).limit(1)
+
+# The problem is read with the claim: the op from `problem` and its config row as one JSON
+# object (outer joins on the primary key; only the op's own table matches). One column, not the
+# ~100 of every config table: building a result of that width cost more than the query.
+_PROBLEM_COLUMNS = [
+    _P.c.op,
+    sa.case(
+        *(
+            (_P.c.op == op, json_object(c for c in model.__table__.c if c.name != "id"))
+            for op, model in CONFIG_TABLES.items()
+        )
+    ),
+]
+
+
+def _with_problem(source: sa.FromClause, problem_id: sa.ColumnElement) -> sa.FromClause:
+    joined = source.join(_P, _P.c.id == problem_id) if source is not _P else _P
+    for model in CONFIG_TABLES.values():
+        t = model.__table__
+        joined = joined.outerjoin(t, t.c.id == _P.c.id)
+    return joined
+
+
 # SQLite: BEGIN IMMEDIATE holds the write lock; one UPDATE … RETURNING picks and takes the row.
-_CLAIM_SQLITE = (
+_CLAIM_SQLITE = Precompiled(
     sa.update(_J)
     .where(_J.c.id == _NEXT.with_only_columns(_J.c.id).scalar_subquery())
     .values(_TAKE)
     .returning(_J.c.id, _J.c.problem_id, _J.c.retries)
 )
-# PostgreSQL, MariaDB/MySQL: lock the next free row, skipping rows other workers hold; take it.
-_PICK_SKIP_LOCKED = _NEXT.with_for_update(skip_locked=True)
-_TAKE_PICKED = sa.update(_J).where(_J.c.id == sa.bindparam("p_job")).values(_TAKE)
-_ADD_ATTEMPT = sa.insert(_A).values(
-    job_id=sa.bindparam("p_job"),
-    lease_token=sa.bindparam("p_token"),
-    machine_name=sa.bindparam("p_machine"),
-    gpu_id=sa.bindparam("p_gpu"),
-    pid=sa.bindparam("p_pid"),
-    claimed_at=_NOW,
+_JOB_ID = sa.bindparam("p_job", type_=sa.Integer())
+_ADD_ATTEMPT = sa.insert(_A).values(job_id=_JOB_ID, **_ATTEMPT)
+_READ_PROBLEM = (
+    sa.select(*_PROBLEM_COLUMNS)
+    .select_from(_with_problem(_P, _P.c.id))
+    .where(_P.c.id == sa.bindparam("p_problem", type_=sa.Integer()))
 )
+_ADD_ATTEMPT_SQLITE = Precompiled(_ADD_ATTEMPT)
+_READ_PROBLEM_SQLITE = Precompiled(_READ_PROBLEM)
+# MariaDB/MySQL (no UPDATE … RETURNING, no data-modifying CTEs): one script, one round trip, in
+# the claim's transaction: lock the next free row, skipping rows other workers hold, into session
+# variables; take it; add its attempt row; read it back with its problem (no row: none free).
+_PICKED = ("@mlirtuna_job", "@mlirtuna_problem", "@mlirtuna_retries")
+
+
+def _claim_mysql() -> Precompiled:
+    job, problem, retries = (sa.literal_column(v) for v in _PICKED)
+    attempt = sa.select(job, *_ATTEMPT.values()).where(job.is_not(None))
+
+    def pick_into(i: int, sql: str) -> str:  # SELECT … INTO @… FROM …: Core has no INTO
+        if i != 1:
+            return sql
+        return sql.replace("\nFROM job", f" INTO {', '.join(_PICKED)}\nFROM job", 1)
+
+    return Precompiled(
+        sa.text(f"SET {', '.join(f'{v} = NULL' for v in _PICKED)}"),
+        _NEXT.with_for_update(skip_locked=True),
+        sa.update(_J).where(_J.c.id == job).values(_TAKE),
+        sa.insert(_A).from_select(["job_id", *_ATTEMPT], attempt),
+        sa.select(job, problem, retries, *_PROBLEM_COLUMNS)
+        .select_from(_with_problem(_P, _P.c.id))
+        .where(_P.c.id == problem),
+        edit=pick_into,
+    )
+
+
+_CLAIM_MYSQL = _claim_mysql()
+
+
+def _claim_pg() -> Precompiled:
+    """PostgreSQL: pick (SKIP LOCKED), take, add the attempt row and read the problem, all in
+    one statement."""
+    pick = _NEXT.with_only_columns(_J.c.id).with_for_update(skip_locked=True).scalar_subquery()
+    taken = (
+        sa.update(_J)
+        .where(_J.c.id == pick)
+        .values(_TAKE)
+        .returning(_J.c.id, _J.c.problem_id, _J.c.retries)
+        .cte("taken")
+    )
+    attempt = (
+        sa.insert(_A)
+        .from_select(["job_id", *_ATTEMPT], sa.select(taken.c.id, *_ATTEMPT.values()))
+        .cte("new_attempt")
+    )
+    return Precompiled(
+        sa.select(taken.c.id, taken.c.problem_id, taken.c.retries, *_PROBLEM_COLUMNS)
+        .select_from(_with_problem(taken, taken.c.problem_id))
+        .add_cte(attempt)
+    )
+
+
+_CLAIM_PG = _claim_pg()
 
 
 def new_token() -> str:
@@ -130,19 +233,62 @@ def claim(
         "p_gpu": who.gpu_id,
         "p_pid": who.pid,
     }
-    with db.session(immediate=True) as s:
-        conn = s.connection()
-        if db.is_sqlite:
-            row = conn.execute(_CLAIM_SQLITE, params).first()
-        else:
-            row = conn.execute(_PICK_SKIP_LOCKED, params).first()
-            if row is not None:
-                conn.execute(_TAKE_PICKED, {**params, "p_job": row.id})
+    with db.transaction(immediate=True, single=db.backend == "postgresql") as conn:
+        row, problem = _take_next(db, conn, params)
         if row is None:
             return None
-        conn.execute(_ADD_ATTEMPT, {**params, "p_job": row.id})
-        problem = load_problem(s, row.problem_id)
         return Lease(row.id, params["p_token"], session_id, row.problem_id, row.retries, problem)
+
+
+class _Taken(NamedTuple):
+    id: int
+    problem_id: int
+    retries: int
+
+
+def _take_next(db: Database, conn: sa.Connection, params: dict) -> tuple[object, object]:
+    """(the job taken: id, problem_id, retries; its problem), or (None, None)."""
+    if db.backend == "postgresql":
+        row = _CLAIM_PG.run(conn, params).first()
+        return row, row and _problem_of(conn, row[3:])
+    if db.is_sqlite:
+        row = _CLAIM_SQLITE.run(conn, params).first()
+        if row is None:
+            return None, None
+        _ADD_ATTEMPT_SQLITE.run(conn, {**params, "p_job": row.id})
+        problem = _READ_PROBLEM_SQLITE.run(conn, {"p_problem": row.problem_id}).one()
+        return row, _problem_of(conn, problem)
+    taken = _CLAIM_MYSQL.run_script(conn, params)[-1]
+    if not taken:
+        return None, None
+    job_id, problem_id, retries, *problem = taken[0]
+    return _Taken(job_id, problem_id, retries), _problem_of(conn, problem)
+
+
+def _problem_of(conn: sa.Connection, values: Sequence) -> Problem:
+    """The problem from the values of _PROBLEM_COLUMNS (op, config row as JSON)."""
+    op, config = values
+    if op is None:
+        raise LookupError("the claimed job's problem is gone")
+    if isinstance(config, str):  # PostgreSQL's driver parses JSON itself
+        config = json.loads(config)
+    for name, process in _result_processors(conn.dialect, op).items():
+        config[name] = process(config[name])
+    return from_columns(op, config)
+
+
+_PROCESSORS: dict[tuple[str, str], dict] = {}
+
+
+def _result_processors(dialect: sa.Dialect, op: str) -> dict:
+    """Each config column's result processor, where it has one (booleans stored as 0/1)."""
+    found = _PROCESSORS.get((dialect.name, op))
+    if found is None:
+        columns = CONFIG_TABLES[op].__table__.c
+        found = {c.name: c.type._cached_result_processor(dialect, None) for c in columns}
+        found = {k: v for k, v in found.items() if v is not None and k != "id"}
+        _PROCESSORS[(dialect.name, op)] = found
+    return found
 
 
 # A batch: the next `limit` claimable jobs in claim order, locked (PostgreSQL, MariaDB: rows
@@ -240,80 +386,207 @@ def _fenced(lease: Lease):
     return sa.and_(Job.id == lease.job_id, Job.lease_token == lease.token, Job.state == RUNNING)
 
 
-def heartbeat(db: Database, lease: Lease, lease_s: float) -> bool:
-    """Extend the lease; False when it is no longer ours (the worker must not record)."""
-    with db.session() as s:
-        done = s.execute(
-            sa.update(Job)
-            .where(_fenced(lease))
-            .values(lease_expires_at=db_now(lease_s), heartbeat_at=db_now())
-        )
-        return done.rowcount == 1
-
-
 _FENCE = sa.and_(
-    _J.c.id == sa.bindparam("p_job"),
-    _J.c.lease_token == sa.bindparam("p_token"),
+    _J.c.id == sa.bindparam("p_job", type_=sa.Integer()),
+    _J.c.lease_token == _TOKEN,
     _J.c.state == RUNNING,
 )
-_COMPLETE = (
+_COMPLETED = {
+    "state": COMPLETED,
+    "result": sa.bindparam("p_output", type_=sa.Text()),
+    "finished_at": _NOW,
+    # The tuner's own phases where it has them, else the claim time and now.
+    "compile_start": sa.func.coalesce(
+        sa.bindparam("p_compile_start", type_=_J.c.compile_start.type), _J.c.compile_start
+    ),
+    "compile_end": sa.func.coalesce(
+        sa.bindparam("p_compile_end", type_=_J.c.compile_end.type), _NOW
+    ),
+}
+# Every column is given: the statements run at driver level, where SQLAlchemy's Python-side
+# column defaults (perf_family from perf_config, say) are not applied, so they are computed here.
+_WINNER = {
+    "perf_config": sa.bindparam("w_perf_config", type_=sa.String(255)),
+    "kernel_time": sa.bindparam("w_kernel_time", type_=sa.Double()),
+    "tflops": sa.bindparam("w_tflops", type_=sa.Double()),
+    "perf_family": sa.bindparam("w_perf_family", type_=sa.String(16)),
+    "key_suffix": "",
+    "winner_margin": sa.bindparam("w_margin", type_=sa.Double()),
+    "winner_noise": sa.bindparam("w_noise", type_=sa.Double()),
+}
+_CANDIDATE_TYPES = {
+    "perf_config": sa.String(255),
+    "kernel_time": sa.Double(),
+    "tflops": sa.Double(),
+    "error": sa.Text(),
+    "perf_family": sa.String(16),
+    "time_min": sa.Double(),
+    "time_iqr": sa.Double(),
+    "samples": sa.Integer(),
+    "remeasured": sa.Boolean(),
+}
+_IDS = {
+    "session_id": sa.bindparam("p_session", type_=sa.Integer()),
+    "problem_id": sa.bindparam("p_problem", type_=sa.Integer()),
+    "job_id": sa.bindparam("p_job", type_=sa.Integer()),
+}
+_ENDED = {"ended_at": _NOW, "outcome": sa.bindparam("p_outcome", type_=sa.String(16))}
+_ENDED["message"] = sa.bindparam("p_message", type_=sa.Text())
+_OPEN_ATTEMPT = sa.and_(_A.c.lease_token == _TOKEN, _A.c.ended_at.is_(None))
+# SQLite: the fenced update first; nothing else is sent when it matched nothing.
+_COMPLETE = sa.update(_J).where(_FENCE).values(_COMPLETED)
+_COMPLETE_SQLITE = Precompiled(_COMPLETE)
+_ADD_RESULT_SQLITE = Precompiled(sa.insert(_R).values(**_IDS, **_WINNER))
+_ADD_CANDIDATES = Precompiled(
+    sa.insert(_C).values(
+        **_IDS, **{k: sa.bindparam(f"c_{k}", type_=t) for k, t in _CANDIDATE_TYPES.items()}
+    )
+)
+_END_ATTEMPT_SQLITE = Precompiled(sa.update(_A).where(_OPEN_ATTEMPT).values(_ENDED))
+
+
+def _record_mysql() -> Precompiled:
+    """MariaDB/MySQL: one script (one round trip): the fenced update, its row count kept in a
+    session variable, the result and the attempt's end only when it matched, and that count;
+    the candidates follow (one multi-row INSERT) only when it did."""
+    recorded = sa.literal_column("@mlirtuna_recorded")
+    values = (sa.literal(v) if isinstance(v, str) else v for v in _WINNER.values())
+    winner = sa.select(*_IDS.values(), *values).where(recorded == 1)
+    return Precompiled(
+        _COMPLETE,
+        sa.text("SET @mlirtuna_recorded = ROW_COUNT()"),
+        sa.insert(_R).from_select([*_IDS, *_WINNER], winner),
+        sa.update(_A).where(_OPEN_ATTEMPT, recorded == 1).values(_ENDED),
+        sa.select(recorded),
+    )
+
+
+_RECORD_MYSQL = _record_mysql()
+
+
+_RENEW = Precompiled(
     sa.update(_J)
     .where(_FENCE)
     .values(
-        state=COMPLETED,
-        result=sa.bindparam("p_output"),
-        finished_at=_NOW,
-        # The tuner's own phases where it has them, else the claim time and now.
-        compile_start=sa.func.coalesce(
-            sa.bindparam("p_compile_start", type_=_J.c.compile_start.type), _J.c.compile_start
-        ),
-        compile_end=sa.func.coalesce(
-            sa.bindparam("p_compile_end", type_=_J.c.compile_end.type), _NOW
-        ),
+        lease_expires_at=db_now(sa.bindparam("p_lease_s", type_=sa.Double())), heartbeat_at=_NOW
     )
 )
-_ADD_RESULT = sa.insert(Result.__table__)
-_ADD_CANDIDATES = sa.insert(Candidate.__table__)
+
+
+def heartbeat(db: Database, lease: Lease, lease_s: float) -> bool:
+    """Extend the lease; False when it is no longer ours (the worker must not record)."""
+    params = {"p_job": lease.job_id, "p_token": lease.token, "p_lease_s": float(lease_s)}
+    with db.transaction(single=True) as conn:
+        return _RENEW.run(conn, params).rowcount == 1
+
+
+def _record_pg() -> Precompiled:
+    """PostgreSQL: the fenced update, the result, every candidate (arrays, unnested) and the
+    attempt's end in one statement; each insert reads the update's RETURNING, so nothing is
+    written when the fence matched nothing. Returns one row per job completed (0 or 1)."""
+    done = (
+        sa.update(_J)
+        .where(_FENCE)
+        .values(_COMPLETED)
+        .returning(_J.c.id, _J.c.session_id, _J.c.problem_id)
+        .cte("done")
+    )
+    ids = [done.c.session_id, done.c.problem_id, done.c.id]
+    # Typed: a NULL parameter in a SELECT list would otherwise be text to PostgreSQL.
+    values = (sa.literal(v) if isinstance(v, str) else sa.cast(v, v.type) for v in _WINNER.values())
+    winner = sa.insert(_R).from_select([*_IDS, *_WINNER], sa.select(*ids, *values))
+    rows = sa.func.unnest(
+        *(sa.bindparam(f"a_{k}", type_=postgresql.ARRAY(t)) for k, t in _CANDIDATE_TYPES.items())
+    ).table_valued(*(sa.column(k, t) for k, t in _CANDIDATE_TYPES.items()))
+    rows = rows.render_derived(name="tried")
+    candidates = sa.insert(_C).from_select(
+        [*_IDS, *_CANDIDATE_TYPES],
+        sa.select(*ids, *(rows.c[k] for k in _CANDIDATE_TYPES)).select_from(
+            done.join(rows, sa.true())
+        ),
+    )
+    ended = sa.update(_A).where(_OPEN_ATTEMPT, sa.exists(sa.select(done.c.id))).values(_ENDED)
+    return Precompiled(
+        sa.select(done.c.id).add_cte(
+            winner.cte("winner"), candidates.cte("candidates"), ended.cte("ended")
+        )
+    )
+
+
+_RECORD_PG = _record_pg()
 
 
 def record(db: Database, lease: Lease, outcome: TuneOutcome) -> bool:
     """Winner, every candidate and `completed` in one transaction, only while the lease holds."""
-    ids = {"session_id": lease.session_id, "problem_id": lease.problem_id, "job_id": lease.job_id}
-    with db.session(immediate=True) as s:
-        conn = s.connection()
-        done = conn.execute(
-            _COMPLETE,
-            {
-                "p_job": lease.job_id,
-                "p_token": lease.token,
-                "p_output": _cut(outcome.output),
-                "p_compile_start": _naive_utc(outcome.compile_start),
-                "p_compile_end": _naive_utc(outcome.compile_end),
-            },
-        )
-        # The fenced update comes first: when it matches nothing, nothing has been written.
-        if done.rowcount != 1:
-            if _attempt_outcome(s, lease.token) == "completed":
-                return True  # an earlier try of this record committed; its reply was lost
-            log.warning("job %s: lease lost before recording; recording nothing", lease.job_id)
-            return False
-        w, m = outcome.winner, outcome.margin
-        conn.execute(
-            _ADD_RESULT,
-            {**ids, "perf_config": w.perf_config, "kernel_time": w.kernel_time_ns,
-             "tflops": w.tflops, "tuned_at": None, "duration_s": None,
-             "winner_margin": m and m.margin, "winner_noise": m and m.noise},
-        )  # fmt: skip
-        if outcome.candidates:
-            conn.execute(
-                _ADD_CANDIDATES,
-                [{**ids, "perf_config": c.perf_config, "kernel_time": c.kernel_time_ns,
-                  "tflops": c.tflops, "error": _cut(c.error, MAX_CANDIDATE_ERROR_BYTES),
-                  **_spread_columns(c)}
-                 for c in outcome.candidates],
-            )  # fmt: skip
-        _end_attempt(s, lease.token, "completed", None)
+    params = _record_params(lease, outcome)
+    pg = db.backend == "postgresql"
+    with db.transaction(immediate=True, single=pg) as conn:
+        if pg:
+            done = _RECORD_PG.run(conn, {**params, **_candidate_arrays(lease, outcome)})
+            recorded = done.first() is not None
+        elif db.is_sqlite:
+            # The fenced update comes first: when it matches nothing, nothing has been written.
+            recorded = _COMPLETE_SQLITE.run(conn, params).rowcount == 1
+            if recorded:
+                _ADD_RESULT_SQLITE.run(conn, params)
+                _END_ATTEMPT_SQLITE.run(conn, params)
+        else:
+            recorded = _RECORD_MYSQL.run_script(conn, params)[-1][0][0] == 1
+        if recorded and not pg and outcome.candidates:
+            _ADD_CANDIDATES.run(conn, _candidate_rows(lease, outcome))
+    if recorded:
         return True
+    with db.session() as s:
+        if _attempt_outcome(s, lease.token) == "completed":
+            return True  # an earlier try of this record committed; its reply was lost
+    log.warning("job %s: lease lost before recording; recording nothing", lease.job_id)
+    return False
+
+
+def _record_params(lease: Lease, outcome: TuneOutcome) -> dict[str, object]:
+    w, m = outcome.winner, outcome.margin
+    return {
+        "p_job": lease.job_id,
+        "p_token": lease.token,
+        "p_session": lease.session_id,
+        "p_problem": lease.problem_id,
+        "p_output": _cut(outcome.output),
+        "p_compile_start": _naive_utc(outcome.compile_start),
+        "p_compile_end": _naive_utc(outcome.compile_end),
+        "w_perf_config": w.perf_config,
+        "w_kernel_time": w.kernel_time_ns,
+        "w_tflops": w.tflops,
+        "w_perf_family": perf_config_family(w.perf_config),
+        "w_margin": m and m.margin,
+        "w_noise": m and m.noise,
+        "p_outcome": "completed",
+        "p_message": None,
+    }
+
+
+def _candidate_rows(lease: Lease, outcome: TuneOutcome) -> list[dict[str, object]]:
+    ids = {"p_session": lease.session_id, "p_problem": lease.problem_id, "p_job": lease.job_id}
+    return [
+        {**ids, **{f"c_{k}": v for k, v in _candidate_columns(c).items()}}
+        for c in outcome.candidates
+    ]
+
+
+def _candidate_arrays(lease: Lease, outcome: TuneOutcome) -> dict[str, list]:
+    """The candidates column by column, for PostgreSQL's unnest."""
+    rows = [_candidate_columns(c) for c in outcome.candidates]
+    return {f"a_{k}": [r[k] for r in rows] for k in _CANDIDATE_TYPES}
+
+
+def _candidate_columns(c: base.Candidate) -> dict[str, object]:
+    return {
+        "perf_config": c.perf_config,
+        "kernel_time": c.kernel_time_ns,
+        "tflops": c.tflops,
+        "error": _cut(c.error, MAX_CANDIDATE_ERROR_BYTES),
+        "perf_family": perf_config_family(c.perf_config),
+        **_spread_columns(c),
+    }
 
 
 def _spread_columns(c: base.Candidate) -> dict[str, object]:

@@ -30,6 +30,7 @@ from mlirtuna.errors import DatabaseError, NotRun, TunerError, Unsupported, User
 from mlirtuna.problems import Problem
 from mlirtuna.queue import Claimant, Lease
 from mlirtuna.tuners.base import TuneContext, TuneOutcome, Tuner
+from mlirtuna.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +184,7 @@ class Worker:
         self.stats = WorkerStats()
         self._next_sweep = 0.0
         self.heartbeat = Heartbeat(db, settings.lease_s, settings.heartbeat_s)
+        self.wakeup = Wakeup(db, settings.session_id)
         self.batch = self._batch_size()
 
     # -- signals -----------------------------------------------------------------------------
@@ -200,6 +202,12 @@ class Worker:
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> WorkerStats:
+        try:
+            return self._run()
+        finally:
+            self.wakeup.close()
+
+    def _run(self) -> WorkerStats:
         idle = POLL_MIN_S
         said_idle = False  # an idle stretch is announced once, not at every poll
         while not self.stop_requested.is_set() and not self._enough():
@@ -216,7 +224,8 @@ class Worker:
                         self.settings.session_id,
                     )
                     said_idle = True
-                self.stop_requested.wait(random.uniform(idle / 2, idle))
+                # Woken early on PostgreSQL when a job of the session becomes claimable.
+                self.wakeup.wait(random.uniform(idle / 2, idle), self.stop_requested)
                 idle = min(idle * 2, POLL_MAX_S)
                 continue
             idle, said_idle = POLL_MIN_S, False
