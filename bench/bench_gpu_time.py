@@ -176,7 +176,8 @@ class Outcome:
     farm_share: float = float("nan")
     candidates: int = 0
     cpu_busy_pct: float = float("nan")
-    gpu_workers_cpu_s: float = float("nan")  # the GPU workers' and their tool calls' own CPU
+    gpu_workers_cpu_s: float = float("nan")  # the GPU worker processes' own CPU
+    gpu_tools_cpu_s: float = float("nan")  # their tool calls' CPU
     note: str = ""
 
 
@@ -382,7 +383,7 @@ def run_scenario(url: str, tmp: Path, build: Path, plan: Plan, scenario: Scenari
         with workers(argvs, envs, workdir) as procs:
             wait_idle(procs, workdir)
             gpu_pids = [p.pid for name, p in procs if name.startswith("gpu")]
-            gpu_cpu0 = sum(process_cpu_s(pid) for pid in gpu_pids)
+            gpu_cpu0 = gpu_side_cpu(gpu_pids)
             busy0 = common.cpu_busy_s()
             t0 = time.monotonic()
             mlirtuna(env, "jobs", "load", "--session", str(sid), "--tag", TAG)
@@ -390,9 +391,10 @@ def run_scenario(url: str, tmp: Path, build: Path, plan: Plan, scenario: Scenari
             note = drive(db, sid, gpu_log, plan.timeout_for(scenario), longest)
             elapsed = time.monotonic() - t0
             cpu = 100 * (common.cpu_busy_s() - busy0) / (elapsed * (os.cpu_count() or 1))
-            gpu_cpu = sum(process_cpu_s(pid) for pid in gpu_pids) - gpu_cpu0
+            gpu_cpu1 = gpu_side_cpu(gpu_pids)
         outcome = measure(db, sid, workdir, plan, scenario)
-        outcome.gpu_workers_cpu_s = gpu_cpu
+        outcome.gpu_workers_cpu_s = gpu_cpu1[0] - gpu_cpu0[0]
+        outcome.gpu_tools_cpu_s = gpu_cpu1[1] - gpu_cpu0[1]
     finally:
         db.dispose()
     if note and scenario.split and scenario.compile_workers == 0:
@@ -402,14 +404,21 @@ def run_scenario(url: str, tmp: Path, build: Path, plan: Plan, scenario: Scenari
 
 
 # -- measuring ---------------------------------------------------------------------------------
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds of a process and its reaped children (its tool calls); 0 where unknown."""
+def process_cpu_s(pid: int) -> tuple[float, float]:
+    """CPU seconds of a process itself and of its reaped children (its tool calls)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     except OSError:
-        return 0.0
+        return 0.0, 0.0
     utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
-    return (utime + stime + cutime + cstime) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return (utime + stime) / tick, (cutime + cstime) / tick
+
+
+def gpu_side_cpu(pids: Sequence[int]) -> tuple[float, float]:
+    """(the GPU workers' own CPU, their tool calls' CPU) in seconds, summed."""
+    own_and_tool = [process_cpu_s(pid) for pid in pids]
+    return sum(o for o, _ in own_and_tool), sum(t for _, t in own_and_tool)
 
 
 def epoch(value: dt.datetime | str) -> float:
@@ -556,20 +565,22 @@ def where_row(o: Outcome, plan: Plan) -> list[object]:
         pct(mean([t.other_share for t in known])),
         pct(mean([t.between_share for t in known])),
         fmt(mean([t.other_share * t.window / t.calls for t in known if t.calls]), ".2f"),
-        fmt(cpu_per_call(o, known), ".2f"),
+        fmt(per_call(o.gpu_workers_cpu_s, known), ".2f"),
+        fmt(per_call(o.gpu_tools_cpu_s, known), ".2f"),
         f"{o.cpu_busy_pct:.0f} %",
     ]
 
 
-def cpu_per_call(o: Outcome, known: Sequence[SlotTime]) -> float | None:
+def per_call(seconds: float, known: Sequence[SlotTime]) -> float | None:
     calls = sum(t.calls for t in known)
-    return o.gpu_workers_cpu_s / calls if calls else None
+    return seconds / calls if calls else None
 
 
 WHERE_HEADERS = [
     "scenario", "benchmarking", "in a job: tool start-up (+ compile, one-stage)",
     "in a job: the rest (mlirtuna, Python, bundles)", "between jobs (no job held)",
-    "the rest per tool call, s", "GPU side CPU per tool call, s", "machine CPU busy",
+    "the rest per tool call, s", "CPU per tool call: GPU worker, s",
+    "CPU per tool call: the tool (stand-in), s", "machine CPU busy",
 ]  # fmt: skip
 
 
@@ -786,8 +797,8 @@ def header(plans: Sequence[Plan], batch: int) -> str:
             "costs charge for the tool calls each slot made (the stand-in's call log); the "
             "rest is the remaining time the slot held a job (mlirtuna's claim, record and "
             "bundle fetch, the stand-in's Python start-up, waiting for a CPU); between jobs = "
-            "holding none. GPU side CPU per tool call = the CPU time of the GPU worker "
-            "processes and their tool calls (/proc) over the run / their tool calls: what the "
+            "holding none. CPU per tool call = the CPU time (/proc) of the GPU worker processes, "
+            "and apart of their tool calls, over the run / the tool calls: what the "
             "rest would shrink to if the GPU hosts' CPUs were their own (here the compile "
             "workers share the same 2 cores); part of it overlaps the tool's sleeps (rows are "
             "recorded while the next config runs), so it can exceed the rest.",
