@@ -111,7 +111,14 @@ def test_cli_load_and_status_json(db_url, tmp_path):
         "sessions": [
             {
                 "id": sid,
-                "counts": {"new": 4, "running": 0, "completed": 0, "error": 0, "cancelled": 0},
+                "counts": {
+                    "new": 4,
+                    "waiting": 0,
+                    "running": 0,
+                    "completed": 0,
+                    "error": 0,
+                    "cancelled": 0,
+                },
             }
         ]
     }

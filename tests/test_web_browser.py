@@ -158,8 +158,8 @@ def test_farm_lists_every_session(page, site):
     assert [int(r[0]) for r in rows] == sorted(counts, reverse=True)
     for row in rows:
         c = counts[int(row[0])]
-        assert [int(x) for x in row[3:8]] == [
-            c[s] for s in ("new", "running", "completed", "error", "cancelled")
+        assert [int(x) for x in row[3:9]] == [
+            c[s] for s in ("new", "waiting", "running", "completed", "error", "cancelled")
         ]
     assert "gfx942:sramecc+:xnack-" in page.tab.inner_text("#sessions")
     page.shot("farm")

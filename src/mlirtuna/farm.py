@@ -23,6 +23,7 @@ from mlirtuna.models import (
     JOB_STATES,
     NEW,
     RUNNING,
+    WAITING,
     Attempt,
     Job,
     Problem,
@@ -51,7 +52,7 @@ class SessionProgress:
 
     @property
     def active(self) -> bool:
-        return self.counts[NEW] + self.counts[RUNNING] > 0
+        return _open(self.counts)
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -135,8 +136,22 @@ def session_progress(db: Database, session_id: int) -> SessionProgress:
     return _progress(info, counts, rates.get(session_id))
 
 
+def stage_progress(db: Database, session_id: int) -> dict[str, dict[str, int]]:
+    """{stage: {done, total}} of a two-stage session's compile and benchmark jobs ({} for a
+    one-stage session)."""
+    from mlirtuna import jobs
+
+    by_stage = jobs.stage_counts(db, session_id)
+    if set(by_stage) <= {"tune"}:
+        return {}
+    return {
+        stage: {"done": c[COMPLETED] + c[ERROR] + c[CANCELLED], "total": sum(c.values())}
+        for stage, c in by_stage.items()
+    }
+
+
 def _open(counts: dict[str, int]) -> bool:
-    return counts[NEW] + counts[RUNNING] > 0
+    return counts[NEW] + counts[WAITING] + counts[RUNNING] > 0
 
 
 def _counts(s: OrmSession, ids: list[int]) -> dict[int, dict[str, int]]:

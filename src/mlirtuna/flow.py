@@ -317,9 +317,12 @@ def run_workers(
     settings.until_empty = True
     settings.mlir_build_dir = plan.mlir_build_dir or os.environ.get(sessions.ENV_BUILD_DIR)
     slots = manager.plan(plan.gpus, prepared.tuner, plan.workers)
-    procs = manager.start(
-        db.url.render_as_string(hide_password=False), settings, slots, quiet=quiet
-    )
+    url = db.url.render_as_string(hide_password=False)
+    procs = manager.start(url, settings, slots, quiet=quiet)
+    if prepared.session.two_stage:  # its compile jobs need compile workers (no GPU) too
+        compilers = replace(settings, role="compile")
+        cpus = [manager.Slot(-1) for _ in range(max(plan.workers, 1))]
+        procs += manager.start(url, compilers, cpus, quiet=quiet)
     return manager.supervise(procs, tick) > 0
 
 

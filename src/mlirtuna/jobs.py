@@ -18,11 +18,17 @@ from mlirtuna import configs, fusion, sessions
 from mlirtuna.db import Database, db_now
 from mlirtuna.errors import NotFound, UserError
 from mlirtuna.models import (
+    BENCHMARK,
     CANCELLED,
+    COMPILE,
+    COMPLETED,
     ERROR,
     JOB_STATES,
     NEW,
     RUNNING,
+    STAGES,
+    TUNE,
+    WAITING,
     Attempt,
     Candidate,
     FusionConfig,
@@ -65,15 +71,35 @@ def load(
     """
     if sum(x is not None and x is not False for x in (tag, file, all_problems or None)) != 1:
         raise UserError("choose the problems with exactly one of --tag, --file or --all")
-    sessions.get(db, session_id)
+    sess = sessions.get(db, session_id)
     # Another `jobs load` of the same session may race this one: the loser tries again.
     return db.retrying_conflicts(
-        lambda: _load(db, session_id, op, tag, file, all_problems, options, exclude, keep)
+        lambda: _load(
+            db, session_id, op, tag, file, all_problems, options, exclude, keep, sess.two_stage
+        )
     )
 
 
+def stage_rows(session_id: int, problem_id: int, priority: int, two_stage: bool) -> list[dict]:
+    """The job rows of one problem: one `tune` job, or a compile job and a benchmark job that
+    waits for the compile job's bundle (two-stage sessions)."""
+    row = {"session_id": session_id, "problem_id": problem_id, "priority": priority, "reason": ""}
+    if not two_stage:
+        return [{**row, "stage": TUNE, "state": NEW}]
+    return [{**row, "stage": COMPILE, "state": NEW}, {**row, "stage": BENCHMARK, "state": WAITING}]
+
+
 def _load(
-    db: Database, session_id: int, op, tag, file, all_problems, options, exclude, keep
+    db: Database,
+    session_id: int,
+    op,
+    tag,
+    file,
+    all_problems,
+    options,
+    exclude,
+    keep,
+    two_stage: bool = False,
 ) -> LoadReport:
     with db.session(immediate=True) as s:
         selected = _select(s, op=op, tag=tag, file=file, all_problems=all_problems, options=options)
@@ -84,20 +110,11 @@ def _load(
         if keep is not None:
             selected = keep(s, session_id, selected)
         have = set(s.scalars(sa.select(Job.problem_id).where(Job.session_id == session_id)))
-        rows = [
-            {
-                "session_id": session_id,
-                "problem_id": pid,
-                "priority": prio,
-                "state": NEW,
-                "reason": "",
-            }
-            for pid, prio in selected.items()
-            if pid not in have
-        ]
+        added = [pid for pid in selected if pid not in have]
+        rows = [r for pid in added for r in stage_rows(session_id, pid, selected[pid], two_stage)]
         if rows:
             s.execute(sa.insert(Job.__table__), rows)
-        return LoadReport(added=len(rows), existing=len(selected) - len(rows))
+        return LoadReport(added=len(added), existing=len(selected) - len(added))
 
 
 def _select(s: Session, *, op, tag, file, all_problems, options) -> dict[int, int]:
@@ -141,15 +158,32 @@ def counts(db: Database, session_id: int | None = None) -> dict[int, dict[str, i
     return dict(sorted(out.items()))
 
 
-def is_drained(db: Database, session_id: int) -> bool:
-    """True once the session has no job that is new or running."""
+def stage_counts(db: Database, session_id: int) -> dict[str, dict[str, int]]:
+    """{stage: {state: n}} of a session, for the stages it has (two-stage sessions show their
+    compile and benchmark jobs apart)."""
+    stmt = (
+        sa.select(Job.stage, Job.state, sa.func.count())
+        .where(Job.session_id == session_id)
+        .group_by(Job.stage, Job.state)
+    )
+    out: dict[str, dict[str, int]] = {}
     with db.session() as s:
-        left = s.scalar(
-            sa.select(sa.func.count()).where(
-                Job.session_id == session_id, Job.state.in_((NEW, RUNNING))
-            )
-        )
-        return left == 0
+        for stage, state, n in s.execute(stmt):
+            out.setdefault(stage, dict.fromkeys(JOB_STATES, 0))[state] = n
+    return {stage: out[stage] for stage in STAGES if stage in out}
+
+
+# A job in one of these states still has work ahead (a waiting one, once its bundle exists).
+OPEN_STATES = (NEW, WAITING, RUNNING)
+
+
+def is_drained(db: Database, session_id: int, stages: Collection[str] | None = None) -> bool:
+    """True once the session has no job (of these stages) that is new, waiting or running."""
+    where = [Job.session_id == session_id, Job.state.in_(OPEN_STATES)]
+    if stages is not None:
+        where.append(Job.stage.in_(list(stages)))
+    with db.session() as s:
+        return s.scalar(sa.select(sa.func.count()).where(*where)) == 0
 
 
 @dataclass(frozen=True)
@@ -167,6 +201,7 @@ class JobInfo:
     compile_start: dt.datetime | None
     compile_end: dt.datetime | None
     result: str | None
+    stage: str = TUNE
     attempts: list[dict[str, Any]] = field(default_factory=list)
     perf_config: str | None = None
     tflops: float | None = None
@@ -202,6 +237,7 @@ _JOB_COLUMNS = (
     Job.compile_start,
     Job.compile_end,
     Job.result,
+    Job.stage,
 )
 
 
@@ -289,8 +325,21 @@ def show(db: Database, job_id: int) -> JobInfo:
     return info
 
 
+_FRESH = {
+    "retries": 0,
+    "not_before": None,
+    "lease_token": None,
+    "lease_expires_at": None,
+    "finished_at": None,
+}
+
+
 def requeue(db: Database, session_id: int, state: str = ERROR, job_id: int | None = None) -> int:
-    """Put error (or running: a worker known to be dead) jobs back to new with fresh retries."""
+    """Put error (or running: a worker known to be dead) jobs back to new with fresh retries.
+
+    A benchmark job whose bundle is gone goes back to waiting instead, and its compile job is
+    requeued with it (unless that one is already new or running): the bundle is made again.
+    A requeued compile job takes its failed or cancelled benchmark job back to waiting."""
     if state not in (ERROR, RUNNING, CANCELLED):
         raise UserError("requeue takes --state error, running or cancelled")
     sessions.get(db, session_id)
@@ -299,25 +348,56 @@ def requeue(db: Database, session_id: int, state: str = ERROR, job_id: int | Non
         where.append(Job.id == job_id)
     with db.session(immediate=True) as s:
         _end_open_attempts(s, where, "requeued")
-        done = s.execute(
-            sa.update(Job)
-            .where(*where)
-            .values(
-                state=NEW,
-                retries=0,
-                not_before=None,
-                lease_token=None,
-                lease_expires_at=None,
-                finished_at=None,
-            )
+        recompile = s.scalars(sa.select(Job.problem_id).where(*where, Job.stage == COMPILE)).all()
+        rebuild = _bundle_gone(s, session_id, where)
+        n = _requeue_compile(s, session_id, rebuild) if rebuild else 0
+        if rebuild or recompile:
+            n += _wait_again(s, session_id, [*rebuild, *recompile], where)
+        return n + s.execute(sa.update(Job).where(*where).values(state=NEW, **_FRESH)).rowcount
+
+
+def _bundle_gone(s: Session, session_id: int, where: list) -> list[int]:
+    """The problems of the benchmark jobs selected by `where` that have no complete bundle."""
+    from mlirtuna import bundles
+
+    picked = s.scalars(sa.select(Job.problem_id).where(*where, Job.stage == BENCHMARK)).all()
+    conn = s.connection()
+    return [pid for pid in picked if not bundles.exists(conn, session_id, pid)]
+
+
+def _wait_again(s: Session, session_id: int, problem_ids: list[int], where: list) -> int:
+    """These problems' benchmark jobs wait for a new bundle: the selected ones, and those that
+    failed or were cancelled because their compile job did."""
+    picked = sa.and_(*where)
+    stmt = (
+        sa.update(Job)
+        .where(
+            Job.session_id == session_id,
+            Job.stage == BENCHMARK,
+            Job.problem_id.in_(problem_ids),
+            sa.or_(picked, Job.state.in_((ERROR, CANCELLED))),
         )
-        return done.rowcount
+        .values(state=WAITING, **_FRESH)
+    )
+    return s.execute(stmt).rowcount
+
+
+def _requeue_compile(s: Session, session_id: int, problem_ids: list[int]) -> int:
+    """Compile these problems again: their compile jobs back to new (a running one is left to
+    its worker; its completion makes the benchmark job claimable again)."""
+    where = [
+        Job.session_id == session_id,
+        Job.stage == COMPILE,
+        Job.problem_id.in_(problem_ids),
+        Job.state.in_((COMPLETED, ERROR, CANCELLED)),
+    ]
+    return s.execute(sa.update(Job).where(*where).values(state=NEW, **_FRESH)).rowcount
 
 
 def cancel(db: Database, session_id: int, job_id: int | None = None) -> int:
     """Cancel jobs not yet done; a running one's worker then records nothing (its fence fails)."""
     sessions.get(db, session_id)
-    where = [Job.session_id == session_id, Job.state.in_((NEW, RUNNING, ERROR))]
+    where = [Job.session_id == session_id, Job.state.in_((NEW, WAITING, RUNNING, ERROR))]
     if job_id is not None:
         where.append(Job.id == job_id)
     with db.session(immediate=True) as s:
@@ -396,5 +476,6 @@ __all__ = [
     "page",
     "requeue",
     "show",
+    "stage_counts",
     "wait",
 ]

@@ -80,6 +80,8 @@ def worker_argv(settings: WorkerSettings, slot: Slot) -> list[str]:
         argv += ["--batch", str(settings.batch)]
     if settings.mlir_build_dir:
         argv += ["--mlir-build-dir", settings.mlir_build_dir]
+    if settings.role != "gpu":
+        argv += ["--role", settings.role]
     return argv
 
 

@@ -21,6 +21,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -45,7 +46,15 @@ BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 # Job states (design.md, "The job life cycle").
 NEW, RUNNING, COMPLETED, ERROR, CANCELLED = "new", "running", "completed", "error", "cancelled"
-JOB_STATES = (NEW, RUNNING, COMPLETED, ERROR, CANCELLED)
+# A benchmark job of a two-stage session waits for its compile job's bundle; it becomes `new`
+# in the transaction that completes the compile job (docs/architecture.md, "Two-stage jobs").
+WAITING = "waiting"
+JOB_STATES = (NEW, WAITING, RUNNING, COMPLETED, ERROR, CANCELLED)
+# Job stages: one-stage jobs tune; a two-stage session has a compile and a benchmark job per
+# problem, in the same table and claimed by the same query (with a stage filter).
+TUNE, COMPILE, BENCHMARK = "tune", "compile", "benchmark"
+STAGES = (TUNE, COMPILE, BENCHMARK)
+SPLIT_STAGES = f"{COMPILE},{BENCHMARK}"  # the one split a session can have today
 # PostgreSQL only: triggers on `job` (migration 0012) notify this channel, with the session id as
 # payload, when a job becomes claimable (inserted as new, or its state changed to new); idle
 # workers LISTEN on it instead of only polling (wakeup.py).
@@ -279,6 +288,11 @@ class TuningSession(Base):
     retired_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
     # What `mlirtuna run` was asked (op, files, expansion, tuner, space), as JSON: for resume.
     run_spec: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Two-stage jobs (SPLIT_STAGES) or None: one `tune` job per problem.
+    split: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # Where bundles go: a directory every compile and GPU host sees, or None (the database).
+    artifact_store: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    keep_artifacts: Mapped[bool] = _bool()  # keep bundles after their benchmark completed
 
 
 class Job(Base):
@@ -286,9 +300,9 @@ class Job(Base):
 
     __tablename__ = "job"
     __table_args__ = (
-        UniqueConstraint("session_id", "problem_id"),
-        # Serves the claim: WHERE session_id=? AND state='new' ORDER BY priority, id.
-        Index("ix_job_claim", "session_id", "state", "priority", "id"),
+        UniqueConstraint("session_id", "problem_id", "stage"),
+        # Serves the claim: WHERE session_id=? AND state='new' AND stage=? ORDER BY priority, id.
+        Index("ix_job_claim", "session_id", "state", "stage", "priority", "id"),
         # Serves the sweep of expired leases.
         Index("ix_job_lease", "state", "lease_expires_at"),
         # Serves `jobs list`: a session's jobs in id order, a page at a time.
@@ -313,6 +327,8 @@ class Job(Base):
     claimed_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
     finished_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
     not_before: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)  # backoff
+    # tune (one-stage), compile or benchmark (two-stage sessions): see STAGES.
+    stage: Mapped[str] = mapped_column(String(16), default=TUNE, server_default=TUNE)
 
 
 class Attempt(Base):
@@ -412,3 +428,41 @@ class QuickList(Base):
     method: Mapped[str] = _str(200)  # how it was built (ilp/greedy, threshold, folds)
     sessions: Mapped[str] = _str(200)  # the sessions whose history it was built from
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
+
+
+# A bundle chunk's bytes: LONGBLOB on MySQL/MariaDB (BLOB is 64 KiB), BYTEA / BLOB elsewhere.
+Blob = LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
+
+
+class Bundle(Base):
+    """The compiled candidates of one problem (a compile job's output, tar + gzip), waiting for
+    its benchmark job. Its bytes are in bundle_chunk, or in a file of the session's artifact
+    store (`path`). Only a `complete` bundle is ever read: it is set in the transaction that
+    completes the compile job and makes the benchmark job claimable (bundles.py)."""
+
+    __tablename__ = "bundle"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("session.id"), index=True)
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problem.id"), index=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("job.id"), index=True)  # the compile job
+    lease_token: Mapped[str] = mapped_column(String(32))  # the compile attempt that wrote it
+    commit_id: Mapped[str] = _str(64)  # the rocMLIR commit that compiled it (index.json)
+    size: Mapped[int] = mapped_column(BigInteger, default=0)
+    sha256: Mapped[str] = _str(64)
+    path: Mapped[str | None] = mapped_column(String(700), nullable=True)  # artifact store file
+    complete: Mapped[bool] = _bool()
+    created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
+
+
+class BundleChunk(Base):
+    """One piece (about 1 MiB) of a bundle kept in the database: every INSERT stays far below
+    MariaDB's default max_allowed_packet (16 MiB)."""
+
+    __tablename__ = "bundle_chunk"
+
+    bundle_id: Mapped[int] = mapped_column(
+        ForeignKey("bundle.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    data: Mapped[bytes] = mapped_column(Blob)

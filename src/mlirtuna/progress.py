@@ -18,7 +18,7 @@ from rich.text import Text
 
 from mlirtuna import jobs
 from mlirtuna.db import Database
-from mlirtuna.models import RUNNING, Attempt, Job, Problem
+from mlirtuna.models import RUNNING, TUNE, Attempt, Job, Problem
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,8 @@ class Snapshot:
     errors: int
     elapsed_s: float
     busy: list[Busy] = field(default_factory=list)
+    # A two-stage session: {stage: (done, total)} of its compile and benchmark jobs.
+    stages: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def per_minute(self) -> float:
@@ -52,16 +54,20 @@ class Snapshot:
 
 def snapshot(db: Database, session_id: int, started: float, done_before: int) -> Snapshot:
     counts = jobs.counts(db, session_id)[session_id]
-    done = counts["completed"] + counts["error"] + counts["cancelled"]
+    done = _done(counts)
+    by_stage = jobs.stage_counts(db, session_id)
+    stages = {}
+    if set(by_stage) - {TUNE}:
+        stages = {stage: (_done(c), sum(c.values())) for stage, c in by_stage.items()}
     with db.session() as s:
         rows = s.execute(
-            sa.select(Job.machine_name, Job.gpu_id, Attempt.pid, Problem.test_vector)
+            sa.select(Job.machine_name, Job.gpu_id, Attempt.pid, Problem.test_vector, Job.stage)
             .join(Problem, Problem.id == Job.problem_id)
             .join(Attempt, Attempt.lease_token == Job.lease_token)
             .where(Job.session_id == session_id, Job.state == RUNNING)
             .order_by(Job.gpu_id, Attempt.pid)
         ).all()
-    busy = [Busy(_label(r.gpu_id, r.pid), r.test_vector) for r in rows]
+    busy = [Busy(_label(r.gpu_id, r.pid, r.stage), r.test_vector) for r in rows]
     return Snapshot(
         total=sum(counts.values()),
         done=done,
@@ -70,11 +76,17 @@ def snapshot(db: Database, session_id: int, started: float, done_before: int) ->
         elapsed_s=time.monotonic() - started,
         busy=busy,
         done_here=max(done - done_before, 0),
+        stages=stages,
     )
 
 
-def _label(gpu_id: int, pid: int) -> str:
-    return f"GPU {gpu_id}" if gpu_id >= 0 else f"cpu worker {pid}"
+def _done(counts: dict[str, int]) -> int:
+    return counts["completed"] + counts["error"] + counts["cancelled"]
+
+
+def _label(gpu_id: int, pid: int, stage: str = TUNE) -> str:
+    where = f"GPU {gpu_id}" if gpu_id >= 0 else f"cpu worker {pid}"
+    return where if stage == TUNE else f"{where} ({stage})"
 
 
 def _clock(seconds: float | None) -> str:
@@ -94,6 +106,8 @@ def render(snap: Snapshot) -> RenderableType:
         Text(f"{snap.errors} errors", style="red" if snap.errors else ""),
     )
     lines: list[RenderableType] = [head]
+    if snap.stages:
+        lines.append(Text("  " + ", ".join(f"{k} {d}/{t}" for k, (d, t) in snap.stages.items())))
     for b in snap.busy:
         lines.append(Text(f"  {b.label}: {b.test_vector}", overflow="ellipsis", no_wrap=True))
     return Group(*lines)

@@ -19,7 +19,7 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -33,11 +33,15 @@ from mlirtuna.dbtext import MAX_CANDIDATE_ERROR_BYTES
 from mlirtuna.dbtext import cut_text as _cut
 from mlirtuna.keys import perf_config_family
 from mlirtuna.models import (
+    BENCHMARK,
+    COMPILE,
     COMPLETED,
     CONFIG_TABLES,
     ERROR,
     NEW,
     RUNNING,
+    TUNE,
+    WAITING,
     Attempt,
     Candidate,
     Job,
@@ -63,6 +67,7 @@ class Lease:
     problem_id: int
     retries: int
     problem: Problem | None = None  # read with the claim
+    stage: str = TUNE  # models.STAGES
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,9 @@ _GPU = sa.bindparam("p_gpu", type_=sa.Integer())
 _CLAIMABLE = sa.and_(
     _J.c.session_id == sa.bindparam("p_session", type_=sa.Integer()),
     _J.c.state == NEW,
+    # One stage per claim (the worker's role in its session): with equality on every column
+    # before them, ix_job_claim yields the rows in (priority, id) order and LIMIT 1 stops there.
+    _J.c.stage == sa.bindparam("p_stage", type_=sa.String(16)),
     sa.or_(_J.c.not_before.is_(None), _J.c.not_before <= _NOW),
 )
 _TAKE = {
@@ -218,15 +226,22 @@ def new_token() -> str:
 
 
 def claim(
-    db: Database, session_id: int, who: Claimant, lease_s: float, token: str | None = None
+    db: Database,
+    session_id: int,
+    who: Claimant,
+    lease_s: float,
+    token: str | None = None,
+    stage: str = TUNE,
 ) -> Lease | None:
-    """Take the next job of the session, or None when there is nothing to take now.
+    """Take the next job of the session in this stage (models.STAGES: the worker's role in the
+    session), or None when there is nothing to take now.
 
     The problem is read in the same transaction, so a claimed job is ready to tune. A caller
     that retries a claim passes the same `token` and asks `claimed_with` first.
     """
     params = {
         "p_session": session_id,
+        "p_stage": stage,
         "p_token": token or new_token(),
         "p_lease_s": float(lease_s),
         "p_machine": who.machine_name,
@@ -237,7 +252,9 @@ def claim(
         row, problem = _take_next(db, conn, params)
         if row is None:
             return None
-        return Lease(row.id, params["p_token"], session_id, row.problem_id, row.retries, problem)
+        return Lease(
+            row.id, params["p_token"], session_id, row.problem_id, row.retries, problem, stage
+        )
 
 
 class _Taken(NamedTuple):
@@ -306,9 +323,10 @@ def claim_many(
     lease_s: float,
     limit: int,
     tokens: list[str] | None = None,
+    stage: str = TUNE,
 ) -> list[Lease]:
-    """Take up to `limit` jobs of the session in one transaction, in claim order (priority,
-    id); an empty list when there is nothing to take now.
+    """Take up to `limit` jobs of the session in this stage in one transaction, in claim order
+    (priority, id); an empty list when there is nothing to take now.
 
     Each job gets its own lease token (tokens[i] for the i-th job taken) and its own attempt,
     so that each is recorded, failed, released or lost on its own, exactly as a job taken by
@@ -319,6 +337,7 @@ def claim_many(
         raise ValueError(f"claim_many: {len(tokens)} tokens for up to {limit} jobs")
     params = {
         "p_session": session_id,
+        "p_stage": stage,
         "p_limit": int(limit),
         "p_lease_s": float(lease_s),
         "p_machine": who.machine_name,
@@ -339,7 +358,7 @@ def claim_many(
         conn.execute(_ADD_ATTEMPT, taken)
         return [
             Lease(r.id, t["p_token"], session_id, r.problem_id, r.retries,
-                  load_problem(s, r.problem_id))
+                  load_problem(s, r.problem_id), stage)
             for r, t in zip(rows, taken, strict=True)
         ]  # fmt: skip
 
@@ -349,13 +368,20 @@ def claimed_with_any(db: Database, tokens: list[str]) -> list[Lease]:
     have been lost), in claim order; empty when it did not commit."""
     with db.session() as s:
         rows = s.execute(
-            sa.select(_J.c.id, _J.c.session_id, _J.c.problem_id, _J.c.retries, _J.c.lease_token)
+            sa.select(
+                _J.c.id,
+                _J.c.session_id,
+                _J.c.problem_id,
+                _J.c.retries,
+                _J.c.lease_token,
+                _J.c.stage,
+            )
             .where(_J.c.lease_token.in_(tokens), _J.c.state == RUNNING)
             .order_by(_J.c.priority, _J.c.id)
         ).all()
         return [
             Lease(r.id, r.lease_token, r.session_id, r.problem_id, r.retries,
-                  load_problem(s, r.problem_id))
+                  load_problem(s, r.problem_id), r.stage)
             for r in rows
         ]  # fmt: skip
 
@@ -365,14 +391,14 @@ def claimed_with(db: Database, token: str) -> Lease | None:
     reached us: a server restart between the commit and the answer)."""
     with db.session() as s:
         row = s.execute(
-            sa.select(_J.c.id, _J.c.session_id, _J.c.problem_id, _J.c.retries).where(
+            sa.select(_J.c.id, _J.c.session_id, _J.c.problem_id, _J.c.retries, _J.c.stage).where(
                 _J.c.lease_token == token, _J.c.state == RUNNING
             )
         ).first()
         if row is None:
             return None
         problem = load_problem(s, row.problem_id)
-        return Lease(row.id, token, row.session_id, row.problem_id, row.retries, problem)
+        return Lease(row.id, token, row.session_id, row.problem_id, row.retries, problem, row.stage)
 
 
 def _attempt_outcome(s: Session, token: str) -> str | None:
@@ -442,7 +468,8 @@ _ADD_CANDIDATES = Precompiled(
         **_IDS, **{k: sa.bindparam(f"c_{k}", type_=t) for k, t in _CANDIDATE_TYPES.items()}
     )
 )
-_END_ATTEMPT_SQLITE = Precompiled(sa.update(_A).where(_OPEN_ATTEMPT).values(_ENDED))
+_END_ATTEMPT = sa.update(_A).where(_OPEN_ATTEMPT).values(_ENDED)
+_END_ATTEMPT_SQLITE = Precompiled(_END_ATTEMPT)
 
 
 def _record_mysql() -> Precompiled:
@@ -516,11 +543,20 @@ def _record_pg() -> Precompiled:
 _RECORD_PG = _record_pg()
 
 
-def record(db: Database, lease: Lease, outcome: TuneOutcome) -> bool:
-    """Winner, every candidate and `completed` in one transaction, only while the lease holds."""
+# Called inside a fenced transaction once the fence held, with its connection: what else must
+# commit or roll back with it (a two-stage job's bundle, its benchmark job; bundles.py).
+AlsoInTransaction = Callable[[sa.Connection], None]
+
+
+def record(
+    db: Database, lease: Lease, outcome: TuneOutcome, also: AlsoInTransaction | None = None
+) -> bool:
+    """Winner, every candidate and `completed` in one transaction, only while the lease holds;
+    `also` adds its writes to that transaction (on PostgreSQL the record is then no longer one
+    autocommitted statement but that statement and `also` in one transaction)."""
     params = _record_params(lease, outcome)
     pg = db.backend == "postgresql"
-    with db.transaction(immediate=True, single=pg) as conn:
+    with db.transaction(immediate=True, single=pg and also is None) as conn:
         if pg:
             done = _RECORD_PG.run(conn, {**params, **_candidate_arrays(lease, outcome)})
             recorded = done.first() is not None
@@ -534,6 +570,8 @@ def record(db: Database, lease: Lease, outcome: TuneOutcome) -> bool:
             recorded = _RECORD_MYSQL.run_script(conn, params)[-1][0][0] == 1
         if recorded and not pg and outcome.candidates:
             _ADD_CANDIDATES.run(conn, _candidate_rows(lease, outcome))
+        if recorded and also is not None:
+            also(conn)
     if recorded:
         return True
     with db.session() as s:
@@ -541,6 +579,24 @@ def record(db: Database, lease: Lease, outcome: TuneOutcome) -> bool:
             return True  # an earlier try of this record committed; its reply was lost
     log.warning("job %s: lease lost before recording; recording nothing", lease.job_id)
     return False
+
+
+def complete(db: Database, lease: Lease, output: str, also: AlsoInTransaction) -> bool:
+    """`completed` without a winner, for a stage that produces something else (a compile job's
+    bundle, which `also` makes visible in the same fenced transaction). False when the lease
+    was lost: then nothing was written and `also` never ran."""
+    params = {"p_job": lease.job_id, "p_token": lease.token, "p_output": _cut(output),
+              "p_compile_start": None, "p_compile_end": None, "p_outcome": "completed",
+              "p_message": None}  # fmt: skip
+    with db.transaction(immediate=True) as conn:
+        done = conn.execute(_COMPLETE, params).rowcount == 1
+        if done:
+            also(conn)
+            conn.execute(_END_ATTEMPT, params)
+    if done:
+        return True
+    with db.session() as s:
+        return _attempt_outcome(s, lease.token) == "completed"  # an earlier try committed
 
 
 def _record_params(lease: Lease, outcome: TuneOutcome) -> dict[str, object]:
@@ -639,6 +695,8 @@ def fail(
                 return s.scalar(sa.select(Job.state).where(Job.id == lease.job_id))
             return None
         _end_attempt(s, lease.token, "failed", _cut(message))
+        if state == ERROR and lease.stage == COMPILE:
+            _fail_benchmark(s, lease.session_id, lease.problem_id, lease.job_id, message)
         return state
 
 
@@ -662,9 +720,10 @@ def reclaim_expired(db: Database, *, max_retries: int, session_id: int | None = 
     if session_id is not None:
         expired = sa.and_(expired, Job.session_id == session_id)
     with db.session(immediate=True) as s:
-        pick = sa.select(Job.id, Job.lease_token, Job.machine_name, Job.gpu_id, Job.retries).where(
-            expired
-        )
+        pick = sa.select(
+            Job.id, Job.lease_token, Job.machine_name, Job.gpu_id, Job.retries, Job.stage,
+            Job.session_id, Job.problem_id,
+        ).where(expired)  # fmt: skip
         if not db.is_sqlite:
             pick = pick.with_for_update(skip_locked=True)
         rows = s.execute(pick).all()
@@ -694,6 +753,29 @@ def _expire(s: Session, row, expired, max_retries: int) -> None:
     )
     if row.lease_token:
         _end_attempt(s, row.lease_token, "expired", why)
+    if state == ERROR and row.stage == COMPILE:
+        _fail_benchmark(s, row.session_id, row.problem_id, row.id, why)
+
+
+def _fail_benchmark(
+    s: Session, session_id: int, problem_id: int, compile_job: int, why: str
+) -> None:
+    """A compile job that ended in error takes its waiting benchmark job with it: there will
+    be no bundle to benchmark (`jobs requeue` brings both back)."""
+    s.execute(
+        sa.update(Job)
+        .where(
+            Job.session_id == session_id,
+            Job.problem_id == problem_id,
+            Job.stage == BENCHMARK,
+            Job.state == WAITING,
+        )
+        .values(
+            state=ERROR,
+            finished_at=db_now(),
+            result=_cut(f"compile job {compile_job} failed: {why}"),
+        )
+    )
 
 
 def _end_attempt(s: Session, token: str, outcome: str, message: str | None) -> None:

@@ -3,7 +3,9 @@
 - admin: everything on the database (migrations, import, sessions, requeue, delete);
 - worker: what a worker does and nothing more: read everything, UPDATE job and attempt (claim,
   heartbeat, record, fail, release, expired leases), INSERT attempt, result and candidate;
-  it cannot DROP, DELETE, ALTER or create anything;
+  for two-stage sessions INSERT, UPDATE and DELETE bundle and bundle_chunk (a compile job stores
+  a bundle, its benchmark job deletes it); it cannot DROP, ALTER or create anything, nor
+  DELETE from any other table;
 - reader: SELECT only (the dashboard, reports, export, compare).
 
 Each role logs in with its own password (from the environment when applied); the SQL is printed
@@ -21,8 +23,9 @@ from mlirtuna.db import Database
 from mlirtuna.errors import UserError
 
 ROLES = ("admin", "worker", "reader")
-WORKER_UPDATE = ("job", "attempt")
-WORKER_INSERT = ("attempt", "result", "candidate")
+WORKER_UPDATE = ("job", "attempt", "bundle")
+WORKER_INSERT = ("attempt", "result", "candidate", "bundle", "bundle_chunk")
+WORKER_DELETE = ("bundle", "bundle_chunk")
 PASSWORD_ENV = "MLIRTUNA_ROLE_PASSWORD_{}"  # …_ADMIN, …_WORKER, …_READER
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,40}\Z")
 
@@ -70,6 +73,7 @@ def _postgresql(db: Database, names: dict[str, str], with_passwords: bool) -> li
         f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{worker}", "{reader}"',
         f'GRANT UPDATE ON {", ".join(WORKER_UPDATE)} TO "{worker}"',
         f'GRANT INSERT ON {", ".join(WORKER_INSERT)} TO "{worker}"',
+        f'GRANT DELETE ON {", ".join(WORKER_DELETE)} TO "{worker}"',
         # The ids of the rows a worker inserts come from these tables' sequences.
         f'GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO "{worker}"',
     ]
@@ -89,6 +93,7 @@ def _mysql(db: Database, names: dict[str, str], with_passwords: bool) -> list[st
         f"GRANT SELECT ON `{database}`.* TO '{worker}'@'%', '{reader}'@'%'",
         *(f"GRANT UPDATE ON `{database}`.`{t}` TO '{worker}'@'%'" for t in WORKER_UPDATE),
         *(f"GRANT INSERT ON `{database}`.`{t}` TO '{worker}'@'%'" for t in WORKER_INSERT),
+        *(f"GRANT DELETE ON `{database}`.`{t}` TO '{worker}'@'%'" for t in WORKER_DELETE),
     ]
     return sql
 

@@ -14,7 +14,16 @@ from mlirtuna import keys, machine
 from mlirtuna.db import Database, utcnow
 from mlirtuna.defaults import DEFAULT_TOPK, DEFAULT_TUNING_SPACE
 from mlirtuna.errors import NotFound, UserError
-from mlirtuna.models import RUNNING, TUNING_SPACES, Attempt, Candidate, Job, Result, TuningSession
+from mlirtuna.models import (
+    RUNNING,
+    SPLIT_STAGES,
+    TUNING_SPACES,
+    Attempt,
+    Candidate,
+    Job,
+    Result,
+    TuningSession,
+)
 
 log = logging.getLogger(__name__)
 TUNERS = ("rocmlir", "cpu", "sleep")
@@ -48,6 +57,9 @@ class Session:
     retired_at: str | None = None
     run_spec: dict[str, Any] | None = None  # what `mlirtuna run` was asked (flow.py)
     topk: int = DEFAULT_TOPK
+    split: str | None = None  # "compile,benchmark": two-stage jobs (bundles.py)
+    artifact_store: str | None = None
+    keep_artifacts: bool = False
 
     @classmethod
     def from_row(cls, row: TuningSession) -> Session:
@@ -60,6 +72,10 @@ class Session:
     @property
     def tuner_name(self) -> str:
         return tuner_name(self.tuner)
+
+    @property
+    def two_stage(self) -> bool:
+        return self.split == SPLIT_STAGES
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,6 +104,9 @@ class SessionSpec:
     lfbo_effort: str | None = None
     key_form: str | None = None  # None: the build's form (plain without a build)
     topk: int = DEFAULT_TOPK
+    split: str | None = None  # --split compile,benchmark (E4 rocmlir builds only)
+    artifact_store: str | None = None
+    keep_artifacts: bool = False
 
 
 def _iso(when) -> str:
@@ -138,6 +157,7 @@ def detect(spec: SessionSpec) -> SessionSpec:
         else ((machine.git_hash(build_dir) if build_dir else None) or "")
     )
     out.docker = spec.docker if spec.docker is not None else (machine.docker_image() or "")
+    _check_split(out, build_dir)
     _check_settings(out, build_dir)
     if spec.tuner != "rocmlir":  # cpu, sleep and plugins describe this machine's CPU
         return _fill_cpu(out)
@@ -193,6 +213,47 @@ def _check_settings(spec: SessionSpec, build_dir: str | None) -> None:
     if lacking:
         raise UserError(f"{tuner.script} ({era.name}) has no {', '.join(lacking)}")
     spec.key_form = spec.key_form or build_key_form(tuner.build_dir, era)
+
+
+def _check_split(spec: SessionSpec, build_dir: str | None) -> None:
+    """--split compile,benchmark: only for a rocmlir session on a build whose tuningRunner has
+    --compile-only (E4), with a known rocMLIR commit (bundles of another one are refused)."""
+    if spec.split is None:
+        if spec.artifact_store is not None or spec.keep_artifacts:
+            raise UserError("--artifact-store and --keep-artifacts go with --split")
+        return
+    words = [w.strip() for w in spec.split.split(",")]
+    if ",".join(words) != SPLIT_STAGES:
+        raise UserError(f"--split {spec.split!r}: the one split is {SPLIT_STAGES}")
+    spec.split = SPLIT_STAGES
+    if spec.tuner != "rocmlir":
+        raise UserError(f"--split needs --tuner rocmlir (an E4 build), not {spec.tuner}")
+    if not build_dir:
+        raise UserError("--split needs the build: --mlir-build-dir DIR (an E4 tuningRunner.py)")
+    from mlirtuna.errors import TunerError
+    from mlirtuna.tuners.rocmlir import RocmlirTuner, can_split
+
+    try:
+        tuner = RocmlirTuner(build_dir)
+        era = tuner.era
+    except TunerError as exc:
+        raise UserError(
+            f"--split: cannot read {build_dir}'s tuningRunner.py --help: {exc}"
+        ) from None
+    if not can_split(era):
+        raise UserError(
+            f"--split: {tuner.script} ({era.name}) has no --compile-only; two-stage jobs need "
+            "an E4 build"
+        )
+    if not spec.mlir_v:
+        raise UserError(
+            "--split needs the rocMLIR commit: --mlir-v HASH (the build is no git tree)"
+        )
+    if spec.artifact_store is not None:
+        store = os.path.abspath(spec.artifact_store)
+        if not os.path.isdir(store):
+            raise UserError(f"--artifact-store {spec.artifact_store}: no such directory")
+        spec.artifact_store = store
 
 
 def _fill_cpu(spec: SessionSpec) -> SessionSpec:
@@ -269,6 +330,9 @@ def create(db: Database, spec: SessionSpec, run_spec: dict[str, Any] | None = No
         lfbo_effort=spec.lfbo_effort,
         run_spec=json.dumps(run_spec, sort_keys=True) if run_spec is not None else None,
         topk=spec.topk,
+        split=spec.split,
+        artifact_store=spec.artifact_store,
+        keep_artifacts=spec.keep_artifacts,
     )
     with db.session() as s:
         s.add(row)
@@ -356,9 +420,13 @@ def delete(db: Database, session_id: int, *, force: bool = False) -> Deleted:
         s.execute(
             sa.update(Result).where(Result.reused_from == session_id).values(reused_from=None)
         )
+        from mlirtuna import bundles
+
+        files = bundles.delete_session(s.connection(), session_id)
         jobs = s.execute(sa.delete(Job).where(in_session)).rowcount
         s.execute(sa.delete(TuningSession).where(TuningSession.id == session_id))
-        return Deleted(session_id, jobs, attempts, results, candidates)
+    bundles.remove_files(files)  # after the commit: a rolled-back delete keeps them
+    return Deleted(session_id, jobs, attempts, results, candidates)
 
 
 def _row(s, session_id: int) -> TuningSession:

@@ -1,7 +1,9 @@
 """A worker: claims jobs of one session, runs the tuner on its GPU, records through the fence.
 
-One worker process per GPU (see manager.py). Stopping: the first SIGINT/SIGTERM lets the current
-job finish, the second gives it back at once (state new, no retry counted).
+One worker process per GPU (see manager.py). In a two-stage session a GPU worker benchmarks and
+a `--role compile` worker, on any host with the build, compiles (stages.py). Stopping: the first
+SIGINT/SIGTERM lets the current job finish, the second gives it back at once (state new, no
+retry counted).
 
 With `--batch K` it claims up to K jobs at once (queue.claim_many) and, where the tuner can
 (rocmlir on E3/E4 builds), tunes them in one tool call, settling each job as its outcome arrives
@@ -23,10 +25,11 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import exc as sa_exc
 
-from mlirtuna import configs, jobs, machine, queue, sessions, tuners
+from mlirtuna import configs, jobs, machine, queue, sessions, stages, tuners
 from mlirtuna.db import ROLLED_BACK, Database, fault_of
 from mlirtuna.defaults import DEFAULT_BACKOFF_S, DEFAULT_LEASE_S, DEFAULT_MAX_RETRIES
 from mlirtuna.errors import DatabaseError, NotRun, TunerError, Unsupported, UserError
+from mlirtuna.models import BENCHMARK, COMPILE, TUNE
 from mlirtuna.problems import Problem
 from mlirtuna.queue import Claimant, Lease
 from mlirtuna.tuners.base import TuneContext, TuneOutcome, Tuner
@@ -65,6 +68,8 @@ class WorkerSettings:
     mlir_build_dir: str | None = None
     cpu_mem_limit: int = 4 << 30
     machine_name: str = field(default_factory=machine.machine_name)
+    # gpu: one-stage and benchmark jobs; compile: a split session's compile jobs, no GPU.
+    role: str = "gpu"
 
     @property
     def heartbeat_s(self) -> float:
@@ -180,6 +185,7 @@ class Worker:
         settings.tuner = session_tuner(self.session, settings.tuner)
         self.tuner = tuner or tuners.make(settings.tuner, mlir_build_dir=settings.mlir_build_dir)
         self.quick_lists = _quick_lists(db, self.session)
+        self.claim_stage = role_stage(self.session, settings.role)
         self.claimant = Claimant(settings.machine_name, settings.gpu_id, os.getpid())
         self.stats = WorkerStats()
         self._next_sweep = 0.0
@@ -214,7 +220,7 @@ class Worker:
             leases = self._claim()
             if not leases:
                 if self.settings.until_empty and self._retrying(
-                    lambda: jobs.is_drained(self.db, self.settings.session_id)
+                    lambda: jobs.is_drained(self.db, self.settings.session_id, [self.claim_stage])
                 ):
                     break
                 if not said_idle:
@@ -275,7 +281,12 @@ class Worker:
             if tries > 1 and (held := queue.claimed_with(self.db, token)) is not None:
                 return held
             return queue.claim(
-                self.db, self.settings.session_id, self.claimant, self.settings.lease_s, token
+                self.db,
+                self.settings.session_id,
+                self.claimant,
+                self.settings.lease_s,
+                token,
+                self.claim_stage,
             )
 
         lease = self._retrying(attempt)
@@ -285,11 +296,15 @@ class Worker:
         self.current = lease
         try:
             with self.heartbeat.hold(lease) as lost:
-                outcome, error, final = self._tune(lease)
+                if lease.stage == TUNE:
+                    outcome, error, final = self._tune(lease)
+                    finish = lambda: self._finish(lease, outcome, error, final)  # noqa: E731
+                else:
+                    finish = stages.run(self, lease)  # a split session's compile or benchmark
                 if lost.is_set():
                     self.stats.lost += 1
                     return
-            self._finish(lease, outcome, error, final)
+            finish()
         except GiveBack:
             self.stop_requested.set()
             # One try: a database that is away (restart, full disk) must not hold a worker told
@@ -319,11 +334,16 @@ class Worker:
         """(outcome, None, False) or (None, error text, final); a tuner failure never escapes
         as an exception. `final`: the tuner cannot run this problem at all, so no retry."""
         problem = lease.problem or self._retrying(lambda: self._problem(lease.problem_id))
+        log.info("job %s: tuning %s", lease.job_id, problem.canonical())
+        return self._guarded(lease, lambda: self.tuner.tune(problem, self._context(problem)))
+
+    def _guarded(self, lease: Lease, work):
+        """(work(), None, False) or (None, error text, final): `work` runs the tool under the
+        job timeout, and none of its failures escapes as an exception."""
         timeout = self.job_timeout_s
         try:
-            log.info("job %s: tuning %s", lease.job_id, problem.canonical())
             with _alarm(timeout + _grace_s(timeout)):
-                return self.tuner.tune(problem, self._context(problem)), None, False
+                return work(), None, False
         except JobTimedOut:
             return None, f"timed out after {timeout:g} s (the worker stopped the tuner)", False
         except Unsupported as exc:
@@ -340,6 +360,8 @@ class Worker:
         """--batch, where it helps: a tuner with tune_many only when its build can (rocmlir
         E3/E4; E2 tunes one config per call); any other tuner tunes a claimed batch in turn."""
         k = max(1, self.settings.batch)
+        if self.claim_stage == COMPILE:
+            return 1  # compile hosts are not the scarce resource: one bundle per job
         can_batch = getattr(self.tuner, "can_batch", None)
         if k == 1 or can_batch is None:
             return k
@@ -374,6 +396,7 @@ class Worker:
                 self.settings.lease_s,
                 limit,
                 tokens,
+                self.claim_stage,
             )
 
         return self._retrying(attempt)
@@ -436,6 +459,9 @@ class Worker:
     def _tune_batch(self, leases: list[Lease]) -> Iterator[Settled]:
         """(lease, outcome, error, final) for each job, as each is known: the jobs the tuner
         can batch in one call per op, every other one alone."""
+        if leases[0].stage == BENCHMARK:  # a split session's bundles: one call for all
+            yield from stages.benchmark(self, leases)
+            return
         groups: dict[str, list[Lease]] = {}
         alone: list[Lease] = []
         for lease in leases:
@@ -460,10 +486,12 @@ class Worker:
         except TunerError:
             return False  # tuned alone, where the failure is the job's own
 
-    def _tune_many(self, group: list[Lease]) -> Iterator[Settled]:
+    def _tune_many(self, group: list[Lease], tune_many=None) -> Iterator[Settled]:
         """One tool call for the group: each job's outcome as the tool writes it. The worker's
         alarm for the call is the job timeout times the batch size; when it fires, or the tuner
-        fails as a whole, the job the tool was on fails and the ones not begun are given back."""
+        fails as a whole, the job the tool was on fails and the ones not begun are given back.
+        `tune_many(problems, ctx)`: the call (default the tuner's; a split session's benchmark
+        passes its own, stages.py)."""
         try:
             ctx = self._context(group[0].problem)
         except TunerError as exc:
@@ -474,7 +502,7 @@ class Worker:
         deadline = time.monotonic() + timeout + _grace_s(timeout)
         log.info("jobs %s: tuning %d problems in one call", _ids(group), len(group))
         left = list(group)
-        outcomes = self.tuner.tune_many([lease.problem for lease in group], ctx)
+        outcomes = (tune_many or self.tuner.tune_many)([lease.problem for lease in group], ctx)
         with contextlib.closing(outcomes):
             while left:
                 try:
@@ -520,7 +548,9 @@ class Worker:
         if outcome is not None:
             for note in outcome.notes:
                 log.info("job %s: %s", lease.job_id, note)
-            if self._retrying(lambda: queue.record(self.db, lease, outcome)):
+            also, committed = stages.record_with(self.session, lease)  # a benchmark's bundle
+            if self._retrying(lambda: queue.record(self.db, lease, outcome, also)):
+                committed()
                 self.stats.completed += 1
                 log.info(
                     "job %s: completed, %s at %.3g TFlops",
@@ -531,6 +561,9 @@ class Worker:
             else:
                 self.stats.lost += 1
             return
+        self._fail(lease, error, final)
+
+    def _fail(self, lease: Lease, error: str | None, final: bool) -> None:
         state = self._retrying(
             lambda: queue.fail(
                 self.db,
@@ -653,6 +686,20 @@ def _quick_lists(db: Database, session: sessions.Session):
 
     name = quick.list_name(session.tuning_space)
     return quick.load_space(db, name, session.arch) if name is not None else None
+
+
+def role_stage(session: sessions.Session, role: str) -> str:
+    """The job stage a worker of this role claims in this session: a GPU worker tunes, or, in
+    a split session, benchmarks; a compile worker compiles (split sessions only)."""
+    if role == "gpu":
+        return BENCHMARK if session.two_stage else TUNE
+    if role != "compile":
+        raise UserError(f"--role {role!r}: expected gpu or compile")
+    if not session.two_stage:
+        raise UserError(
+            f"session {session.id} has no compile jobs: open it with --split compile,benchmark"
+        )
+    return COMPILE
 
 
 def session_tuner(session: sessions.Session, asked: str | None) -> str:

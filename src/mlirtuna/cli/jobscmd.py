@@ -91,14 +91,16 @@ def _load_less(ctx, session, selection, skip_tuned, reuse_, changed_since, rule,
 
 
 DEFAULT_LIST_LIMIT = 50
-JOB_COLUMNS = ("job", "state", "retries", "where", "op", "test vector", "message")
+JOB_COLUMNS = ("job", "stage", "state", "retries", "where", "op", "test vector", "message")
 
 
 @app.command("list")
 def list_(
     ctx: typer.Context,
     session: int = typer.Option(..., "--session", help="Session id."),
-    state: str = typer.Option(None, "--state", help="new, running, completed, error, cancelled."),
+    state: str = typer.Option(
+        None, "--state", help="new, waiting, running, completed, error, cancelled."
+    ),
     limit: int = typer.Option(DEFAULT_LIST_LIMIT, "--limit", help="At most this many, by id."),
     all_: bool = typer.Option(False, "--all", help="Every job (no --limit)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -125,7 +127,7 @@ def list_(
 def job_row(r: jobs.JobInfo) -> tuple[str, ...]:
     where = f"{r.machine_name}:{'cpu' if r.gpu_id < 0 else r.gpu_id}" if r.machine_name else ""
     message = r.first_line if r.state != "completed" else ""
-    return (str(r.id), r.state, str(r.retries), where, r.op, r.test_vector, message)
+    return (str(r.id), r.stage, r.state, str(r.retries), where, r.op, r.test_vector, message)
 
 
 @app.command()
@@ -145,6 +147,7 @@ def show(
     for key in (
         "id",
         "session_id",
+        "stage",
         "op",
         "test_vector",
         "state",
@@ -220,19 +223,25 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     as_csv: bool = common.csv_opt(),
 ) -> None:
-    """Job counts by state, per session."""
+    """Job counts by state, per session (a two-stage session also per stage)."""
     from mlirtuna import jobs
 
     fmt = common.output_format(as_json, as_csv)
     db = common.database(ctx)
     while True:
         counts = jobs.counts(db, session)
+        split = {sid: jobs.stage_counts(db, sid) for sid in counts}
+        split = {sid: by for sid, by in split.items() if set(by) - {"tune"}}
         header = ("session", *jobs.JOB_STATES, "total")
-        rows = [
-            (sid, *(c[s] for s in jobs.JOB_STATES), sum(c.values())) for sid, c in counts.items()
-        ]
+        rows = []
+        for sid, c in counts.items():
+            rows.append((sid, *(c[s] for s in jobs.JOB_STATES), sum(c.values())))
+            for stage, sc in split.get(sid, {}).items():  # indented under their session
+                rows.append((f"  {stage}", *(sc[s] for s in jobs.JOB_STATES), sum(sc.values())))
         if fmt == "json":
-            common.print_json({"sessions": [{"id": sid, "counts": c} for sid, c in counts.items()]})
+            common.print_json(
+                {"sessions": [_status_json(sid, c, split.get(sid)) for sid, c in counts.items()]}
+            )
         elif fmt == "csv":
             common.print_csv(header, rows)
         else:
@@ -243,6 +252,13 @@ def status(
         if not watch:
             return
         time.sleep(2)
+
+
+def _status_json(sid: int, counts: dict, stages: dict | None) -> dict:
+    out = {"id": sid, "counts": counts}
+    if stages:
+        out["stages"] = stages
+    return out
 
 
 def wait(
@@ -256,7 +272,7 @@ def wait(
         False, "--json", help="Print {timed_out, exit_code, counts, errors}."
     ),
 ) -> None:
-    """Block until the session has no new or running job.
+    """Block until the session has no new, waiting or running job.
 
     Exit 0: every job completed (or was cancelled); 1: some job ended in error; 3: timed out.
     """
@@ -268,7 +284,7 @@ def wait(
     else:
         common.err(", ".join(f"{n} {s}" for s, n in outcome.counts.items() if n) or "no jobs")
         if outcome.timed_out:
-            left = outcome.counts["new"] + outcome.counts["running"]
+            left = sum(outcome.counts[s] for s in ("new", "waiting", "running"))
             common.err(f"timed out: session {session} still has {left} jobs after {timeout:g} s")
         for job in outcome.errors:
             common.err(f"job {job.id} error: {job.first_line}")

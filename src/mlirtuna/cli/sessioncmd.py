@@ -54,6 +54,22 @@ def new(
         "--topk",
         help="Fastest candidates measured again, interleaved, to pick the winner (1: off).",
     ),
+    split: str = typer.Option(
+        None,
+        "--split",
+        help="compile,benchmark: two jobs per problem, compiled by `worker --role compile` on "
+        "any host with the build, benchmarked on the GPUs (rocmlir, E4 builds).",
+    ),
+    artifact_store: str = typer.Option(
+        None,
+        "--artifact-store",
+        metavar="PATH",
+        help="With --split: keep bundles in this directory (every host sees it) instead of "
+        "the database.",
+    ),
+    keep_artifacts: bool = typer.Option(
+        False, "--keep-artifacts", help="With --split: keep bundles after their benchmark."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the new session as JSON."),
 ) -> None:
     """Open a session, detecting what the flags leave out (never guessing)."""
@@ -78,6 +94,9 @@ def new(
         lfbo_effort=lfbo_effort,
         key_form=key_form,
         topk=topk,
+        split=split,
+        artifact_store=artifact_store,
+        keep_artifacts=keep_artifacts,
     )
     created = sessions.create(common.database(ctx, create=True), spec)
     if as_json:
@@ -87,6 +106,7 @@ def new(
         common.err(
             f"session {created.id}: {created.arch_full}, {created.num_cu} CUs, "
             f"{created.num_chiplets} chiplet(s), {created.tuning_space}, {created.tuner}"
+            + (f", split {created.split}" if created.split else "")
         )
 
 

@@ -72,16 +72,24 @@ def worker(
         help="Wait this long for a database server that is not up yet "
         "[default: 60 for a server, 0 for SQLite]; a wrong host or login stops at once.",
     ),
+    role: str = typer.Option(
+        "gpu",
+        "--role",
+        help="gpu: tune and benchmark jobs, one worker per GPU; compile: a --split session's "
+        "compile jobs, --workers processes on this host, no GPU needed.",
+    ),
 ) -> None:
     """Run workers for a session: one process per GPU, each claiming jobs until stopped."""
     from mlirtuna import manager, sessions
-    from mlirtuna.worker import WorkerSettings, session_tuner
+    from mlirtuna.worker import WorkerSettings, role_stage, session_tuner
 
     common.check_batch(batch)
     if not common.state(ctx).debug:
         logging.getLogger("mlirtuna").setLevel(logging.INFO)  # one line per job: a worker's log
     db = common.database(ctx, wait_s=wait_for_db)
-    tuner = session_tuner(sessions.get(db, session), tuner)
+    found = sessions.get(db, session)
+    tuner = session_tuner(found, tuner)
+    role_stage(found, role)  # a bad role, or compile for a one-stage session: refused here
     settings = WorkerSettings(
         session_id=session,
         tuner=tuner,
@@ -94,8 +102,14 @@ def worker(
         batch=batch,
         mlir_build_dir=mlir_build_dir,
         cpu_mem_limit=int(cpu_mem_limit),
+        role=role,
     )
-    slots = [manager.Slot(gpu_id)] if gpu_id is not None else manager.plan(gpus, tuner, workers)
+    if gpu_id is not None:
+        slots = [manager.Slot(gpu_id)]
+    elif role == "compile":  # compiling needs no GPU: no probe, no pinning
+        slots = [manager.Slot(-1) for _ in range(max(workers, 1))]
+    else:
+        slots = manager.plan(gpus, tuner, workers)
     if len(slots) == 1:
         _run_here(db, settings, slots[0])
         return

@@ -66,6 +66,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -118,6 +119,11 @@ E4_SETTINGS = (
 )
 # Eras driven like E2 (device through the environment, --tflops) and like E3 (--gpus).
 E2_LIKE = ("E2", "E2.5")
+# What a build needs for two-stage jobs (E4, rocmlir-newest.md §2).
+SPLIT_FLAGS = ("--compile-only", "--benchmark-artifacts", "--target-arch")
+INDEX = "index.json"  # a --compile-only directory's table of contents
+# What the tool says when it refuses a bundle of another commit (no retry can help).
+_COMMIT_MISMATCH_RE = re.compile(r"commit.*mismatch|mismatch.*commit", re.IGNORECASE)
 # Batches (`-c -`): eras that write each config's row as it finishes, and ops whose configs are
 # config-list lines (fusion is a module file per call).
 BATCH_ERAS = ("E3", "E4")
@@ -184,6 +190,61 @@ def setting_flags(ctx: TuneContext, era: Era) -> list[str]:
             raise TunerError(f"this tuningRunner.py ({era.name}) has no {flag} (session setting)")
         argv.append(f"{flag}={value}")
     return argv
+
+
+def can_split(era: Era) -> bool:
+    """Whether this tuningRunner can compile on one host and benchmark on another."""
+    return all(flag in era.flags for flag in SPLIT_FLAGS)
+
+
+def read_index(directory: Path) -> dict:
+    """A --compile-only directory's index.json; TunerError when it is missing or unreadable."""
+    path = directory / INDEX
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+        problems = index["problems"]
+        if not isinstance(problems, dict):
+            raise TypeError("problems is not an object")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise TunerError(f"{path}: not a tuningRunner --compile-only index: {e}") from None
+    return index
+
+
+def index_commits(directory: Path) -> set[str]:
+    """The rocMLIR commits that compiled the problems of a --compile-only directory."""
+    return {str(p.get("commitId", "")) for p in read_index(directory)["problems"].values()}
+
+
+# What every bundle of one --benchmark-artifacts call must share: they were compiled for the
+# same target, space and flags (their problem hashes are computed from these).
+_INDEX_HEADER = ("arch", "numCUs", "numChiplets", "tuningSpace", "rocmlirGenFlags")
+
+
+def merge_artifacts(sources: list[Path], dest: Path) -> None:
+    """Several --compile-only directories moved into one, whose index.json lists every problem:
+    one --benchmark-artifacts call then benchmarks them all (one tool start-up, not K)."""
+    indexes = [read_index(src) for src in sources]
+    header = {k: indexes[0].get(k) for k in _INDEX_HEADER}
+    for src, index in zip(sources, indexes, strict=True):
+        other = {k: index.get(k) for k in _INDEX_HEADER}
+        if other != header:
+            raise TunerError(f"{src / INDEX} was compiled for {other}, not {header}")
+    (dest / "problems").mkdir(parents=True, exist_ok=True)
+    merged = {**header, "lastRunId": max(i.get("lastRunId", 0) for i in indexes), "problems": {}}
+    for src, index in zip(sources, indexes, strict=True):
+        for digest, entry in index["problems"].items():
+            shutil.move(src / "problems" / digest, dest / "problems" / digest)
+            merged["problems"][digest] = entry
+    (dest / INDEX).write_text(json.dumps(merged, indent=2), encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """What one --compile-only run left: its directory and the commit that compiled it."""
+
+    directory: Path
+    commit_id: str
+    output: str  # the tool's stderr tail, kept as the compile job's text
 
 
 def tool_space(ctx: TuneContext) -> str:
@@ -262,21 +323,8 @@ class RocmlirTuner:
         problem's op read from stdin (`-c -`). Values are joined with `=` so that a config that
         starts with `-` (every gemm one) and `--device=0` are never taken for flags."""
         era = self.era
-        if batch:
-            config = "--configs-file=-"
-        elif problem.op != "fusion":
-            config = f"--config={problem.canonical()}"
-        elif era.name == "E2":  # E2 reads fusion modules from a directory only
-            config = f"--test_dir={_module_path(out, problem).parent}"
-        else:
-            config = f"--config={_module_path(out, problem)}"
         argv = [
-            self.python,
-            str(self.script),
-            f"--op={problem.op}",
-            config,
-            f"--tuning-space={tool_space(ctx)}",
-            f"--mlir-build-dir={self.build_dir}",
+            *self._base_argv(problem, ctx, out, batch=batch),
             f"--output={out}",
             "--debug",
         ]
@@ -295,6 +343,94 @@ class RocmlirTuner:
             argv.append(f"--two-stage-topk={ctx.topk}")
         return argv
 
+    def _base_argv(
+        self, problem: Problem, ctx: TuneContext, out: Path, *, batch: bool = False
+    ) -> list[str]:
+        """The tool, the op, the config (with `batch`: a list on stdin) and the space: what
+        every mode's command starts with."""
+        if batch:
+            config = "--configs-file=-"
+        elif problem.op != "fusion":
+            config = f"--config={problem.canonical()}"
+        elif self.era.name == "E2":  # E2 reads fusion modules from a directory only
+            config = f"--test_dir={_module_path(out, problem).parent}"
+        else:
+            config = f"--config={_module_path(out, problem)}"
+        return [
+            self.python,
+            str(self.script),
+            f"--op={problem.op}",
+            config,
+            f"--tuning-space={tool_space(ctx)}",
+            f"--mlir-build-dir={self.build_dir}",
+        ]
+
+    # -- two-stage jobs (E4): compile here, benchmark on a GPU host -----------------------
+
+    def check_split(self) -> None:
+        """Unsupported unless this build's tuningRunner can split compiling and benchmarking."""
+        if not can_split(self.era):
+            raise Unsupported(
+                f"{self.script} ({self.era.name}) has no --compile-only/--benchmark-artifacts: "
+                "two-stage jobs need an E4 tuningRunner"
+            )
+
+    def compile(self, problem: Problem, ctx: TuneContext, dest: Path) -> Compiled:
+        """`--compile-only DEST` for the session's target (no GPU here): the bundle directory
+        and the commit that built it. The target comes from the context, i.e. the session."""
+        self.check_split()
+        self._check_space(ctx, self.era)
+        if problem.op == "fusion":
+            module = _module_path(dest.parent / "tuning.tsv", problem)
+            module.parent.mkdir(exist_ok=True)
+            module.write_text(problem.module_text, encoding="utf-8")
+        argv = [
+            *self._base_argv(problem, ctx, dest.parent / "tuning.tsv"),
+            f"--compile-only={dest}",
+            f"--target-arch={ctx.arch}",
+            f"--target-num-cu={ctx.num_cu}",
+            f"--target-num-chiplets={ctx.num_chiplets}",
+        ]
+        run = self._run(argv, scrubbed_env(), ctx.timeout_s)
+        if run.returncode != 0:
+            raise _failure(run)
+        commits = index_commits(dest)
+        if len(commits) != 1:
+            raise TunerError(f"{dest / INDEX}: expected one commitId, found {sorted(commits)}")
+        return Compiled(dest, commits.pop(), _stderr_block(run.stderr))
+
+    def benchmark(self, problem: Problem, ctx: TuneContext, artifacts: Path) -> TuneOutcome:
+        """`--benchmark-artifacts ARTIFACTS` on this worker's GPU, with the same flags (session
+        settings, top-k, timeouts) and the same reading of the output as a one-stage run."""
+        era = self.era
+        self.check_split()
+        self._check_context(ctx, era)
+        with tempfile.TemporaryDirectory(prefix="mlirtuna-rocmlir-") as tmp:
+            out = Path(tmp) / "tuning.tsv"
+            if problem.op == "fusion":
+                module = _module_path(out, problem)
+                module.parent.mkdir()
+                module.write_text(problem.module_text, encoding="utf-8")
+            argv = [*self.command(problem, ctx, out), f"--benchmark-artifacts={artifacts}"]
+            run = self._run(argv, self._env(ctx, era), ctx.timeout_s)
+            if run.returncode != 0 and _commit_refused(run.stderr):
+                raise Unsupported(
+                    f"tuningRunner refused the bundle: {_last_error_line(run.stderr)}"
+                )
+            return self._outcome(problem, ctx, out, run, self.two_stage(ctx))
+
+    def benchmark_many(
+        self, problems: Sequence[Problem], ctx: TuneContext, artifacts: Path
+    ) -> Iterator[tuple[int, TuneOutcome | TunerError]]:
+        """Several problems' bundles, merged into `artifacts` (merge_artifacts), benchmarked in
+        one `--benchmark-artifacts` call: each outcome as its row appears (as tune_many)."""
+        self.check_split()
+        for index, got in self.tune_many(problems, ctx, (f"--benchmark-artifacts={artifacts}",)):
+            if isinstance(got, TunerError) and _commit_refused(f"{got}\n{got.detail or ''}"):
+                why = _last_error_line(got.detail or str(got))
+                raise Unsupported(f"tuningRunner refused the bundles: {why}")
+            yield index, got
+
     def two_stage(self, ctx: TuneContext) -> bool:
         """Whether the tool re-measures the top k itself (E4's --two-stage-topk)."""
         return ctx.topk > 1 and "--two-stage-topk" in self.era.flags
@@ -302,6 +438,9 @@ class RocmlirTuner:
     def _check_context(self, ctx: TuneContext, era: Era) -> None:
         if ctx.gpu_id < 0:
             raise TunerError("the rocmlir tuner needs a GPU; this worker has none (gpu_id -1)")
+        self._check_space(ctx, era)
+
+    def _check_space(self, ctx: TuneContext, era: Era) -> None:
         if era.tuning_spaces and tool_space(ctx) not in era.tuning_spaces:
             raise Unsupported(  # the same for every job of the session: no retry
                 f"this tuningRunner.py ({era.name}) has no tuning space {tool_space(ctx)!r} "
@@ -399,14 +538,15 @@ class RocmlirTuner:
         return problem.op in BATCH_OPS and self.can_batch()
 
     def tune_many(
-        self, problems: Sequence[Problem], ctx: TuneContext
+        self, problems: Sequence[Problem], ctx: TuneContext, extra: Sequence[str] = ()
     ) -> Iterator[tuple[int, TuneOutcome | TunerError]]:
         """Tune problems of one op in one tool call (`-c -`, the configs on stdin): yields
         (index, outcome or error) for each problem as its row and `.debug` rows appear, while
         the tool runs. Each config keeps the per-config `--timeout`; the call as a whole may run
         `ctx.timeout_s` per config. A config the tool failed (`.state`) gets its error; when the
         tool stops early (killed, crashed, timed out), the config it was on gets the failure and
-        the ones it never started a NotRun error: nothing is wrong with them."""
+        the ones it never started a NotRun error: nothing is wrong with them. `extra`: flags
+        added to the call (benchmark_many's --benchmark-artifacts)."""
         era = self.era
         self._check_context(ctx, era)
         ops = {p.op for p in problems}
@@ -415,7 +555,7 @@ class RocmlirTuner:
         total = ctx.timeout_s * len(problems) if ctx.timeout_s else None
         with tempfile.TemporaryDirectory(prefix="mlirtuna-rocmlir-") as tmp:
             out = Path(tmp) / "tuning.tsv"
-            argv = self.command(problems[0], ctx, out, batch=True)
+            argv = [*self.command(problems[0], ctx, out, batch=True), *extra]
             configs = "".join(f"{p.canonical()}\n" for p in problems)
             start = _now()
             proc, stdout, stderr = self._start(argv, self._env(ctx, era), configs)
@@ -533,6 +673,12 @@ def _failure(run: _Run, out: Path | None = None) -> TunerError:
     if _TIMED_OUT_RE.search(run.stderr):  # E3's own --timeout fired
         return TunerTimeout(message, detail=_tail(run.stderr))
     return TunerError(message, detail=_tail(run.stderr))
+
+
+def _commit_refused(stderr: str) -> bool:
+    """Whether the tool's error is a bundle of another commit (E4 without
+    --allow-commit-mismatch)."""
+    return bool(_COMMIT_MISMATCH_RE.search(_last_error_line(stderr)))
 
 
 def _last_error_line(stderr: str) -> str:

@@ -55,7 +55,10 @@ def api_workers(request: Request, session: int | None = None) -> list[dict[str, 
 
 @api.get("/sessions/{session_id}")
 def api_session(request: Request, session_id: int) -> dict[str, Any]:
-    return farm.session_progress(_db(request), session_id).as_dict()
+    db = _db(request)
+    out = farm.session_progress(db, session_id).as_dict()
+    out["stages"] = farm.stage_progress(db, session_id)  # two-stage sessions: per stage
+    return out
 
 
 @api.get("/sessions/{session_id}/winners")

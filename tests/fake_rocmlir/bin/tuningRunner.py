@@ -35,6 +35,17 @@ Environment:
   FAKE_TUNINGRUNNER_STDERR_BYTES=N: first print N bytes of noisy stderr (invalid UTF-8, NUL),
   as a runaway compiler log does; the env logged also names which database secrets it got.
 
+E4's split of compiling and benchmarking (rocmlir-newest.md §2): `--compile-only DIR` (needs the
+three --target-* flags, refuses --tuning-space lfbo) writes DIR/index.json and, per problem,
+DIR/problems/<hash>/manifest.json.z and configs/NNNNNN.hsaco.z, into DIR.tmp renamed to DIR (the
+previous DIR kept as DIR.old); it costs fake_costs.compile_candidates. The real tool compresses
+with zstd, which Python 3.11's standard library lacks: the stand-in uses zlib, with the real
+framing (an 8-byte little-endian size, then the compressed bytes). `--benchmark-artifacts DIR`
+refuses a bundle of another GPU, or of another commit than FAKE_TUNINGRUNNER_COMMIT unless
+--allow-commit-mismatch (an ERROR line, exit 1), benchmarks only the candidates whose manifest
+status is success (fake_costs.benchmark_candidates) and writes rows, .debug and .state as E4's
+one-stage run does.
+
 --op fusion (both eras): `--config FILE.mlir` (E3) or `--test-dir/--test_dir DIR`; each module is
 keyed as rocmlir-gen --emit-tuning-key would key it and tuned as that conv/gemm (fake_fusion.py).
 
@@ -49,10 +60,12 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fake_costs
@@ -424,14 +437,26 @@ class Result:
         self.max_tflops = -math.inf
 
 
-def tune(op: str, config: str, space: str, gpu: Gpu, era: str, debug: bool, progress) -> Result:
-    """Run the "driver" over the space; entries are .debug rows (TFlops NaN when N/A)."""
+def tune(
+    op: str,
+    config: str,
+    space: str,
+    gpu: Gpu,
+    era: str,
+    debug: bool,
+    progress,
+    not_compiled: frozenset[str] = frozenset(),
+) -> Result:
+    """Run the "driver" over the space; entries are .debug rows (TFlops NaN when N/A). The perf
+    configs in `not_compiled` (E4 --benchmark-artifacts: their manifest status is not success)
+    are not run: N/A, as the one-stage run finds them."""
     if op == "fusion":  # a fused kernel is tuned as the conv/gemm its key names
         op, config = fake_fusion.op_of(config), fake_fusion.strip_key_flags(config)
     problem, flops = describe(op, config, gpu, BASE_ERA[era])
     result = Result(config)
     for i, pc in enumerate(perf_configs(op, space, era)):
-        ns = None if FAULT == "none" else candidate_time_ns(config, pc, flops)
+        measured = FAULT != "none" and pc not in not_compiled
+        ns = candidate_time_ns(config, pc, flops) if measured else None
         # E4's driver gives up on some candidates (over their time budget): "Discarded".
         discarded = era == "E4" and ns is not None and e4_discarded(config, pc)
         if i > 0 and i % 100 == 0:
@@ -1038,18 +1063,40 @@ def e4_main(argv: list[str]) -> int:
     available = list(range(int(os.environ.get("FAKE_GPU_COUNT", "8"))))
     args = e4_parser(available).parse_args(argv)
     log = Log(args.quiet)
-    gpu = Gpu()
     if args.op not in ("conv", "gemm", "attention"):
         log.error("the stand-in tunes conv, gemm and attention only")
         return 1
     if args.tuning_space == "lfbo" and args.compile_only:
-        p_error = "--tuning-space lfbo is not allowed with --compile-only"
-        print(f"usage: rocmlirTriton tuning runner\nerror: {p_error}", file=sys.stderr)
-        return 2
+        return usage_error("--tuning-space lfbo is not allowed with --compile-only")
     configs = [args.config] if args.config else read_configs_file(args.configs_file)
-    context = f"{gpu.chip}/{gpu.num_cu}/{gpu.num_chiplets}/{args.tuning_space}"
+    if args.compile_only:
+        return e4_compile_only(args, configs, log)
+    gpu = Gpu()
     gpu_id = args.gpus[0]
+    if not args.benchmark_artifacts:
+        measure = e4_one_stage(args, gpu, gpu_id)
+    else:
+        measure = e4_bundle_benchmark(args, gpu, gpu_id, configs, log)
+        if measure is None:
+            return 1
     log.info(f"Using 1 GPU(s)\nGPU {gpu_id}: rep {args.rep} ms, warmup {args.warmup} ms")
+    return e4_tune_all(args, gpu, gpu_id, configs, measure, log)
+
+
+def e4_one_stage(args, gpu: Gpu, gpu_id: int):
+    """Measure one config the one-stage way: compile every candidate, then benchmark them."""
+
+    def measure(config: str) -> Result | str:
+        fake_costs.one_stage(len(perf_configs(args.op, args.tuning_space, "E4")), gpu_id)
+        return tune(args.op, config, args.tuning_space, gpu, "E4", args.debug, noop)
+
+    return measure
+
+
+def e4_tune_all(args, gpu: Gpu, gpu_id: int, configs: list[str], measure, log: Log) -> int:
+    """Both E4 modes that use a GPU: each config measured (`measure` gives its Result or the
+    failed state), its row written and flushed at once, `.debug` appended, `.state` at the end."""
+    context = f"{gpu.chip}/{gpu.num_cu}/{gpu.num_chiplets}/{args.tuning_space}"
     failed: dict[str, str] = {}
     header_written = False
     debug_path = None if args.output == "-" else f"{args.output}.debug"
@@ -1069,8 +1116,10 @@ def e4_main(argv: list[str]) -> int:
                 )
                 failed[key] = state
                 continue
-            fake_costs.one_stage(len(perf_configs(args.op, args.tuning_space, "E4")), gpu_id)
-            result = tune(args.op, config, args.tuning_space, gpu, "E4", args.debug, noop)
+            result = measure(config)
+            if isinstance(result, str):
+                failed[key] = result
+                continue
             if args.two_stage_topk:
                 two_stage(result, config, args.two_stage_topk)
             if args.debug:
@@ -1095,6 +1144,181 @@ def e4_main(argv: list[str]) -> int:
         log.error("Encountered errors during tuning")
         return 1
     return 0
+
+
+def usage_error(message: str) -> int:
+    """What argparse prints for a usage error (status 2)."""
+    print(f"usage: rocmlirTriton tuning runner\nerror: {message}", file=sys.stderr)
+    return 2
+
+
+# --compile-only / --benchmark-artifacts (rocmlir-newest.md §2). The real tool compresses with
+# zstd; Python 3.11's standard library has none, so the stand-in uses zlib with the same
+# framing: an 8-byte little-endian size of the uncompressed bytes, then the compressed bytes.
+ZSTD_STAND_IN = "zlib"
+
+
+def problem_hash(arch: str, num_cu: int, chiplets: int, space: str, flags: str, tv: str) -> str:
+    text = f"{arch}|{num_cu}|{chiplets}|{space}|{flags}|{tv}"
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def write_framed(path: str, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(len(data).to_bytes(8, "little") + zlib.compress(data))
+
+
+def read_framed(path: str) -> bytes:
+    with open(path, "rb") as f:
+        raw = f.read()
+    size, data = int.from_bytes(raw[:8], "little"), zlib.decompress(raw[8:])
+    if len(data) != size:
+        raise ValueError(f"{path}: {len(data)} bytes, its header says {size}")
+    return data
+
+
+class Target:
+    """The GPU a --compile-only run compiles for (no GPU here: from the --target-* flags)."""
+
+    def __init__(self, arch: str, num_cu: int, num_chiplets: int) -> None:
+        self.arch, self.num_cu, self.num_chiplets = arch, num_cu, num_chiplets
+        self.chip = arch.split(":")[0]
+
+
+def e4_compile_only(args, configs: list[str], log: Log) -> int:
+    """Compile every candidate of every config for the target; write DIR.tmp, then rename it
+    to DIR (keeping the previous DIR as DIR.old). Problems already in DIR are kept."""
+    flags = (args.target_arch, args.target_num_cu, args.target_num_chiplets)
+    if any(v is None for v in flags):
+        return usage_error(
+            "--compile-only needs --target-arch, --target-num-cu and --target-num-chiplets"
+        )
+    if FAULT == "fail":
+        log.error("[compile] Tuning pipeline failed\nExit code: 1\nCompilation failed")
+        return 1
+    target = Target(*flags)
+    dest = args.compile_only.rstrip("/")
+    tmp, old = f"{dest}.tmp", f"{dest}.old"
+    shutil.rmtree(tmp, ignore_errors=True)
+    if os.path.isdir(dest):
+        shutil.copytree(dest, tmp)
+    index = e4_index(tmp, target, args)
+    index["lastRunId"] += 1
+    for config in configs:
+        maybe_delay()
+        key = e4_key(args.op, config)
+        digest = problem_hash(
+            target.arch,
+            target.num_cu,
+            target.num_chiplets,
+            args.tuning_space,
+            args.rocmlir_gen_flags,
+            key,
+        )
+        e4_compile_problem(args, config, target, os.path.join(tmp, "problems", digest))
+        entry = {"testVector": key, "commitId": commit_id(), "runId": index["lastRunId"]}
+        index["problems"][digest] = entry
+        log.info(f"Compiled '{key}' for {target.arch} ({digest})")
+    with open(os.path.join(tmp, "index.json"), "w") as f:
+        json.dump(index, f, indent=2)
+    if os.path.isdir(dest):
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(dest, old)
+    os.rename(tmp, dest)
+    return 0
+
+
+def e4_index(directory: str, target: Target, args) -> dict:
+    path = os.path.join(directory, "index.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    os.makedirs(directory)
+    return {
+        "arch": target.arch,
+        "numCUs": target.num_cu,
+        "numChiplets": target.num_chiplets,
+        "tuningSpace": args.tuning_space,
+        "rocmlirGenFlags": args.rocmlir_gen_flags,
+        "lastRunId": 0,
+        "problems": {},
+    }
+
+
+def e4_compile_problem(args, config: str, target: Target, directory: str) -> None:
+    """manifest.json.z and one configs/NNNNNN.hsaco.z per candidate that compiled."""
+    pcs = perf_configs(args.op, args.tuning_space, "E4")
+    fake_costs.compile_candidates(len(pcs))
+    _, flops = describe(args.op, config, target, "E3")
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(os.path.join(directory, "configs"))
+    entries = []
+    for i, pc in enumerate(pcs):
+        if candidate_time_ns(config, pc, flops) is None:  # rocmlir-gen rejects it
+            entries.append({"perfConfig": pc, "status": "not_applicable", "blob": None})
+            continue
+        blob = f"configs/{i:06d}.hsaco.z"
+        code = f"hsaco for {target.arch} {config} {pc}\n".encode() * 8
+        write_framed(os.path.join(directory, blob), code)
+        entries.append({"perfConfig": pc, "status": "success", "blob": blob, "kernels": 1})
+    manifest = {
+        "hipVersion": "6.4.43482",
+        "arch": target.arch,
+        "numCUs": target.num_cu,
+        "numChiplets": target.num_chiplets,
+        "numConfigs": len(pcs),
+        "buffers": [],
+        "configs": entries,
+    }
+    write_framed(os.path.join(directory, "manifest.json.z"), json.dumps(manifest).encode())
+
+
+def e4_bundle_benchmark(args, gpu: Gpu, gpu_id: int, configs: list[str], log: Log):
+    """The `measure` of --benchmark-artifacts DIR, or None (an ERROR logged) when the bundle
+    is for another GPU or, without --allow-commit-mismatch, from another commit."""
+    directory = args.benchmark_artifacts
+    with open(os.path.join(directory, "index.json")) as f:
+        index = json.load(f)
+    target = (index["arch"].split(":")[0], index["numCUs"], index["numChiplets"])
+    if target != (gpu.chip, gpu.num_cu, gpu.num_chiplets):
+        log.error(
+            f"bundle compiled for {target[0]}/{target[1]} CUs/{target[2]} chiplets, GPU "
+            f"{gpu_id} is {gpu.chip}/{gpu.num_cu} CUs/{gpu.num_chiplets} chiplets"
+        )
+        return None
+    for digest, entry in index["problems"].items():
+        if entry["commitId"] != commit_id() and not args.allow_commit_mismatch:
+            log.error(
+                f"Commit mismatch: bundle {digest} was compiled at {entry['commitId']}, this "
+                f"build is {commit_id()} (--allow-commit-mismatch to benchmark it anyway)"
+            )
+            return None
+
+    def measure(config: str) -> Result | str:
+        key = e4_key(args.op, config)
+        digest = problem_hash(
+            index["arch"],
+            index["numCUs"],
+            index["numChiplets"],
+            args.tuning_space,
+            args.rocmlir_gen_flags,
+            key,
+        )
+        if digest not in index["problems"]:
+            log.error(f"[GPU {gpu_id}] '{key}' is not in the bundle {directory} ({digest})")
+            return "failed"
+        problem_dir = os.path.join(directory, "problems", digest)
+        manifest = json.loads(read_framed(os.path.join(problem_dir, "manifest.json.z")))
+        compiled = [c for c in manifest["configs"] if c["status"] == "success"]
+        for c in compiled:  # a candidate is run from its code object
+            read_framed(os.path.join(problem_dir, c["blob"]))
+        fake_costs.benchmark_candidates(len(compiled), gpu_id)
+        skipped = frozenset(c["perfConfig"] for c in manifest["configs"]) - {
+            c["perfConfig"] for c in compiled
+        }
+        return tune(args.op, config, args.tuning_space, gpu, "E4", args.debug, noop, skipped)
+
+    return measure
 
 
 # ---------------------------------------------------------------------------------------------

@@ -70,6 +70,7 @@ const SESSION_COLUMNS = [
   { label: "context", html: (p) => context(p.session) },
   { label: "reason", html: (p) => `${esc(p.session.reason)}${p.session.ticket ? ` <span class="muted">${esc(p.session.ticket)}</span>` : ""}` },
   { label: "new", html: (p) => p.counts.new, cls: "n" },
+  { label: "waiting", html: (p) => p.counts.waiting, cls: "n" },
   { label: "running", html: (p) => p.counts.running, cls: "n" },
   { label: "completed", html: (p) => p.counts.completed, cls: "n" },
   { label: "error", html: (p) => p.counts.error, cls: "n" },
@@ -186,8 +187,10 @@ function sessionPage() {
     }
   }).catch(showError);
   api(`/api/sessions/${SESSION}`).then((p) => {
+    const stages = Object.entries(p.stages || {}).map(([k, v]) => `${esc(k)} ${v.done}/${v.total}`);
     $("#progress").innerHTML = progressBar(p) +
-      (p.active ? ` <span class="muted">${num(p.per_minute, 1)} jobs/min · ETA ${duration(p.eta_s)}</span>` : "");
+      (p.active ? ` <span class="muted">${num(p.per_minute, 1)} jobs/min · ETA ${duration(p.eta_s)}</span>` : "") +
+      (stages.length ? ` <span class="muted" id="stages">${stages.join(" · ")}</span>` : "");
   }).catch(showError);
   api(`/api/sessions/${SESSION}/tflops`).then((h) => histogram($("#tflops-plot"), h, "TFlops")).catch(showError);
   api(`/api/sessions/${SESSION}/job-times`).then((h) => {
