@@ -242,13 +242,13 @@ def run_workers(url: str, session_id: int, n: int, tuner: str, timeout_s: float 
             line = p.stdout.readline() if p.stdout else ""
             if line.strip() != "ready":
                 raise RuntimeError(f"bench worker did not start (said {line!r})")
-        busy0, t0 = _cpu_busy(), time.perf_counter()
+        busy0, t0 = cpu_busy_s(), time.perf_counter()
         for p in procs:
             if p.stdin:
                 p.stdin.write("go\n")
                 p.stdin.flush()
         outs = [p.communicate(timeout=timeout_s)[0] for p in procs]
-        wall, busy1 = time.perf_counter() - t0, _cpu_busy()
+        wall, busy1 = time.perf_counter() - t0, cpu_busy_s()
     finally:
         for p in procs:
             if p.poll() is None:
@@ -267,7 +267,7 @@ def run_workers(url: str, session_id: int, n: int, tuner: str, timeout_s: float 
         db.dispose()
 
 
-def _cpu_busy() -> float:
+def cpu_busy_s() -> float:
     """Seconds every CPU of the machine has spent busy since boot (/proc/stat; 0 elsewhere)."""
     try:
         fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]

@@ -110,3 +110,11 @@ def test_repeatability_runs(tmp_path: Path) -> None:
     text = run_script("bench_repeatability", tmp_path, "--conditions", "budget-quiet,fixed-busy")
     for condition in ("budget-quiet", "fixed-busy"):
         assert f"| {condition} |" in text
+
+
+def test_gpu_time_bench_runs(tmp_path: Path) -> None:
+    text = run_script("bench_gpu_time", tmp_path)
+    assert "| one-stage | 1 | - | 4/4 |" in text  # every job done, each slot measured
+    assert "| one-stage batched K=2 | 2 | - | 4/4 |" in text
+    assert "| two-stage 1 compile | 2 | 1 | 8/8 |" in text  # a compile and a benchmark job each
+    assert "compile workers to feed the GPUs" in text
