@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -23,6 +24,7 @@ from mlirtuna.models import Attempt, Candidate, Job, Result
 from mlirtuna.problems import ExpandOptions
 from mlirtuna.queue import Claimant
 from mlirtuna.sessions import SessionSpec
+from mlirtuna.tuners.rocmlir import _driver_segment, parse_debug_lines
 from mlirtuna.worker import Worker, WorkerSettings
 
 ARCH_FULL = "gfx942:sramecc+:xnack-"
@@ -147,6 +149,36 @@ def test_a_batch_of_four_is_one_tool_call_with_the_results_of_four(
     with db.session() as s:
         outputs = s.scalars(sa.select(Job.result).where(Job.session_id == batched)).all()
     assert all(out.count("\n") == 1 for out in outputs)  # each job keeps its own row
+
+
+def candidate_errors(db, sid) -> dict[int, list[tuple[str, str | None]]]:
+    """problem id -> every candidate's perf config with its error text."""
+    with db.session() as s:
+        rows = s.execute(
+            sa.select(Candidate.problem_id, Candidate.perf_config, Candidate.error).where(
+                Candidate.session_id == sid
+            )
+        ).all()
+    errors = collections.defaultdict(list)
+    for problem_id, perf_config, error in rows:
+        errors[problem_id].append((perf_config, error))
+    return {p: sorted(e, key=str) for p, e in errors.items()}
+
+
+def test_a_discarded_candidate_is_discarded_only_for_its_own_config(
+    db, tmp_path, build, monkeypatch
+):
+    # The stand-in's E4 driver discards a perf config of the first problem that is N/A for
+    # the second (fake e4_discarded): in one call, the second's must stay N/A.
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E4")
+    lines = gemm_lines(3)[1:]
+    batched = session_of(db, tmp_path, lines, tag="k2")
+    assert worker(db, batched, build, batch=2).run().completed == 2
+    single = session_of(db, tmp_path, lines, tag="k1")
+    assert worker(db, single, build).run().completed == 2
+    assert candidate_errors(db, batched) == candidate_errors(db, single)
+    texts = [e for errs in candidate_errors(db, batched).values() for _, e in errs]
+    assert any(e and "Discarded by" in e for e in texts) and any(e and "N/A" in e for e in texts)
 
 
 def test_each_job_is_recorded_while_the_tool_still_runs(db, tmp_path, build, monkeypatch):
@@ -396,3 +428,13 @@ def test_first_signal_finishes_the_batch_second_gives_it_back(db, db_url, tmp_pa
     assert given_back and "running" not in states(db, sid)
     for job in given_back:
         assert job.retries == 0 and attempts_of(db, job.id)[-1] == "released"
+
+
+def test_driver_lines_of_a_config_that_got_no_row_are_skipped():
+    debug = ["PerfConfig\tTFlops\tM\n", "a\t1.5\t64\n", "b\t\t64\n", "c\t\t64\n"]
+    block = parse_debug_lines(debug, Path("x.debug"))
+    failed = [("a", "N/A"), ("b", "N/A"), ("c", "Discarded")]  # "No valid perf config found"
+    own = [("c", "Discarded"), ("a", "12.5"), ("b", "N/A")]  # its own lines, in another order
+    assert _driver_segment(failed + own, 0, block) == 3
+    assert _driver_segment(failed + own, 4, block) is None
+    assert _driver_segment(failed, 0, block) is None  # "a" has a time in the .debug file

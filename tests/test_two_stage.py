@@ -629,5 +629,5 @@ def test_a_batch_benchmarks_k_bundles_in_one_call(db, tmp_path, build, monkeypat
     assert "--configs-file=-" in benches[0]
     assert count(db, Bundle) == 0
     one = session(db, build, split=None)
-    work(db, one, build, "gpu", batch=4)
+    work(db, one, build, "gpu")  # one call per job: each config's own driver lines
     assert recorded(db, sid) == recorded(db, one)

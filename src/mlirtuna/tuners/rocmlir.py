@@ -49,7 +49,10 @@ them the winner's margin over the runner-up and its noise. E2 records no spread.
 
 Batches (`worker --batch K`, E3 and E4): `tune_many` tunes several problems of one op in one
 call, the configs on stdin (`-c -`), and yields each problem's outcome as its row and `.debug`
-rows appear (_BatchTail), reading them with the same functions as one call per problem.
+rows appear (_BatchTail), reading them with the same functions as one call per problem. Which of
+a config's candidates E4's driver Discarded is read from that config's own driver lines in the
+batch's stderr, never from another config's (_driver_segment); each file and stderr is read once,
+as it grows (a poll costs what the tool wrote since the last one).
 
 Attention is tuned with `--verify-mode none`, as MITuna and rocMLIR's weekly CI do: there is no
 GPU verifier for attention (E3 falls back to a slow CPU reference with relaxed thresholds), and
@@ -58,6 +61,7 @@ an E2 verification failure exits 0 having written nothing.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import csv
 import dataclasses
@@ -108,7 +112,15 @@ _FLAG_RE = re.compile(r"(?<![\w-])--[A-Za-z][\w-]*")
 _SPACES_RE = re.compile(r"--tuning-space\s*\{([^}]*)\}")
 _TIMED_OUT_RE = re.compile(r"Tuning timed out after")
 # One line of rocmlir-tuning-driver's output as E4 logs it with --debug: "<perfConfig>\tDiscarded".
-_DISCARDED_RE = re.compile(r"(\S+)\tDiscarded\s*$", re.MULTILINE)
+# (?<!\S): a match starts only where a word does; without it every position inside a long perf
+# config is tried again, quadratic in its length (0.3 s for a batch's stderr).
+_DISCARDED_RE = re.compile(r"(?<!\S)(\S+)\tDiscarded\s*$", re.MULTILINE)
+# Any such line, "<perfConfig>\t<ns|N/A|Discarded>" (read from a batch's stderr as it arrives).
+_DRIVER_RE = re.compile(
+    rb"(?<!\S)(\S+)\t(Discarded|N/A|[-+0-9.eE]+|nan|inf)[ \t\r]*$", re.MULTILINE
+)
+# How long a batch's ready row waits for its driver lines on stderr (a pipe lags the files).
+DRIVER_LINES_GRACE_S = 1.0
 GPU_TIMED_OUT = "gpu_timed_out"
 # Session settings -> (E4 flag, TuneContext field).
 E4_SETTINGS = (
@@ -457,9 +469,10 @@ class RocmlirTuner:
     # -- the subprocess -------------------------------------------------------------------
 
     def _start(
-        self, argv: list[str], env: dict[str, str], stdin: str | None = None
+        self, argv: list[str], env: dict[str, str], stdin: str | None = None, driver: bool = False
     ) -> tuple[subprocess.Popen[bytes], _TailReader, _TailReader]:
-        """Start the tool, its stdout and stderr read by threads; `stdin`: text fed to it."""
+        """Start the tool, its stdout and stderr read by threads; `stdin`: text fed to it;
+        `driver`: keep stderr's driver lines (_TailReader)."""
         try:
             proc = subprocess.Popen(
                 argv,
@@ -480,7 +493,7 @@ class RocmlirTuner:
         return (
             proc,
             _TailReader(proc.stdout, STDOUT_KEEP_BYTES),
-            _TailReader(proc.stderr, STDERR_KEEP_BYTES),
+            _TailReader(proc.stderr, STDERR_KEEP_BYTES, driver),
         )
 
     def _run(self, argv: list[str], env: dict[str, str], timeout: float | None) -> _Run:
@@ -558,8 +571,10 @@ class RocmlirTuner:
             argv = [*self.command(problems[0], ctx, out, batch=True), *extra]
             configs = "".join(f"{p.canonical()}\n" for p in problems)
             start = _now()
-            proc, stdout, stderr = self._start(argv, self._env(ctx, era), configs)
-            tail = _BatchTail(out, problems)
+            # Only E4's driver prints Discarded; its lines are matched to each config's rows.
+            driver = era.name == "E4"
+            proc, stdout, stderr = self._start(argv, self._env(ctx, era), configs, driver)
+            tail = _BatchTail(out, problems, stderr.driver)
             try:
                 yield from self._follow(proc, tail, ctx, (stdout, stderr), start, total)
                 stdout.join(self.kill_grace_s), stderr.join(self.kill_grace_s)
@@ -587,12 +602,15 @@ class RocmlirTuner:
                 self._stop(proc, *readers)
                 tail.timed_out = total
                 exited = True  # rows written before the stop still count
-            for index, row, debug_rows in tail.poll(exited):
-                run = _Run(0, "", stderr.text(), start, _now())
+            if exited:
+                stderr.join(self.kill_grace_s)  # every driver line read before the last rows
+            ready = tail.poll(exited)
+            run = _Run(0, "", stderr.text(), start, _now()) if ready else None
+            for index, row, debug_rows, discarded in ready:
                 try:
                     yield index, _row_outcome(
                         tail.problems[index], ctx, row, debug_rows, run, _row_text(row),
-                        tail.notes(index), self.two_stage(ctx),
+                        tail.notes(index), self.two_stage(ctx), discarded,
                     )  # fmt: skip
                 except TunerError as exc:
                     yield index, exc
@@ -732,8 +750,11 @@ def _row_outcome(
     output: str,
     notes: list[str],
     two_stage: bool,
+    discarded: set[str] | None = None,
 ) -> TuneOutcome:
-    """One config's outcome from its result row and its `.debug` rows (None: no .debug file)."""
+    """One config's outcome from its result row and its `.debug` rows (None: no .debug file).
+    `discarded`: its perf configs the driver printed as Discarded; None: all of `run.stderr`
+    is this config's (one call per config)."""
     _check_gpu(row, ctx)
     if not row.has_perf_config or not row.has_valid_tflops:
         raise TunerError(
@@ -743,7 +764,8 @@ def _row_outcome(
         )
     flops = float(problem.flops())
     if debug_rows is not None:
-        discarded = set(_DISCARDED_RE.findall(run.stderr))
+        if discarded is None:
+            discarded = set(_DISCARDED_RE.findall(run.stderr))
         candidates = _candidates(debug_rows, flops, discarded, two_stage)
     else:
         candidates = []
@@ -787,36 +809,64 @@ class _BatchTail:
     the k-th block of `.debug` rows, a block being a run of rows with the same problem columns;
     block k is complete once row k+1 was seen before the `.debug` file was read, a block k+1
     has begun, or the tool has exited. Rows are matched to problems by their key (the plain
-    part: E4 appends -supportsSplitK).
+    part: E4 appends -supportsSplitK). Each file is read from where the last poll stopped,
+    whole lines only: a poll costs what the tool wrote since, not the file so far.
+
+    `driver`: E4's driver lines from stderr, in order (_TailReader). Which candidates were
+    Discarded is read from the lines of the block's own config: the first run of lines, after
+    the previous block's, with the block's perf configs (_driver_segment). A failed config's
+    lines (no row, no block) are skipped by that search: none of them has a time, while a
+    block's measured candidates must have one.
     """
 
-    def __init__(self, out: Path, problems: Sequence[Problem]) -> None:
+    def __init__(
+        self,
+        out: Path,
+        problems: Sequence[Problem],
+        driver: list[tuple[str, str]] | None = None,
+    ) -> None:
         self.out, self.debug = out, out.with_name(out.name + ".debug")
         self.problems = problems
         self._index = {p.canonical(): i for i, p in enumerate(problems)}
         self._rows: list[tuple[int | None, tuningdb.TuningRow]] = []
         self._blocks: list[list[DebugRow]] = []
-        self._sizes = {self.out: -1, self.debug: -1}
-        self._text = {self.out: "", self.debug: ""}
+        self._offsets = {self.out: 0, self.debug: 0}
+        self._out_lines: list[str] = []
+        self._debug_header: str | None = None
+        self._debug_lines = 0  # how many lines of .debug were parsed (for line numbers)
+        self._next = 0  # the first row not yet handed out (they go in the tool's order)
+        self._driver, self._driver_at = driver, 0
+        self._waiting_since: float | None = None  # row _next is complete, its driver lines not
         self._notes: dict[int, list[str]] = {}
         self.done: set[int] = set()
         self.timed_out: float | None = None
 
-    def poll(self, exited: bool) -> list[tuple[int, tuningdb.TuningRow, list[DebugRow] | None]]:
-        """The rows now complete with their candidates, each once. `exited`: the tool had
-        exited before this call (so everything it wrote is there)."""
-        if self._grew(self.out):
+    def poll(
+        self, exited: bool
+    ) -> list[tuple[int, tuningdb.TuningRow, list[DebugRow] | None, set[str]]]:
+        """The rows now complete with their candidates and their Discarded perf configs, each
+        once. `exited`: the tool had exited before this call (so everything it wrote is
+        there)."""
+        if new := self._new_lines(self.out):
+            self._out_lines += new
             self._read_rows()
-        if self._grew(self.debug):
-            self._blocks = _blocks(parse_debug_lines(self._lines(self.debug), self.debug))
-        seen, ready = len(self._rows), []
-        for k, (index, row) in enumerate(self._rows):
+        if new := self._new_lines(self.debug):
+            self._read_debug(new)
+        ready = []
+        while self._next < len(self._rows):
+            k = self._next
+            if not (exited or k + 1 < len(self._rows) or k + 1 < len(self._blocks)):
+                break  # its .debug block may still be growing
+            block = self._blocks[k] if k < len(self._blocks) else None
+            discarded = self._discarded(block, exited)
+            if discarded is None:
+                break  # its driver lines are still in the pipe
+            self._next += 1
+            index, row = self._rows[k]
             if index is None or index in self.done:
                 continue
-            if not (exited or k + 1 < seen or k + 1 < len(self._blocks)):
-                break  # its .debug block may still be growing
             self.done.add(index)
-            ready.append((index, row, self._blocks[k] if k < len(self._blocks) else None))
+            ready.append((index, row, block, discarded))
         return ready
 
     def missing(self) -> list[int]:
@@ -826,25 +876,43 @@ class _BatchTail:
     def notes(self, index: int) -> list[str]:
         return self._notes.pop(index, [])
 
-    def _grew(self, path: Path) -> bool:
-        try:
-            size = path.stat().st_size
-        except OSError:
-            return False
-        if size == self._sizes[path]:
-            return False
-        self._sizes[path] = size
-        data = path.read_bytes()
-        # Only whole lines: the tool may be in the middle of writing the last one.
-        self._text[path] = data[: data.rfind(b"\n") + 1].decode("utf-8", errors="replace")
-        return True
+    def _discarded(self, block: list[DebugRow] | None, exited: bool) -> set[str] | None:
+        """The block's Discarded perf configs; None: wait, its driver lines may be on the way."""
+        if self._driver is None or not block:
+            return set()
+        at = _driver_segment(self._driver, self._driver_at, block)
+        if at is None:
+            now = time.monotonic()
+            self._waiting_since = self._waiting_since or now
+            if not exited and now - self._waiting_since < DRIVER_LINES_GRACE_S:
+                return None
+            # Not there: this tool's stderr cannot be matched to its configs. No candidate
+            # is called Discarded from then on rather than one from another config's lines.
+            self._driver, self._waiting_since = None, None
+            return set()
+        self._waiting_since = None
+        segment = self._driver[at : at + len(block)]
+        self._driver_at = at + len(block)
+        return {pc for pc, verdict in segment if verdict == "Discarded"}
 
-    def _lines(self, path: Path) -> list[str]:
-        return self._text[path].splitlines(keepends=True)
+    def _new_lines(self, path: Path) -> list[str]:
+        """The whole lines written to `path` since the last call (the tool may be in the
+        middle of writing the last one)."""
+        try:
+            if path.stat().st_size == self._offsets[path]:
+                return []
+            with open(path, "rb") as f:
+                f.seek(self._offsets[path])
+                data = f.read()
+        except OSError:
+            return []
+        end = data.rfind(b"\n") + 1
+        self._offsets[path] += end
+        return data[:end].decode("utf-8", errors="replace").splitlines(keepends=True)
 
     def _read_rows(self) -> None:
         try:
-            rows = tuningdb.parse_tuning_db(self._lines(self.out), str(self.out)).rows
+            rows = tuningdb.parse_tuning_db(self._out_lines, str(self.out)).rows
         except InputError:
             return  # a malformed file: its configs end as unfinished, with the tool's status
         for row in rows[len(self._rows) :]:
@@ -857,16 +925,38 @@ class _BatchTail:
                     )
             self._rows.append((index, row))
 
+    def _read_debug(self, new: list[str]) -> None:
+        """Parse only the new lines (under the header), extending the blocks."""
+        skip = self._debug_lines
+        if self._debug_header is None:
+            self._debug_header, new, skip = new[0], new[1:], 1
+        self._debug_lines = skip + len(new)
+        rows = parse_debug_lines([self._debug_header, *new], self.debug, skip - 1)
+        for row in rows:
+            if self._blocks and self._blocks[-1][0].problem == row.problem:
+                self._blocks[-1].append(row)
+            else:
+                self._blocks.append([row])
 
-def _blocks(rows: list[DebugRow]) -> list[list[DebugRow]]:
-    """Consecutive `.debug` rows of the same problem, one block per config tuned."""
-    blocks: list[list[DebugRow]] = []
-    for row in rows:
-        if blocks and blocks[-1][0].problem == row.problem:
-            blocks[-1].append(row)
-        else:
-            blocks.append([row])
-    return blocks
+
+def _driver_segment(lines: list[tuple[str, str]], start: int, block: list[DebugRow]) -> int | None:
+    """Where `block`'s driver lines begin in `lines[start:]`: len(block) consecutive lines with
+    the block's perf configs (in any order), every candidate with TFlops printed with a time."""
+    n = len(block)
+    want = collections.Counter(r.perf_config for r in block)
+    timed = {r.perf_config for r in block if r.tflops is not None}
+    window = collections.Counter(pc for pc, _ in lines[start : start + n])
+    for i in range(start, len(lines) - n + 1):
+        if i > start:  # slide the window by one line
+            window[lines[i - 1][0]] -= 1
+            window[lines[i + n - 1][0]] += 1
+        if +window == want and timed <= {pc for pc, v in lines[i : i + n] if _has_time(v)}:
+            return i
+    return None
+
+
+def _has_time(verdict: str) -> bool:
+    return verdict not in ("Discarded", "N/A")
 
 
 def _config_states(out: Path) -> dict[str, str]:
@@ -972,8 +1062,9 @@ def read_debug_file(path: Path) -> list[DebugRow]:
         return parse_debug_lines(f, path)
 
 
-def parse_debug_lines(lines: Iterable[str], path: Path) -> list[DebugRow]:
-    """read_debug_file on text given as lines (a batch reads the file as the tool writes it)."""
+def parse_debug_lines(lines: Iterable[str], path: Path, skipped: int = 0) -> list[DebugRow]:
+    """read_debug_file on text given as lines (a batch reads the file as the tool writes it:
+    the header, then the lines after the first `skipped` data lines)."""
     reader = csv.reader(lines, delimiter="\t")
     header = next(reader, None)
     if not header:
@@ -986,7 +1077,7 @@ def parse_debug_lines(lines: Iterable[str], path: Path) -> list[DebugRow]:
     problem_cols = [i for i, name in enumerate(header) if name not in _CANDIDATE_COLUMNS]
     return [
         _debug_row(
-            path, reader.line_num, fields, len(header), pc_col, tf_col, ms_col
+            path, reader.line_num + skipped, fields, len(header), pc_col, tf_col, ms_col
         )._replace_problem(tuple(fields[i] for i in problem_cols))
         for fields in reader
         if fields and fields != header
@@ -1148,11 +1239,15 @@ def scrubbed_env() -> dict[str, str]:
 
 
 class _TailReader:
-    """Reads a pipe to its end in a thread of its own, keeping only the last `keep` bytes."""
+    """Reads a pipe to its end in a thread of its own, keeping only the last `keep` bytes.
+    With `driver`, it also keeps every driver line (`<perfConfig>\t<verdict>`) in order as it
+    reads, so none is lost to the trimming and none is searched for twice."""
 
-    def __init__(self, pipe: IO[bytes] | None, keep: int) -> None:
+    def __init__(self, pipe: IO[bytes] | None, keep: int, driver: bool = False) -> None:
         self.keep, self.data, self.dropped = keep, bytearray(), 0
         self.pipe = pipe
+        self.driver: list[tuple[str, str]] | None = [] if driver else None
+        self._partial = b""
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
 
@@ -1162,9 +1257,22 @@ class _TailReader:
         with contextlib.suppress(OSError, ValueError), self.pipe:  # ValueError: closed by a stop
             while chunk := self.pipe.read1(64 << 10):
                 self.data += chunk
+                if self.driver is not None:
+                    self._collect(chunk)
                 if len(self.data) > 2 * self.keep:  # trim in bulk, not on every chunk
                     self.dropped += len(self.data) - self.keep
                     del self.data[: len(self.data) - self.keep]
+
+    def _collect(self, chunk: bytes) -> None:
+        text = self._partial + chunk
+        end = text.rfind(b"\n") + 1  # only whole lines: the rest comes with the next chunk
+        self._partial = text[end:]
+        self.driver.extend(  # list.extend is atomic: the poller reads it from another thread
+            [
+                (pc.decode(errors="replace"), v.decode())
+                for pc, v in _DRIVER_RE.findall(text, 0, end)
+            ]
+        )
 
     def join(self, timeout: float | None = None) -> None:
         self.thread.join(timeout)
