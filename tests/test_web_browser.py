@@ -269,9 +269,15 @@ def test_farm_page_follows_a_worker_live(page, site, tmp_path):
         page.tab.wait_for_selector(f"#workers a[href='/sessions/{sid}']", timeout=30_000)
         page.shot("farm-live")
         # …and the session's completed count climbs to 4 without a reload.
+        # Columns found by their headers: the table grows columns (waiting came with issue 16).
         page.tab.wait_for_function(
-            f"""() => [...document.querySelectorAll('#sessions tbody tr')].some(tr =>
-                tr.cells[0].innerText === '{sid}' && tr.cells[5].innerText === '4')""",
+            f"""() => {{
+                const heads = [...document.querySelectorAll('#sessions thead th')]
+                    .map(th => th.innerText.trim());
+                const done = heads.indexOf('completed');
+                return done > 0 && [...document.querySelectorAll('#sessions tbody tr')].some(tr =>
+                    tr.cells[0].innerText === '{sid}' && tr.cells[done].innerText === '4');
+            }}""",
             timeout=60_000,
         )
         assert worker.wait(timeout=60) == 0
