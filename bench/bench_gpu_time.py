@@ -237,7 +237,7 @@ def problem_lines(n: int) -> list[str]:
         (m, nn, k)
         for m in (128, 256, 384, 512, 768, 1024, 2048, 4096)
         for nn in (256, 768, 2304, 3072)
-        for k in (64, 768, 3072)
+        for k in (64, 256, 768, 1024, 3072)
     ]
     if n > len(shapes):
         raise SystemExit(f"--problems: at most {len(shapes)}")
