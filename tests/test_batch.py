@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +15,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from clitools import mlirtuna_argv, run_cli, subprocess_env
-from test_rocmlir_tuner import FAKE
+from test_rocmlir_tuner import fake_build
 
 from mlirtuna import configs, jobs, queue, sessions
 from mlirtuna.models import Attempt, Candidate, Job, Result
@@ -32,13 +30,7 @@ ARCH_FULL = "gfx942:sramecc+:xnack-"
 
 @pytest.fixture
 def build(tmp_path, monkeypatch):
-    """A copy of the stand-in rocMLIR build, with no FAKE_* setting left from elsewhere."""
-    build = tmp_path / "build"
-    shutil.copytree(FAKE, build)
-    for name in list(os.environ):
-        if name.startswith("FAKE_") or name in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("MLIRTUNA_ROCMLIR_PYTHON", sys.executable)
+    build = fake_build(tmp_path, monkeypatch)
     return build
 
 

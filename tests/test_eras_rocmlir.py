@@ -6,15 +6,13 @@ the recorded candidates reads back exactly."""
 from __future__ import annotations
 
 import math
-import os
 import shutil
-import sys
 
 import pytest
 import sqlalchemy as sa
 from clitools import cli
 from debug_reader import best_per_problem, read_debug
-from test_rocmlir_tuner import FAKE, GEMM, calls, context, tuner, tuning_calls
+from test_rocmlir_tuner import GEMM, calls, context, fake_build, tuner, tuning_calls
 from test_rocmlir_worker import rocmlir_session, work
 
 from mlirtuna import export, keys, sessions
@@ -44,14 +42,7 @@ E4_SETTINGS = dict(rep_ms=50, warmup_ms=10, gpu_run_timeout_s=30, lfbo_effort="f
 
 @pytest.fixture
 def build(tmp_path, monkeypatch):
-    """A private copy of the stand-in build dir, a clean environment, argv logged."""
-    build = tmp_path / "build"
-    shutil.copytree(FAKE, build)
-    for name in list(os.environ):
-        if name.startswith(("FAKE_", "MLIRTUNA_ROCMLIR")) or name.endswith("_VISIBLE_DEVICES"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("FAKE_TUNINGRUNNER_LOG", str(tmp_path / "argv.jsonl"))
-    monkeypatch.setenv("MLIRTUNA_ROCMLIR_PYTHON", sys.executable)
+    build = fake_build(tmp_path, monkeypatch, log=True)
     return build
 
 

@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import sys
 import time
 
 import pytest
 import sqlalchemy as sa
 from clitools import cli
 from test_results import gemm, new_session
-from test_rocmlir_tuner import FAKE
+from test_rocmlir_tuner import fake_build
 from test_rocmlir_worker import rocmlir_session, work
 from threadpoolctl import threadpool_info
 
@@ -187,13 +184,7 @@ def test_topk_is_a_session_setting(db, db_url, tmp_path) -> None:
 
 @pytest.fixture
 def build(tmp_path, monkeypatch):
-    """A build dir holding the stand-in tuningRunner (as test_rocmlir_worker's fixture)."""
-    build = tmp_path / "build"
-    shutil.copytree(FAKE, build)
-    for name in list(os.environ):
-        if name.startswith("FAKE_") or name in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("MLIRTUNA_ROCMLIR_PYTHON", sys.executable)
+    build = fake_build(tmp_path, monkeypatch)
     return build
 
 

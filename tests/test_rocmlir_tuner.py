@@ -54,20 +54,24 @@ def load_stand_in() -> ModuleType:
 STAND_IN = load_stand_in()
 
 
-@pytest.fixture
-def build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private copy of the stand-in build dir (the tool's cwd), and a clean environment."""
+def fake_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, log: bool = False) -> Path:
+    """A private copy of the stand-in build dir (the tool's cwd) and a clean environment: no
+    FAKE_* or MLIRTUNA_ROCMLIR* setting and no pinned GPU left from elsewhere. Shared by every
+    test file that drives the stand-in; `log` records each invocation's argv."""
     build = tmp_path / "build"
     shutil.copytree(FAKE, build)
     for name in list(os.environ):
-        if name.startswith(("FAKE_", "MLIRTUNA_ROCMLIR")) or name in (
-            "ROCR_VISIBLE_DEVICES",
-            "HIP_VISIBLE_DEVICES",
-        ):
+        if name.startswith(("FAKE_", "MLIRTUNA_ROCMLIR")) or name.endswith("_VISIBLE_DEVICES"):
             monkeypatch.delenv(name)
-    monkeypatch.setenv("FAKE_TUNINGRUNNER_LOG", str(tmp_path / "argv.jsonl"))
+    if log:
+        monkeypatch.setenv("FAKE_TUNINGRUNNER_LOG", str(tmp_path / "argv.jsonl"))
     monkeypatch.setenv("MLIRTUNA_ROCMLIR_PYTHON", sys.executable)
     return build
+
+
+@pytest.fixture
+def build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    return fake_build(tmp_path, monkeypatch, log=True)
 
 
 def calls(build: Path) -> list[dict]:

@@ -3,14 +3,12 @@ gets recorded, and every fault ends as the right job state and message."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 
 import pytest
 import sqlalchemy as sa
 from clitools import run_cli
-from test_rocmlir_tuner import ARCH_FULL, ATTN, CONV, FAKE, GEMM, _pid_alive, expected
+from test_rocmlir_tuner import ARCH_FULL, ATTN, CONV, GEMM, _pid_alive, expected, fake_build
 
 from mlirtuna import configs, jobs, sessions
 from mlirtuna.models import Candidate, Job, Result
@@ -23,12 +21,7 @@ LINES = {"gemm": GEMM, "conv": CONV, "attention": ATTN}
 
 @pytest.fixture
 def build(tmp_path, monkeypatch):
-    build = tmp_path / "build"
-    shutil.copytree(FAKE, build)
-    for name in list(os.environ):
-        if name.startswith("FAKE_") or name in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("MLIRTUNA_ROCMLIR_PYTHON", sys.executable)
+    build = fake_build(tmp_path, monkeypatch)
     return build
 
 

@@ -3,14 +3,12 @@ retired and deleted; what a tuner can never run fails at once (issue 10, points 
 
 from __future__ import annotations
 
-import os
-import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from clitools import cli, run_cli
+from test_rocmlir_tuner import fake_build
 
 from mlirtuna import configs, export, jobs, queue, sessions
 from mlirtuna.db import Database
@@ -31,12 +29,7 @@ ROCMLIR = {"arch_full": "gfx942:sramecc+:xnack-", "num_cu": 304, "num_chiplets":
 
 @pytest.fixture
 def build(tmp_path, monkeypatch):
-    build = tmp_path / "build"
-    shutil.copytree(FAKE, build)
-    for name in list(os.environ):
-        if name.startswith("FAKE_") or name in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("MLIRTUNA_ROCMLIR_PYTHON", sys.executable)
+    build = fake_build(tmp_path, monkeypatch)
     return build
 
 

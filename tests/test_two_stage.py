@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +16,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from clitools import cli, mlirtuna_argv, run_cli, subprocess_env
-from test_rocmlir_tuner import ARCH_FULL, FAKE
+from test_rocmlir_tuner import ARCH_FULL, fake_build
 
 from mlirtuna import bundles, configs, jobs, queue, sessions
 from mlirtuna.models import Attempt, Bundle, BundleChunk, Candidate, Job, Result
@@ -37,13 +35,8 @@ def gemm(m: int) -> str:
 
 @pytest.fixture
 def build(tmp_path, monkeypatch):
-    build = tmp_path / "build"
-    shutil.copytree(FAKE, build)
-    for name in list(os.environ):
-        if name.startswith("FAKE_") or name in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
-            monkeypatch.delenv(name)
+    build = fake_build(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E4")
-    monkeypatch.setenv("MLIRTUNA_ROCMLIR_PYTHON", sys.executable)
     return build
 
 

@@ -320,10 +320,7 @@ class RocmlirTuner:
         self._check_context(ctx, era)
         with tempfile.TemporaryDirectory(prefix="mlirtuna-rocmlir-") as tmp:
             out = Path(tmp) / "tuning.tsv"
-            if problem.op == "fusion":
-                module = _module_path(out, problem)
-                module.parent.mkdir()
-                module.write_text(problem.module_text, encoding="utf-8")
+            _write_module(out, problem)
             argv = self.command(problem, ctx, out)
             run = self._run(argv, self._env(ctx, era), ctx.timeout_s)
             return self._outcome(problem, ctx, out, run, self.two_stage(ctx))
@@ -419,10 +416,7 @@ class RocmlirTuner:
         self._check_context(ctx, era)
         with tempfile.TemporaryDirectory(prefix="mlirtuna-rocmlir-") as tmp:
             out = Path(tmp) / "tuning.tsv"
-            if problem.op == "fusion":
-                module = _module_path(out, problem)
-                module.parent.mkdir()
-                module.write_text(problem.module_text, encoding="utf-8")
+            _write_module(out, problem)
             argv = [*self.command(problem, ctx, out), f"--benchmark-artifacts={artifacts}"]
             run = self._run(argv, self._env(ctx, era), ctx.timeout_s)
             if run.returncode != 0 and _commit_refused(run.stderr):
@@ -1001,6 +995,14 @@ def _batch_failure(run: _Run, out: Path, timed_out: float | None) -> TunerError:
             "tuningRunner exited 0 but wrote no result for this config", detail=_tail(run.stderr)
         )
     return _failure(run, out)
+
+
+def _write_module(out: Path, problem: Problem) -> None:
+    """A fusion problem's module, written where the tool's command line will name it."""
+    if problem.op == "fusion":
+        module = _module_path(out, problem)
+        module.parent.mkdir()
+        module.write_text(problem.module_text, encoding="utf-8")
 
 
 def _module_path(out: Path, problem: Problem) -> Path:
