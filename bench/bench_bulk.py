@@ -9,8 +9,8 @@ MLIRTUNA_TEST_MYSQL (the test suite's variables); each repeat creates a throwawa
 and drops it afterwards. Prints a Markdown table of the median seconds over --repeat runs.
 
 Each repeat, per backend, on fresh databases:
-- import: `configs.import_files` of an N-line gemm config list (synthetic, valid, distinct);
-- import-tsv: `history.import_tsv` of an N-line v3 tuning DB of the same problems (creates the
+- import: `catalog.import_files` of an N-line gemm config list (synthetic, valid, distinct);
+- import-tsv: `tsvimport.import_tsv` of an N-line v3 tuning DB of the same problems (creates the
   problems, one session, N results);
 - export: `export.export` of that session to a v3 file;
 - compare: `compare` of the session against the exported file, re-canonicalizing the file's
@@ -38,10 +38,12 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from mlirtuna import compare, configs, export, history, jobs, sessions
+from mlirtuna import catalog, sessions
 from mlirtuna.cli import common, jobscmd
 from mlirtuna.db import Database, resolve_url
+from mlirtuna.history import compare, export, tsvimport
 from mlirtuna.problems import ExpandOptions
+from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
 
 STEPS = ("import", "import-tsv", "export", "compare", "jobs load", "jobs list", "jobs list --all")
@@ -118,8 +120,8 @@ def one_round(
     configs_path, tsv_path = inputs
     out_path = str(folder / "export.tsv")
     steps: dict[str, Callable[[Database], object]] = {
-        "import": lambda db: configs.import_files(db, "gemm", [configs_path], ExpandOptions()),
-        "import-tsv": lambda db: history.import_tsv(db, "gemm", [tsv_path]),
+        "import": lambda db: catalog.import_files(db, "gemm", [configs_path], ExpandOptions()),
+        "import-tsv": lambda db: tsvimport.import_tsv(db, "gemm", [tsv_path]),
         "export": lambda db: export.export(db, export.ExportQuery(arch="gfx942"), "v3", out_path),
         "compare": lambda db: compare.compare(
             *compare.load_sides("1", out_path, "gemm", lambda: db)

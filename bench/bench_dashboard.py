@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import common
 from gen_dashboard_data import SMOKE, Size, generate
 
-from mlirtuna.models import ERROR, Job, Result
+from mlirtuna.db.models import ERROR, Job, Result
 
 
 def urls(db_url: str, size: Size) -> dict[str, list[str]]:

@@ -50,9 +50,9 @@ from pathlib import Path
 import common
 import sqlalchemy as sa
 
-from mlirtuna import jobs
 from mlirtuna.db import Database
-from mlirtuna.models import COMPLETED, Attempt, Job
+from mlirtuna.db.models import COMPLETED, Attempt, Job
+from mlirtuna.queue import jobs
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_BUILD = ROOT / "tests" / "fake_rocmlir"

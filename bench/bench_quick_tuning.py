@@ -33,14 +33,16 @@ import common
 import numpy as np
 import sqlalchemy as sa
 
-from mlirtuna import configs, jobs, quick, sessions
+from mlirtuna import catalog, sessions
 from mlirtuna.db import Database
-from mlirtuna.models import Candidate, Result
+from mlirtuna.db.models import Candidate, Result
+from mlirtuna.history import quick
 from mlirtuna.problems import ExpandOptions, Problem
 from mlirtuna.problems.configlist import read_config_list
+from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.tuners.cpu import CpuTuner, parse_blocks
-from mlirtuna.tuners.cpu_kernels import make_op
+from mlirtuna.tuners.cpu.kernels import make_op
 from mlirtuna.worker import Worker, WorkerSettings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,8 +84,8 @@ def pick(op: str, n: int) -> list[Problem]:
 
 def tag(db: Database, op: str, problems: list[Problem], name: str) -> dict[str, int]:
     with db.session() as s:
-        ids, _ = configs.ensure_problems(s, op, problems)
-        configs.tag_problems(s, name, dict.fromkeys(ids.values(), 0))
+        ids, _ = catalog.ensure_problems(s, op, problems)
+        catalog.tag_problems(s, name, dict.fromkeys(ids.values(), 0))
     return ids
 
 

@@ -18,7 +18,7 @@ import common
 import sqlalchemy as sa
 
 from mlirtuna.db import Database, resolve_url
-from mlirtuna.models import Attempt, Job
+from mlirtuna.db.models import Attempt, Job
 
 SLEEP_S = 0.2
 JOBS_PER_WORKER = 10

@@ -32,10 +32,11 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from mlirtuna import configs, jobs, machine, sessions
+from mlirtuna import catalog, machine, sessions
 from mlirtuna.db import Database, resolve_url
-from mlirtuna.models import COMPLETED, Job
+from mlirtuna.db.models import COMPLETED, Job
 from mlirtuna.problems import parse
+from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
 
 BACKENDS = ("sqlite", "postgresql", "mysql")
@@ -177,8 +178,8 @@ def make_session(db: Database, n_jobs: int) -> int:
     line = "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m {} -n 8 -k 8"
     problems = [parse("gemm", line.format(i + 1)) for i in range(n_jobs)]
     with db.session(immediate=True) as s:
-        ids, _ = configs.ensure_problems(s, "gemm", problems)
-        configs.tag_problems(s, tag, dict.fromkeys(ids.values(), 0))
+        ids, _ = catalog.ensure_problems(s, "gemm", problems)
+        catalog.tag_problems(s, tag, dict.fromkeys(ids.values(), 0))
     sess = sessions.create(db, SessionSpec(tuner="sleep", reason="bench"))
     jobs.load(db, sess.id, tag=tag)
     return sess.id

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from clitools import mlirtuna_argv, run_cli, subprocess_env
+from support.clitools import mlirtuna_argv, run_cli, subprocess_env
 from test_rocmlir_tuner import fake_build
 
-from mlirtuna import configs, jobs, queue, sessions
-from mlirtuna.models import Attempt, Candidate, Job, Result
+from mlirtuna import catalog, queue, sessions
+from mlirtuna.db.models import Attempt, Candidate, Job, Result
 from mlirtuna.problems import ExpandOptions
-from mlirtuna.queue import Claimant
+from mlirtuna.queue import Claimant, jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.tuners.rocmlir import _driver_segment, parse_debug_lines
 from mlirtuna.worker import Worker, WorkerSettings
@@ -61,7 +61,7 @@ def gemm_lines(n: int) -> list[str]:
 def session_of(db, tmp_path, lines: list[str], op: str = "gemm", tag: str = "b") -> int:
     path = tmp_path / f"{tag}-configs"
     path.write_text("".join(f"{line}\n" for line in lines))
-    configs.import_files(db, op, [str(path)], ExpandOptions(expand=False), tag=tag)
+    catalog.import_files(db, op, [str(path)], ExpandOptions(expand=False), tag=tag)
     spec = SessionSpec(
         tuner="rocmlir", arch_full=ARCH_FULL, num_cu=304, num_chiplets=8, tuning_space="quick",
         rocm_v="6.4", mlir_v="abc",
@@ -358,7 +358,7 @@ def test_a_batch_claim_whose_reply_was_lost_counts_once(db, tmp_path, monkeypatc
     monkeypatch.setattr(worker_module, "DB_RETRY_S", 0.05)
     path = tmp_path / "gemm"
     path.write_text("".join(f"{line}\n" for line in gemm_lines(6)))
-    configs.import_files(db, "gemm", [str(path)], tag="s")
+    catalog.import_files(db, "gemm", [str(path)], tag="s")
     sid = sessions.create(db, SessionSpec(tuner="sleep")).id
     jobs.load(db, sid, tag="s")
     settings = WorkerSettings(session_id=sid, tuner="sleep", until_empty=True, batch=4)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 import typer
-from clitools import subprocess_env
+from support.clitools import subprocess_env
 from typer.testing import CliRunner
 
 from mlirtuna import __version__

@@ -9,12 +9,13 @@ import subprocess
 import sys
 
 import pytest
-from clitools import cli, subprocess_env
+from support.clitools import cli, subprocess_env
 from test_results import gemm, new_session, tune
 from test_run import two_job_session
 
-from mlirtuna import configs, jobs, queue
+from mlirtuna import catalog, queue
 from mlirtuna.problems import ExpandOptions
+from mlirtuna.queue import jobs
 from mlirtuna.tuners.base import Candidate, TuneOutcome
 
 READ_COMMANDS = [
@@ -156,7 +157,7 @@ def test_every_table_has_csv_and_json(db, db_url, tmp_path, args):
 def test_jobs_list_pages(db, db_url, tmp_path):
     sid = new_session(db)
     (tmp_path / "many").write_text("".join(gemm(m) + "\n" for m in range(1, 61)))
-    configs.import_files(db, "gemm", [str(tmp_path / "many")], ExpandOptions(expand=False), "m")
+    catalog.import_files(db, "gemm", [str(tmp_path / "many")], ExpandOptions(expand=False), "m")
     jobs.load(db, sid, tag="m")
     first = cli(db_url, "jobs", "list", "--session", str(sid), "--json")
     ids = [j["id"] for j in first.json()]

@@ -6,12 +6,14 @@ import math
 from pathlib import Path
 
 import pytest
-from clitools import cli
+from support.clitools import cli
 from test_results import gemm, new_session, put_results, tune
 
-from mlirtuna import compare, configs, jobs
+from mlirtuna import catalog
 from mlirtuna.errors import InputError, UserError
+from mlirtuna.history import compare
 from mlirtuna.problems import ExpandOptions
+from mlirtuna.queue import jobs
 
 V = [gemm(m) for m in (16, 32, 64, 128)]
 JSON_KEYS = {"common", "same_winner", "geomean_ratio", "regressions", "only_a", "only_b"}
@@ -81,7 +83,7 @@ def test_problems_missing_from_b_fail_unless_allowed(db, db_url, tmp_path):
     tune(db, tmp_path, a, V[:3])
     tune(db, tmp_path, b, V[:2])
     (tmp_path / "late").write_text(V[2] + "\n")
-    configs.import_files(db, "gemm", [str(tmp_path / "late")], ExpandOptions(expand=False), "t")
+    catalog.import_files(db, "gemm", [str(tmp_path / "late")], ExpandOptions(expand=False), "t")
     assert jobs.load(db, b, tag="t").added == 1 and jobs.cancel(db, b, None) == 1
     got = cli(db_url, "compare", str(a), str(b), "--json").json()
     assert got["missing_in_b"] == [V[2]] and got["regressions"] == [] and got["only_a"] == 1

@@ -10,8 +10,9 @@ import threading
 import sqlalchemy as sa
 from conftest import DATA
 
-from mlirtuna import configs, jobs, sessions
-from mlirtuna.models import Job, Problem
+from mlirtuna import catalog, sessions
+from mlirtuna.db.models import Job, Problem
+from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
 
 
@@ -38,7 +39,7 @@ def test_concurrent_imports_and_loads_both_succeed(db):
     path = str(DATA / "tier1-gemm-configs")
     for round_ in range(3):  # the race is not hit every time: give it a few chances
         tag = f"r{round_}"
-        reports = _at_once(3, lambda tag=tag: configs.import_files(db, "gemm", [path], tag=tag))
+        reports = _at_once(3, lambda tag=tag: catalog.import_files(db, "gemm", [path], tag=tag))
         assert len({r.problems for r in reports}) == 1
         sess = sessions.create(db, SessionSpec(tuner="sleep"))
         loads = _at_once(3, lambda s=sess, tag=tag: jobs.load(db, s.id, tag=tag))

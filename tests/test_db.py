@@ -9,8 +9,8 @@ from alembic.runtime.migration import MigrationContext
 
 from mlirtuna import migrations
 from mlirtuna.db import Database, db_now, mask, resolve_url, utcnow
+from mlirtuna.db.models import Base
 from mlirtuna.errors import DatabaseError, SchemaOutdated
-from mlirtuna.models import Base
 
 
 def test_migrations_match_models(db):

@@ -15,15 +15,15 @@ import psycopg
 import pymysql
 import pytest
 import sqlalchemy as sa
-from clitools import run_cli
-from ownservers import OwnPostgres
+from support.clitools import run_cli
+from support.ownservers import OwnPostgres
 from test_worker import _states, _wait_for, make_session, start_worker, stderr_of
 
 from mlirtuna import db as dbmod
 from mlirtuna import queue, worker
 from mlirtuna.db import ROLLED_BACK, UNAVAILABLE, Database, fault_of
+from mlirtuna.db.models import Attempt, Job
 from mlirtuna.errors import DatabaseUnavailable
-from mlirtuna.models import Attempt, Job
 from mlirtuna.queue import Claimant
 from mlirtuna.tuners.sleep import SleepTuner
 from mlirtuna.worker import Heartbeat, Worker, WorkerSettings

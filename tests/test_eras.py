@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from clitools import cli
 from conftest import DATA
-from perfrunner_reader import read_tuning_db
+from support.clitools import cli
+from support.perfrunner_reader import read_tuning_db
 
-from mlirtuna import compare, export, history, keys, tuningdb
+from mlirtuna import keys
+from mlirtuna.db.models import ERROR, Job, Problem, Result, TuningSession
 from mlirtuna.errors import InputError
-from mlirtuna.export import ExportQuery
-from mlirtuna.models import ERROR, Job, Problem, Result, TuningSession
+from mlirtuna.history import compare, export, tsvimport, tuningdb
+from mlirtuna.history.export import ExportQuery
 
 ERAS = DATA / "eras"
 A = "gfx942:sramecc+:xnack-"
@@ -139,8 +140,8 @@ FIXTURES = {
 @pytest.mark.parametrize("name", sorted(FIXTURES))
 def test_every_era_imports_with_families(db, name: str) -> None:
     want_sessions, want_results, want_skipped, families = FIXTURES[name]
-    fill = history.Fill(num_cu=110)  # only the legacy file lacks numCUs
-    report = history.import_tsv(db, "gemm", [str(ERAS / name)], fill=fill)
+    fill = tsvimport.Fill(num_cu=110)  # only the legacy file lacks numCUs
+    report = tsvimport.import_tsv(db, "gemm", [str(ERAS / name)], fill=fill)
     assert (len(report.sessions), report.results, report.skipped) == (
         want_sessions,
         want_results,
@@ -183,7 +184,7 @@ def test_e25_sections_are_sessions_and_errors_failed_jobs(db, db_url) -> None:
 
 
 def test_e4_keys_keep_their_form_and_export_writes_either(db, tmp_path) -> None:
-    (x,) = history.import_tsv(db, "gemm", [str(ERAS / "e4-splitk.tsv")]).sessions
+    (x,) = tsvimport.import_tsv(db, "gemm", [str(ERAS / "e4-splitk.tsv")]).sessions
     assert x.key_form == "split-k"
     stored = results_of(db, x.id)
     assert {tv: suffix for tv, (_, _, suffix) in stored.items()} == {
@@ -213,7 +214,7 @@ def test_e4_keys_keep_their_form_and_export_writes_either(db, tmp_path) -> None:
 
 
 def test_plain_session_exports_split_k_keys_on_request(db, tmp_path) -> None:
-    (x,) = history.import_tsv(db, "gemm", [str(ERAS / "e3.tsv")]).sessions
+    (x,) = tsvimport.import_tsv(db, "gemm", [str(ERAS / "e3.tsv")]).sessions
     assert x.key_form == "plain"
     out = tmp_path / "for-newest.tsv"
     export.export(db, ExportQuery(sessions=(x.id,), key_format="split-k"), "v3", str(out))
@@ -230,8 +231,8 @@ def test_compare_old_format_against_new_format(db) -> None:
     assert (result.common, result.only_a, result.only_b) == (2, 1, 1)
     assert result.geomean_ratio == pytest.approx(((66.0 / 60.0) * (21.0 / 20.0)) ** 0.5)
     # The same through sessions, and without --op (the op read off the vector).
-    a = history.import_tsv(db, "gemm", [str(ERAS / "e3.tsv")]).sessions[0].id
-    b = history.import_tsv(db, "gemm", [str(ERAS / "e4-splitk.tsv")]).sessions[0].id
+    a = tsvimport.import_tsv(db, "gemm", [str(ERAS / "e3.tsv")]).sessions[0].id
+    b = tsvimport.import_tsv(db, "gemm", [str(ERAS / "e4-splitk.tsv")]).sessions[0].id
     by_session = compare.compare(*compare.load_sides(str(a), str(b), None, lambda: db))
     assert (by_session.common, by_session.only_a, by_session.only_b) == (2, 1, 1)
     no_op = compare.compare(
@@ -244,12 +245,12 @@ def test_compare_old_format_against_new_format(db) -> None:
 @pytest.mark.parametrize("fmt", ["v3", "v2"])
 def test_every_era_round_trips(db, tmp_path, name: str, fmt: str) -> None:
     """import -> export -> import again: the same winners under the same keys."""
-    fill = history.Fill(num_cu=110)
-    report = history.import_tsv(db, "gemm", [str(ERAS / name)], fill=fill)
+    fill = tsvimport.Fill(num_cu=110)
+    report = tsvimport.import_tsv(db, "gemm", [str(ERAS / name)], fill=fill)
     for x in report.sessions:
         out = tmp_path / f"{x.id}.tsv"
         export.export(db, ExportQuery(sessions=(x.id,)), fmt, str(out))
-        (again,) = history.import_tsv(db, "gemm", [str(out)], fill=fill).sessions
+        (again,) = tsvimport.import_tsv(db, "gemm", [str(out)], fill=fill).sessions
         assert results_of(db, again.id) == {
             tv: (pc, fam, without_fusions(suffix))
             for tv, (pc, fam, suffix) in results_of(db, x.id).items()
@@ -315,11 +316,11 @@ def test_attention_plain_key_is_split_k_false(db, tmp_path) -> None:
     result = compare.compare(*compare.load_sides(old, new, "attention", lambda: db))
     assert (result.common, result.only_a, result.only_b) == (1, 0, 0)
     assert result.geomean_ratio == pytest.approx(99.0 / 90.0)
-    (x,) = history.import_tsv(db, "attention", [new]).sessions
+    (x,) = tsvimport.import_tsv(db, "attention", [new]).sessions
     assert x.key_form == "split-k"
     ((_, family, suffix),) = results_of(db, x.id).values()
     assert (family, suffix) == ("attn:named", "-supportsSplitK false")
-    (y,) = history.import_tsv(db, "attention", [old]).sessions
+    (y,) = tsvimport.import_tsv(db, "attention", [old]).sessions
     out = tmp_path / "attn.tsv"
     export.export(db, ExportQuery(sessions=(y.id,), key_format="split-k"), "v3", str(out))
     ((key, perf),) = ((k[3], v) for k, v in read_tuning_db(str(out)).items())

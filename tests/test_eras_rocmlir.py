@@ -10,15 +10,16 @@ import shutil
 
 import pytest
 import sqlalchemy as sa
-from clitools import cli
-from debug_reader import best_per_problem, read_debug
+from support.clitools import cli
+from support.debug_reader import best_per_problem, read_debug
 from test_rocmlir_tuner import GEMM, calls, context, fake_build, tuner, tuning_calls
 from test_rocmlir_worker import rocmlir_session, work
 
-from mlirtuna import export, keys, sessions
+from mlirtuna import keys, sessions
+from mlirtuna.db.models import Candidate, Job, Result
 from mlirtuna.errors import TunerError, UserError
-from mlirtuna.export import ExportQuery
-from mlirtuna.models import Candidate, Job, Result
+from mlirtuna.history import export
+from mlirtuna.history.export import ExportQuery
 from mlirtuna.problems import parse
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.tuners import rocmlir
@@ -178,7 +179,7 @@ def test_worker_drives_each_era_and_debug_export_reads_back(db, tmp_path, build,
     sid = rocmlir_session(db, tmp_path, "gemm", "quick" if era != "E4" else "full")
     if era == "E4":
         with db.session() as s:  # the E4 settings of this session, passed through
-            from mlirtuna.models import TuningSession
+            from mlirtuna.db.models import TuningSession
 
             s.get(TuningSession, sid).rep_ms = 60
     assert work(db, sid, build).stats.completed == 1

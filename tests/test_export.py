@@ -6,13 +6,13 @@ import json
 import re
 
 import sqlalchemy as sa
-from clitools import cli
-from perfrunner_reader import read_tuning_db
+from support.clitools import cli
+from support.perfrunner_reader import read_tuning_db
 from test_results import FULL, gemm, m_of, new_session, put_results, tune
 
-from mlirtuna import export, tuningdb
-from mlirtuna.export import ExportQuery
-from mlirtuna.models import NEW, Job, Result
+from mlirtuna.db.models import NEW, Job, Result
+from mlirtuna.history import export, tuningdb
+from mlirtuna.history.export import ExportQuery
 from mlirtuna.problems import parse
 
 # Literal from rocMLIR's tests/test_tuningRunner.py (rocmlir-interfaces §1d).

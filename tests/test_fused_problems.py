@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from perfrunner_keys import read_key
+from support.perfrunner_keys import read_key
 
 from mlirtuna.errors import InputError
 from mlirtuna.problems import expand, expand_problems, from_columns, parse, problem_class

@@ -8,12 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sqlalchemy as sa
-from perfrunner_reader import read_tuning_db
+from support.perfrunner_reader import read_tuning_db
 
-from mlirtuna import compare, configs, export, fusion, history, jobs, migrations, results, sessions
+from mlirtuna import catalog, fusion, migrations, sessions
 from mlirtuna.db import Database
-from mlirtuna.models import COMPLETED, Candidate, FusionConfig, Job, Problem
+from mlirtuna.db.models import COMPLETED, Candidate, FusionConfig, Job, Problem
+from mlirtuna.history import compare, export, tsvimport, winners
 from mlirtuna.problems import parse
+from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.tuners.base import TuneContext
 from mlirtuna.tuners.cpu import CpuTuner
@@ -46,7 +48,7 @@ def test_migration_upgrades_an_old_database_in_place(empty_db_url):
     db = Database(empty_db_url)
     with db.session() as s:
         assert s.scalars(sa.select(Problem.test_vector)).all() == ["-t f32"]
-    report = configs.import_files(db, "gemm_gemm", [str(DATA / "tier1-gemmgemm-configs")])
+    report = catalog.import_files(db, "gemm_gemm", [str(DATA / "tier1-gemmgemm-configs")])
     assert report.new == 14
     db.dispose()
 
@@ -69,9 +71,9 @@ def test_every_fusion_module_tunes_on_the_queue(db, tmp_path):
         ).all()
     assert dict(states) == {COMPLETED: len(MODULES)}
     assert len(tried) == len(MODULES) and all(n == valid > 0 for _, n, valid in tried)
-    winners = results.winners(db, sid, "fusion")
-    assert len(winners) == len(MODULES)
-    assert all(" @" in w.test_vector and ": " in w.test_vector for w in winners)  # file @fn: key
+    best = winners.winners(db, sid, "fusion")
+    assert len(best) == len(MODULES)
+    assert all(" @" in w.test_vector and ": " in w.test_vector for w in best)  # file @fn: key
     shown = jobs.list_jobs(db, sid)
     assert all(j.test_vector.split(" @")[0].endswith(".mlir") for j in shown)
 
@@ -91,7 +93,7 @@ def test_a_plain_problem_wins_over_a_fusion_with_its_key(db):
     fusion.import_modules(db, [str(FUSION / "resnet50" / "mixr-resnet-fusion-case-4.mlir")])
     with db.session() as s:
         key = s.scalar(sa.select(FusionConfig.tuning_key))
-        ids, _ = configs.ensure_problems(s, "conv", [parse("conv", key)])
+        ids, _ = catalog.ensure_problems(s, "conv", [parse("conv", key)])
     sid = sessions.create(db, SessionSpec(tuner="cpu", tuning_space="quick")).id
     jobs.load(db, sid, all_problems=True)
     drain(db, sid)
@@ -114,8 +116,8 @@ def test_gemm_gemm_and_conv_gemm_tune_export_and_come_back(db, tmp_path, dtype):
         f"-t {dtype} -transC false -transO true -n 1 -c 8 -H 9 -W 9 -k 16 -y 3 -x 3 -p 1 -q 1 "
         "-u 2 -v 2 -l 1 -j 1 -g 2 -gemmO 12\n"
     )
-    assert configs.import_files(db, "gemm_gemm", [str(gg)]).problems == 2  # -transO
-    assert configs.import_files(db, "conv_gemm", [str(cg)]).problems == 4  # -f x -I
+    assert catalog.import_files(db, "gemm_gemm", [str(gg)]).problems == 2  # -transO
+    assert catalog.import_files(db, "conv_gemm", [str(cg)]).problems == 4  # -f x -I
     sid = sessions.create(db, SessionSpec(tuner="cpu", tuning_space="quick")).id
     jobs.load(db, sid, all_problems=True)
     drain(db, sid)
@@ -124,11 +126,11 @@ def test_gemm_gemm_and_conv_gemm_tune_export_and_come_back(db, tmp_path, dtype):
         out = tmp_path / f"{op}.tsv"
         done = export.export(db, export.ExportQuery(sessions=(sid,), op=op), "v3", str(out))
         assert done.rows == n
-        back = history.import_tsv(db, op, [str(out)])
+        back = tsvimport.import_tsv(db, op, [str(out)])
         assert (back.results, back.new_problems) == (n, 0)
         same = compare.compare(compare.session_side(db, sid, op), compare.tsv_side(str(out), op))
         assert not same.regressions
-    assert len(results.winners(db, sid, "gemm_gemm")) == 2
+    assert len(winners.winners(db, sid, "gemm_gemm")) == 2
 
 
 def test_fused_kernels_are_verified(monkeypatch):
@@ -172,7 +174,7 @@ def test_a_module_the_cpu_cannot_run_is_one_error_not_retried(db, tmp_path):
 
 
 def test_cli_bad_input_is_one_line_and_exit_2(db, db_url, tmp_path):
-    from clitools import cli
+    from support.clitools import cli
 
     bad = tmp_path / "gg"
     bad.write_text("-t f32 -g 1 -m 4 -k 4 -n 4\n")
@@ -193,7 +195,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(db, db_url, tmp_path):
 
 
 def test_run_op_fusion_on_the_example(db_url, tmp_path, monkeypatch):
-    from clitools import run_cli
+    from support.clitools import run_cli
 
     monkeypatch.chdir(tmp_path)  # where run writes its tuning DB
     example = Path(__file__).parent.parent / "examples" / "fusion-small"

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from perfrunner_keys import read_key
+from support.perfrunner_keys import read_key
 from test_rocmlir_tuner import ARCH_FULL
 from test_rocmlir_worker import build, work  # noqa: F401 (build is a fixture)
 
-from mlirtuna import fusion, jobs, sessions
-from mlirtuna.models import COMPLETED, Candidate, FusionConfig, Job, Result
+from mlirtuna import fusion, sessions
+from mlirtuna.db.models import COMPLETED, Candidate, FusionConfig, Job, Result
 from mlirtuna.problems import fusion as fusion_problems
+from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
 
 FUSION = Path(__file__).parent / "data" / "fusion"

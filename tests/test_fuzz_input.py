@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from clitools import cli
+from support.clitools import cli
 
 from mlirtuna.db import Database
-from mlirtuna.models import Job, Problem, Result, TuningSession
+from mlirtuna.db.models import Job, Problem, Result, TuningSession
 
 BAD_INTS = ["+64", "6_4", "٦٤", "６４", "3²", "0x40", "64.0", "1e3", "2147483648",
             "99999999999999999999", "1" * 4300, "-1", "6\x004"]  # fmt: skip

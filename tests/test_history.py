@@ -5,14 +5,14 @@ from __future__ import annotations
 import datetime as dt
 
 import sqlalchemy as sa
-from clitools import cli
 from conftest import DATA
-from perfrunner_reader import read_tuning_db
+from support.clitools import cli
+from support.perfrunner_reader import read_tuning_db
 from test_results import gemm
 
-from mlirtuna import export, history
-from mlirtuna.export import ExportQuery
-from mlirtuna.models import Problem, Result, TuningSession
+from mlirtuna.db.models import Problem, Result, TuningSession
+from mlirtuna.history import export, tsvimport
+from mlirtuna.history.export import ExportQuery
 
 V3_EXAMPLE = DATA / "example-tuning-db-v3.from-test_tuningRunner.tsv"
 LEGACY_EXAMPLE = DATA / "example-tuning-db-legacy.from-test_perfRunner.tsv"
@@ -109,7 +109,7 @@ def test_legacy_file_needs_num_cu(db, db_url, tmp_path):
         ("gfx900", 120, 1, gemm(2048)): "perf_2",
     }
     # No TFlops in a legacy file: exported as nan, and imported back as unknown, not skipped.
-    report = history.import_tsv(db, "gemm", [str(out)])
+    report = tsvimport.import_tsv(db, "gemm", [str(out)])
     assert report.skipped == 0 and report.results == 2
 
 
@@ -124,7 +124,7 @@ def test_tuna_export_and_contexts_become_sessions(db, tmp_path):
         "# arch\tnumCUs\ttestVector\tperfConfig (tuna)\n"
         + "".join("\t".join(r) + "\n" for r in rows)
     )
-    report = history.import_tsv(db, "conv", [str(path)], fill=history.Fill(num_chiplets=8))
+    report = tsvimport.import_tsv(db, "conv", [str(path)], fill=tsvimport.Fill(num_chiplets=8))
     assert [(x.arch, x.num_cu, x.results) for x in report.sessions] == [
         ("gfx90a:sramecc+:xnack-", 110, 2),
         ("gfx942:sramecc+:xnack-", 304, 1),
@@ -145,7 +145,7 @@ def test_v2_none_rows_are_skipped_and_later_rows_win(db, tmp_path):
         "# arch\tnumCUs\ttestVector\tperfConfig\tTFlops (quick)\n"
         f"gfx90a\t110\t-transB false -transA false -t f32 -g 1 -m 64 -n 64 -k 32\tv2:new\t2.0\n"
     )
-    report = history.import_tsv(db, "gemm", [str(path)])
+    report = tsvimport.import_tsv(db, "gemm", [str(path)])
     assert (report.rows, report.skipped, report.results) == (3, 1, 1)
     with db.session() as s:
         r = s.scalars(sa.select(Result)).one()
@@ -176,7 +176,7 @@ def test_bulk_rows_become_one_session(db, tmp_path):
             for m in range(1, n + 1)
         )
     )
-    report = history.import_tsv(db, "gemm", [str(path)])
+    report = tsvimport.import_tsv(db, "gemm", [str(path)])
     assert report.results == n and counts(db) == (1, n, n)
 
 
@@ -195,7 +195,7 @@ def test_a_file_imported_before_is_said_so_and_adds_nothing(db, db_url, tmp_path
     assert counts(db) == (1, 1, 1)
     report = cli(db_url, "import-tsv", "--op", "gemm", str(path), "--json").json()
     assert report["sessions"] == [] and report["already"][0]["sessions"] == [1]
-    assert report["already"][0]["sha256"] == history.file_sha256(str(path))
+    assert report["already"][0]["sha256"] == tsvimport.file_sha256(str(path))
     forced = cli(db_url, "import-tsv", "--op", "gemm", str(path), "--again")
     assert forced.code == 0 and "session 2:" in forced.stdout and counts(db) == (2, 2, 1)
     # A new file next to an old one: the new one is imported, the old one named.

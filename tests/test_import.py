@@ -5,11 +5,11 @@ from __future__ import annotations
 import shutil
 
 import sqlalchemy as sa
-from clitools import cli
 from conftest import DATA
+from support.clitools import cli
 
-from mlirtuna import configs
-from mlirtuna.models import CONFIG_TABLES, Problem, ProblemTag
+from mlirtuna import catalog
+from mlirtuna.db.models import CONFIG_TABLES, Problem, ProblemTag
 from mlirtuna.problems import ExpandOptions, from_columns
 from mlirtuna.problems.configlist import read_config_list
 
@@ -33,7 +33,7 @@ def _stored(db, op):
 
 def test_tier1_lists_store_exactly_perfrunner_strings(db):
     for op, path in TIER1.items():
-        report = configs.import_files(db, op, [str(path)])
+        report = catalog.import_files(db, op, [str(path)])
         expected = {e.problem.canonical() for e in read_config_list(str(path), op).entries}
         stored = _stored(db, op)
         assert set(stored) == expected
@@ -43,8 +43,8 @@ def test_tier1_lists_store_exactly_perfrunner_strings(db):
 
 
 def test_second_import_adds_nothing(db):
-    first = configs.import_files(db, "gemm", [str(TIER1["gemm"])], tag="bert")
-    second = configs.import_files(db, "gemm", [str(TIER1["gemm"])], tag="bert")
+    first = catalog.import_files(db, "gemm", [str(TIER1["gemm"])], tag="bert")
+    second = catalog.import_files(db, "gemm", [str(TIER1["gemm"])], tag="bert")
     assert second.new == 0 and second.existing == first.problems
     with db.session() as s:
         assert s.scalar(sa.select(sa.func.count()).select_from(Problem)) == first.problems
@@ -97,7 +97,7 @@ def test_no_expand_imports_lines_as_written(db, tmp_path):
         "convfp16 -F 1 -f NHWC -I NHWC -O NHWC -n 2 -c 8 -H 8 -W 8 -k 8 -y 3 -x 3 "
         "-p 1 -q 1 -u 1 -v 1 -l 1 -j 1 -g 1\n"
     )
-    report = configs.import_files(db, "conv", [str(path)], ExpandOptions(expand=False))
+    report = catalog.import_files(db, "conv", [str(path)], ExpandOptions(expand=False))
     assert report.problems == 1
 
 

@@ -10,23 +10,25 @@ import time
 
 import pytest
 import sqlalchemy as sa
-from clitools import cli
+from support.clitools import cli
 from test_results import gemm, new_session
 from test_rocmlir_tuner import fake_build
 from test_rocmlir_worker import rocmlir_session, work
 from threadpoolctl import threadpool_info
 
-from mlirtuna import compare, configs, explore, jobs, queue, results, sessions, stats
+from mlirtuna import catalog, queue, sessions, stats
+from mlirtuna.db.models import Candidate, Result
 from mlirtuna.errors import UserError
-from mlirtuna.models import Candidate, Result
+from mlirtuna.history import compare, winners
 from mlirtuna.problems import ExpandOptions, parse
-from mlirtuna.queue import Claimant
+from mlirtuna.queue import Claimant, jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.stats import Spread
 from mlirtuna.tuners import timing
 from mlirtuna.tuners.base import Candidate as Cand
 from mlirtuna.tuners.base import TuneContext, TuneOutcome
 from mlirtuna.tuners.cpu import CpuTuner
+from mlirtuna.web import explore
 from mlirtuna.worker import Worker, WorkerSettings
 
 # --- statistics ----------------------------------------------------------------------------------
@@ -112,7 +114,7 @@ def test_the_cpu_tuner_times_on_one_blas_thread() -> None:
 def cpu_session(db, tmp_path, topk: int = 3, space: str = "quick") -> int:
     path = tmp_path / "gemm-configs"
     path.write_text("-t f32 -transA false -transB false -g 1 -m 64 -n 96 -k 64\n")
-    configs.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag="g")
+    catalog.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag="g")
     sid = sessions.create(db, SessionSpec(tuner="cpu", tuning_space=space, topk=topk)).id
     jobs.load(db, sid, tag="g")
     return sid
@@ -148,7 +150,7 @@ def test_cpu_candidates_store_their_statistics_and_the_top_k(db, db_url, tmp_pat
     assert result.winner_margin == pytest.approx(runner_up / fastest.kernel_time - 1, rel=1e-6)
     assert result.winner_noise is not None and result.winner_noise >= 0
 
-    (winner,) = results.winners(db, sid)
+    (winner,) = winners.winners(db, sid)
     assert winner.winner_margin == pytest.approx(result.winner_margin)
     assert winner.within_noise == (result.winner_margin <= result.winner_noise)
     (row,) = explore.winners_page(db, sid, explore.WinnerFilter()).rows  # the dashboard's
@@ -231,11 +233,11 @@ def record(db, tmp_path, sid: int, cands: dict[str, list[Cand]], winners: dict[s
     """Tune `sid` through the real queue with the given candidates per vector."""
     path = tmp_path / f"configs-{sid}"
     path.write_text("".join(v + "\n" for v in cands))
-    configs.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag=f"t{sid}")
+    catalog.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag=f"t{sid}")
     jobs.load(db, sid, tag=f"t{sid}")
     while (lease := queue.claim(db, sid, Claimant("test", 0), 60)) is not None:
         with db.session() as s:
-            tv = configs.load_problem(s, lease.problem_id).canonical()
+            tv = catalog.load_problem(s, lease.problem_id).canonical()
         winner = next(c for c in cands[tv] if c.perf_config == winners[tv])
         assert queue.record(db, lease, TuneOutcome(cands[tv], winner))
 

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 import sqlalchemy as sa
-from ownservers import OwnPostgres
+from support.ownservers import OwnPostgres
 from test_worker import (
     _states,
     _wait_for,
@@ -25,7 +25,7 @@ from test_worker import (
 )
 
 from mlirtuna.db import Database
-from mlirtuna.models import Attempt, Job
+from mlirtuna.db.models import Attempt, Job
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +68,7 @@ class Hosts:
 
 
 def _worker_in(ns: str, url: str, sid: int, log, *extra: str):
-    from clitools import mlirtuna_argv
+    from support.clitools import mlirtuna_argv
 
     argv = ["ip", "netns", "exec", ns, *mlirtuna_argv("worker", "--session", str(sid),
             "--tuner", "plugins.claimlog:Logging", *extra)]  # fmt: skip

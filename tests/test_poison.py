@@ -18,8 +18,8 @@ from test_queue import ME, outcome, session_with_jobs  # noqa: F401 (a fixture)
 from test_rocmlir_tuner import GEMM, build, calls, context, tuner  # noqa: F401 (a fixture)
 
 from mlirtuna import queue
-from mlirtuna.dbtext import MAX_TEXT_BYTES, cut_text
-from mlirtuna.models import Attempt, Candidate, Job
+from mlirtuna.db.models import Attempt, Candidate, Job
+from mlirtuna.db.text import MAX_TEXT_BYTES, cut_text
 from mlirtuna.problems import parse
 from mlirtuna.tuners.base import Candidate as Cand
 from mlirtuna.tuners.base import TuneOutcome
@@ -87,7 +87,7 @@ def test_a_gigabyte_of_stderr_keeps_worker_memory_bounded(build, tmp_path, monke
     monkeypatch.setenv("FAKE_TUNINGRUNNER_STDERR_BYTES", str(1 << 30))
     script = textwrap.dedent(f"""
         import resource, sys
-        from mlirtuna.dbtext import cut_text
+        from mlirtuna.db.text import cut_text
         from mlirtuna.problems import parse
         from mlirtuna.tuners.base import TuneContext
         from mlirtuna.tuners.rocmlir import RocmlirTuner

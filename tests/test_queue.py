@@ -8,13 +8,13 @@ import time
 
 import pytest
 import sqlalchemy as sa
-from clitools import cli
+from support.clitools import cli
 
-from mlirtuna import configs, jobs, queue, sessions
+from mlirtuna import catalog, queue, sessions
+from mlirtuna.db.models import Attempt, Candidate, Job, Result
 from mlirtuna.errors import UserError
-from mlirtuna.models import Attempt, Candidate, Job, Result
 from mlirtuna.problems import ExpandOptions
-from mlirtuna.queue import Claimant
+from mlirtuna.queue import Claimant, jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.tuners.base import Candidate as Cand
 from mlirtuna.tuners.base import TuneOutcome
@@ -37,7 +37,7 @@ def gemm_file(tmp_path, n: int, name: str = "gemm") -> str:
 @pytest.fixture
 def session_with_jobs(db, tmp_path):
     """A sleep session with 5 gemm jobs loaded from a tag."""
-    configs.import_files(db, "gemm", [gemm_file(tmp_path, 5)], tag="small")
+    catalog.import_files(db, "gemm", [gemm_file(tmp_path, 5)], tag="small")
     sess = sessions.create(db, SessionSpec(tuner="sleep"))
     jobs.load(db, sess.id, tag="small")
     return sess.id
@@ -66,8 +66,8 @@ def job_row(db, job_id: int) -> Job:
 
 
 def test_load_by_tag_file_all_is_idempotent(db, tmp_path):
-    configs.import_files(db, "gemm", [gemm_file(tmp_path, 3)], tag="a")
-    configs.import_files(db, "gemm", [gemm_file(tmp_path, 5, "more")], tag="b")
+    catalog.import_files(db, "gemm", [gemm_file(tmp_path, 3)], tag="a")
+    catalog.import_files(db, "gemm", [gemm_file(tmp_path, 5, "more")], tag="b")
     sess = sessions.create(db, SessionSpec(tuner="sleep"))
     assert jobs.load(db, sess.id, tag="a").as_dict() == {"added": 3, "existing": 0}
     assert jobs.load(db, sess.id, tag="a").as_dict() == {"added": 0, "existing": 3}
@@ -89,12 +89,12 @@ def test_perf_priority_orders_claims(db, tmp_path):
         "conv -F 1 -f NCHW -I NCHW -O NCHW -n 2 -c 8 -H 8 -W 8 -k 8 -y 3 -x 3 -p 1 -q 1 -u 1 "
         "-v 1 -l 1 -j 1 -g 1 -perf_priority 1\n"
     )
-    configs.import_files(db, "conv", [str(path)], ExpandOptions(expand=False), tag="p")
+    catalog.import_files(db, "conv", [str(path)], ExpandOptions(expand=False), tag="p")
     sess = sessions.create(db, SessionSpec(tuner="sleep"))
     jobs.load(db, sess.id, tag="p")
     first = queue.claim(db, sess.id, ME, 60)
     with db.session() as s:
-        from mlirtuna.configs import load_problem
+        from mlirtuna.catalog import load_problem
 
         assert load_problem(s, first.problem_id).batchsize == 2  # priority 1 before 5
 
@@ -146,7 +146,7 @@ def test_claim_returns_none_when_nothing_left(db, session_with_jobs):
 
 def test_concurrent_claims_never_share_a_job(db, session_with_jobs, tmp_path):
     """Threads with their own connections race for the same 5 jobs (plus 20 more)."""
-    configs.import_files(db, "gemm", [gemm_file(tmp_path, 25, "many")], tag="small")
+    catalog.import_files(db, "gemm", [gemm_file(tmp_path, 25, "many")], tag="small")
     jobs.load(db, session_with_jobs, tag="small")
     taken: list[int] = []
     lock = threading.Lock()

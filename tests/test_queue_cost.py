@@ -12,11 +12,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from mlirtuna import configs, fusion, jobs, queue, sessions, worker
+from mlirtuna import catalog, fusion, queue, sessions, worker
 from mlirtuna.db import PING_IDLE_S
-from mlirtuna.dbtext import MAX_CANDIDATE_ERROR_BYTES
-from mlirtuna.models import CONFIG_TABLES, Attempt, Candidate, Job, Result
-from mlirtuna.queue import Claimant
+from mlirtuna.db.models import CONFIG_TABLES, Attempt, Candidate, Job, Result
+from mlirtuna.db.text import MAX_CANDIDATE_ERROR_BYTES
+from mlirtuna.queue import Claimant, jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.stats import Spread
 from mlirtuna.tuners.base import Candidate as Cand
@@ -42,7 +42,7 @@ def load_gemm(db, tmp_path, session_id: int, n: int, tag: str = "cost") -> None:
             for i in range(n)
         )
     )
-    configs.import_files(db, "gemm", [str(path)], tag=tag)
+    catalog.import_files(db, "gemm", [str(path)], tag=tag)
     jobs.load(db, session_id, tag=tag)
 
 
@@ -148,18 +148,18 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 def test_the_claim_reads_every_ops_problem_as_load_problem_does(db, session_id):
     """The claim reads the problem in the same statement (a JSON object of its config row):
-    for every op, the same typed problem as configs.load_problem."""
+    for every op, the same typed problem as catalog.load_problem."""
     for op in CONFIG_TABLES:
         examples = str(EXAMPLES / f"{op}-small")
         if op == "fusion":
             fusion.import_modules(db, [examples], tag="every-op")
         else:
-            configs.import_files(db, op, [examples], tag="every-op")
+            catalog.import_files(db, op, [examples], tag="every-op")
     jobs.load(db, session_id, tag="every-op")
     seen = set()
     while (lease := queue.claim(db, session_id, ME, 60.0)) is not None:
         with db.session() as s:
-            expected = configs.load_problem(s, lease.problem_id)
+            expected = catalog.load_problem(s, lease.problem_id)
         assert lease.problem == expected and lease.problem.canonical() == expected.canonical()
         # Equal and of the same types (True, not 1: a boolean stored as 0/1 is converted).
         got, want = dataclasses.astuple(lease.problem), dataclasses.astuple(expected)

@@ -9,13 +9,15 @@ import random
 import re
 
 import pytest
-from clitools import cli
+from support.clitools import cli
 from test_results import gemm, new_session
 
-from mlirtuna import configs, jobs, quick, sessions
+from mlirtuna import catalog, sessions
+from mlirtuna.db.models import Candidate
 from mlirtuna.errors import UserError
-from mlirtuna.models import Candidate
+from mlirtuna.history import quick
 from mlirtuna.problems import ExpandOptions, parse
+from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.tuners.base import TuneContext
 from mlirtuna.tuners.cpu import CpuTuner
@@ -224,15 +226,15 @@ def _candidates(db, sid, table: dict[str, dict[str, float]]):
     from mlirtuna.tuners.base import TuneOutcome
 
     with db.session() as s:
-        configs.ensure_problems(s, "gemm", [parse("gemm", v) for v in table])
+        catalog.ensure_problems(s, "gemm", [parse("gemm", v) for v in table])
     path_tag = f"q{sid}"
     with db.session() as s:
-        ids = configs.problem_ids(s, "gemm", table)
-        configs.tag_problems(s, path_tag, dict.fromkeys(ids.values(), 0))
+        ids = catalog.problem_ids(s, "gemm", table)
+        catalog.tag_problems(s, path_tag, dict.fromkeys(ids.values(), 0))
     jobs.load(db, sid, tag=path_tag)
     while (lease := queue.claim(db, sid, Claimant("t", 0), 60)) is not None:
         with db.session() as s:
-            tv = configs.load_problem(s, lease.problem_id).canonical()
+            tv = catalog.load_problem(s, lease.problem_id).canonical()
         cands = [Cand(pc, 1e3 / tf, tf) for pc, tf in table[tv].items()]
         assert queue.record(db, lease, TuneOutcome(cands, max(cands, key=lambda c: c.tflops)))
 
@@ -302,7 +304,7 @@ def test_list_session_end_to_end_with_the_cpu_worker(db, tmp_path):
     vectors = [gemm(m, n=24, k=40) for m in (24, 40, 56)]
     path = tmp_path / "g.txt"
     path.write_text("".join(v + "\n" for v in vectors))
-    configs.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag="g")
+    catalog.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag="g")
     full = sessions.create(db, SessionSpec(tuner="cpu", tuning_space="full"))
     jobs.load(db, full.id, tag="g")
     settings = WorkerSettings(session_id=full.id, until_empty=True)
@@ -335,7 +337,7 @@ def test_list_session_end_to_end_with_the_cpu_worker(db, tmp_path):
 def _vectors(db) -> dict[int, str]:
     import sqlalchemy as sa
 
-    from mlirtuna.models import Problem
+    from mlirtuna.db.models import Problem
 
     with db.session() as s:
         return dict(s.execute(sa.select(Problem.id, Problem.test_vector)).all())
@@ -352,7 +354,7 @@ def test_cpu_names_are_portable_grid_values():
 
 
 def test_one_problem_on_two_chips_is_two_groups_and_stdout_stays_clean(db, tmp_path):
-    from clitools import run_cli
+    from support.clitools import run_cli
 
     a = new_session(db)
     b = new_session(db, arch="gfx90a", arch_full="gfx90a:sramecc+:xnack-", num_cu=104)

@@ -8,8 +8,8 @@ import time
 
 import pytest
 import sqlalchemy as sa
-from ownservers import OwnMariadb, OwnPostgres
 from plugins.claimlog import read_log
+from support.ownservers import OwnMariadb, OwnPostgres
 from test_worker import (
     _states,
     _wait_for,

@@ -8,12 +8,13 @@ import io
 from collections.abc import Callable, Iterable
 
 import sqlalchemy as sa
-from clitools import cli
+from support.clitools import cli
 
-from mlirtuna import configs, jobs, queue, results, sessions
-from mlirtuna.models import Result
+from mlirtuna import catalog, queue, sessions
+from mlirtuna.db.models import Result
+from mlirtuna.history import winners
 from mlirtuna.problems import ExpandOptions, parse
-from mlirtuna.queue import Claimant
+from mlirtuna.queue import Claimant, jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.tuners.base import Candidate as Cand
 from mlirtuna.tuners.base import TuneOutcome
@@ -65,12 +66,12 @@ def tune(
     path = tmp_path / f"configs-{session_id}"
     path.write_text("".join(v + "\n" for v in vectors))
     tag = f"s{session_id}"
-    configs.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag=tag)
+    catalog.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag=tag)
     jobs.load(db, session_id, tag=tag)
     by_vector = {parse("gemm", v).canonical(): parse("gemm", v) for v in vectors}
     while (lease := queue.claim(db, session_id, Claimant("test", 0), 60)) is not None:
         with db.session() as s:
-            tv = configs.load_problem(s, lease.problem_id).canonical()
+            tv = catalog.load_problem(s, lease.problem_id).canonical()
         time = ns(tv)
         winner = Cand(perf(tv), time, by_vector[tv].flops() / time / 1e3)
         invalid = Cand("v4:bad", error="not applicable (rocmlir-tuning-driver: N/A)")
@@ -80,7 +81,7 @@ def tune(
 def put_results(db, session_id: int, winners: dict[str, tuple[str, float | None]]) -> None:
     """Result rows without a job (as import-tsv makes them): {vector: (perf_config, tflops)}."""
     with db.session() as s:
-        ids, _ = configs.ensure_problems(s, "gemm", [parse("gemm", v) for v in winners])
+        ids, _ = catalog.ensure_problems(s, "gemm", [parse("gemm", v) for v in winners])
         s.execute(
             sa.insert(Result.__table__),
             [
@@ -101,7 +102,7 @@ def m_of(tv: str) -> str:
 def test_winners_of_the_real_path_with_candidate_counts(db, tmp_path):
     sid = new_session(db)
     tune(db, tmp_path, sid, [gemm(m) for m in (64, 128, 256)], perf=m_of)
-    rows = results.winners(db, sid)
+    rows = winners.winners(db, sid)
     assert [r.test_vector for r in rows] == sorted(gemm(m) for m in (64, 128, 256))
     for r in rows:
         assert r.op == "gemm" and r.candidates == 2 and r.kernel_time == 1e5
@@ -121,7 +122,7 @@ def test_winners_is_one_query_whatever_the_row_count(db, tmp_path):
 
     sa.event.listen(db.engine, "before_cursor_execute", count)
     try:
-        assert len(results.winners(db, sid)) == 30
+        assert len(winners.winners(db, sid)) == 30
     finally:
         sa.event.remove(db.engine, "before_cursor_execute", count)
     selects = [x for x in statements if x.lstrip().upper().startswith("SELECT")]
@@ -131,9 +132,9 @@ def test_winners_is_one_query_whatever_the_row_count(db, tmp_path):
 def test_imported_results_count_zero_candidates_and_op_filter(db):
     sid = new_session(db)
     put_results(db, sid, {gemm(8): ("pc", 1.0)})
-    (row,) = results.winners(db, sid, op="gemm")
+    (row,) = winners.winners(db, sid, op="gemm")
     assert row.candidates == 0 and row.kernel_time is None
-    assert results.winners(db, sid, op="conv") == []
+    assert winners.winners(db, sid, op="conv") == []
 
 
 def test_cli_results_csv_and_json(db, db_url, tmp_path):

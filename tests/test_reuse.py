@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sqlalchemy as sa
-from clitools import cli
+from support.clitools import cli
 from test_results import gemm, new_session, put_results, tune
 
-from mlirtuna import configs, export, jobs, results, reuse
-from mlirtuna.models import Job, Result
+from mlirtuna import catalog
+from mlirtuna.db.models import Job, Result
+from mlirtuna.history import export, reuse, winners
 from mlirtuna.problems import ExpandOptions
+from mlirtuna.queue import jobs
 
 FIVE = [gemm(m) for m in (16, 32, 48, 64, 80)]
 
@@ -16,7 +18,7 @@ FIVE = [gemm(m) for m in (16, 32, 48, 64, 80)]
 def _import(db, tmp_path, vectors, tag="all5"):
     path = tmp_path / f"{tag}.txt"
     path.write_text("".join(v + "\n" for v in vectors))
-    configs.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag=tag)
+    catalog.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag=tag)
 
 
 def _rows(db, sid):
@@ -53,7 +55,7 @@ def test_reuse_copies_results_exactly_and_marks_their_origin(db, tmp_path):
         assert (pc, tf, ns) == src[pid][:3] and origin == a
     counts = jobs.counts(db, b)[b]
     assert (counts["completed"], counts["new"]) == (3, 2)
-    assert {w.perf_config for w in results.winners(db, b)} == {pc for pc, *_ in src.values()}
+    assert {w.perf_config for w in winners.winners(db, b)} == {pc for pc, *_ in src.values()}
     # A third equivalent session reuses from b but names the session that really tuned them.
     c = new_session(db)
     third = reuse.load(db, c, skip_tuned=True, reuse=True, tag="all5")
@@ -184,7 +186,7 @@ def test_cli_jobs_load_skip_tuned_reuse_and_bad_flags(db, tmp_path):
 
 
 def test_run_skip_tuned_reuse_exports_complete_without_tuning(db_url, tmp_path):
-    from clitools import run_cli
+    from support.clitools import run_cli
 
     configs_ = tmp_path / "gemm-configs"
     configs_.write_text(

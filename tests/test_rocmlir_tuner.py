@@ -20,11 +20,11 @@ from types import ModuleType
 import pytest
 
 from mlirtuna.errors import TunerError, TunerTimeout, Unsupported, UserError
+from mlirtuna.history.tuningdb import TuningRow
 from mlirtuna.problems import parse
 from mlirtuna.tuners import rocmlir
 from mlirtuna.tuners.base import Candidate, TuneContext
 from mlirtuna.tuners.rocmlir import RocmlirTuner
-from mlirtuna.tuningdb import TuningRow
 
 FAKE = Path(__file__).parent / "fake_rocmlir"
 ARCH_FULL = "gfx942:sramecc+:xnack-"

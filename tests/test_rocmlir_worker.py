@@ -7,12 +7,13 @@ import sys
 
 import pytest
 import sqlalchemy as sa
-from clitools import run_cli
+from support.clitools import run_cli
 from test_rocmlir_tuner import ARCH_FULL, ATTN, CONV, GEMM, _pid_alive, expected, fake_build
 
-from mlirtuna import configs, jobs, sessions
-from mlirtuna.models import Candidate, Job, Result
+from mlirtuna import catalog, sessions
+from mlirtuna.db.models import Candidate, Job, Result
 from mlirtuna.problems import ExpandOptions, parse
+from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.worker import Worker, WorkerSettings
 
@@ -28,7 +29,7 @@ def build(tmp_path, monkeypatch):
 def rocmlir_session(db, tmp_path, op: str, space: str = "quick") -> int:
     path = tmp_path / f"{op}-configs"
     path.write_text(LINES[op] + "\n")
-    configs.import_files(db, op, [str(path)], ExpandOptions(expand=False), tag=op)
+    catalog.import_files(db, op, [str(path)], ExpandOptions(expand=False), tag=op)
     sess = sessions.create(
         db,
         SessionSpec(

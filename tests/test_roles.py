@@ -6,11 +6,10 @@ import uuid
 
 import pytest
 import sqlalchemy as sa
-from clitools import cli
+from support.clitools import cli
 from test_worker import _states, make_session
 
-from mlirtuna import roles
-from mlirtuna.db import Database
+from mlirtuna.db import Database, roles
 from mlirtuna.tuners.sleep import SleepTuner
 from mlirtuna.worker import Worker, WorkerSettings
 

@@ -8,13 +8,15 @@ import subprocess
 import time
 from pathlib import Path
 
-from clitools import cli, mlirtuna_argv, run_cli, subprocess_env
-from perfrunner_reader import read_tuning_db
 from rich.console import Console
+from support.clitools import cli, mlirtuna_argv, run_cli, subprocess_env
+from support.perfrunner_reader import read_tuning_db
 
-from mlirtuna import jobs, progress, queue
+from mlirtuna import queue
+from mlirtuna.cli import progress
+from mlirtuna.cli.progress import Busy, Snapshot
 from mlirtuna.db import Database
-from mlirtuna.progress import Busy, Snapshot
+from mlirtuna.queue import jobs
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
@@ -77,7 +79,7 @@ def test_run_end_to_end_twice(db_url, tmp_path):
     try:
         import sqlalchemy as sa
 
-        from mlirtuna.models import Problem
+        from mlirtuna.db.models import Problem
 
         with d.session() as s:
             assert s.scalar(sa.select(sa.func.count()).select_from(Problem)) == 2
@@ -155,7 +157,7 @@ def test_progress_render_shows_rate_eta_errors_and_workers():
 
 def two_job_session(db, tmp_path) -> int:
     """A sleep session with two new gemm jobs."""
-    from mlirtuna import configs, sessions
+    from mlirtuna import catalog, sessions
     from mlirtuna.sessions import SessionSpec
 
     path = tmp_path / "g"
@@ -163,7 +165,7 @@ def two_job_session(db, tmp_path) -> int:
         "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 8 -n 8 -k 8\n"
         "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 9 -n 8 -k 8\n"
     )
-    configs.import_files(db, "gemm", [str(path)], tag="x")
+    catalog.import_files(db, "gemm", [str(path)], tag="x")
     sid = sessions.create(db, SessionSpec(tuner="sleep")).id
     jobs.load(db, sid, tag="x")
     return sid

@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from clitools import cli, mlirtuna_argv, run_cli, subprocess_env
-from perfrunner_reader import read_tuning_db
+from support.clitools import cli, mlirtuna_argv, run_cli, subprocess_env
+from support.perfrunner_reader import read_tuning_db
 
 from mlirtuna import flow
 from mlirtuna.errors import UserError

@@ -7,14 +7,16 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from clitools import cli, run_cli
+from support.clitools import cli, run_cli
 from test_rocmlir_tuner import fake_build
 
-from mlirtuna import configs, export, jobs, queue, sessions
+from mlirtuna import catalog, queue, sessions
 from mlirtuna.db import Database
+from mlirtuna.db.models import Attempt, Candidate, Job, Result, TuningSession
 from mlirtuna.errors import UserError
-from mlirtuna.models import Attempt, Candidate, Job, Result, TuningSession
+from mlirtuna.history import export
 from mlirtuna.problems import ExpandOptions
+from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.tuners import perf_config_family
 from mlirtuna.tuners.base import Candidate as Cand
@@ -36,7 +38,7 @@ def build(tmp_path, monkeypatch):
 def open_session(db: Database, tmp_path: Path, tuner: str, lines: list[str], **spec) -> int:
     path = tmp_path / f"configs-{tuner.replace(':', '-')}-{len(sessions.list_all(db))}"
     path.write_text("\n".join(lines) + "\n")
-    configs.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag=path.name)
+    catalog.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag=path.name)
     sid = sessions.create(db, SessionSpec(tuner=tuner, tuning_space="quick", **spec)).id
     jobs.load(db, sid, tag=path.name)
     return sid

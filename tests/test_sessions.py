@@ -6,8 +6,8 @@ import os
 import stat
 
 import pytest
-from clitools import cli
 from conftest import DATA
+from support.clitools import cli
 
 from mlirtuna import machine, sessions
 from mlirtuna.errors import UserError

@@ -10,10 +10,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from clitools import cli
+from support.clitools import cli
 
 from mlirtuna.errors import UserError
-from mlirtuna.export import write_text
+from mlirtuna.history.export import write_text
 
 GEMM_LINE = "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 64 -n 64 -k 64\n"
 

@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 import sqlalchemy as sa
-from clitools import run_cli
-from ownservers import OwnMariadb, OwnPostgres, self_signed_certs
+from support.clitools import run_cli
+from support.ownservers import OwnMariadb, OwnPostgres, self_signed_certs
 
 from mlirtuna.db import Database
 

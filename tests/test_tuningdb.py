@@ -1,4 +1,4 @@
-"""mlirtuna.tuningdb: reading every tuning-DB layout, writing E2/E3 files that perfRunner reads."""
+"""mlirtuna.history.tuningdb: reading every tuning-DB layout, writing E2/E3 files for perfRunner."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-import perfrunner_reader
 import pytest
+from support import perfrunner_reader
 
-from mlirtuna import tuningdb
 from mlirtuna.errors import InputError
-from mlirtuna.tuningdb import TuningRow
+from mlirtuna.history import tuningdb
+from mlirtuna.history.tuningdb import TuningRow
 
 DATA = Path(__file__).parent / "data"
 V3_EXAMPLE = DATA / "example-tuning-db-v3.from-test_tuningRunner.tsv"

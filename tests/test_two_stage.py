@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from clitools import cli, mlirtuna_argv, run_cli, subprocess_env
+from support.clitools import cli, mlirtuna_argv, run_cli, subprocess_env
 from test_rocmlir_tuner import ARCH_FULL, fake_build
 
-from mlirtuna import bundles, configs, jobs, queue, sessions
-from mlirtuna.models import Attempt, Bundle, BundleChunk, Candidate, Job, Result
+from mlirtuna import catalog, queue, sessions
+from mlirtuna.db.models import Attempt, Bundle, BundleChunk, Candidate, Job, Result
 from mlirtuna.problems import ExpandOptions
-from mlirtuna.queue import Claimant
+from mlirtuna.queue import Claimant, bundles, jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.worker import Worker, WorkerSettings
 
@@ -43,7 +43,7 @@ def build(tmp_path, monkeypatch):
 def problems(db, tmp_path, n: int) -> None:
     path = tmp_path / "gemm-configs"
     path.write_text("".join(gemm(64 * (i + 1)) + "\n" for i in range(n)))
-    configs.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag="g")
+    catalog.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag="g")
 
 
 def session(db, build, split: str | None = SPLIT, **spec) -> int:
@@ -390,8 +390,7 @@ def test_the_worker_role_can_run_both_stages(db, tmp_path, build):
         pytest.skip("SQLite has no users")
     import uuid
 
-    from mlirtuna import roles
-    from mlirtuna.db import Database
+    from mlirtuna.db import Database, roles
 
     prefix = f"t{uuid.uuid4().hex[:10]}"
     roles.apply_roles(db, prefix)
@@ -523,7 +522,7 @@ def test_progress_and_dashboard_show_both_stages(db, db_url, tmp_path, build):
     from fastapi.testclient import TestClient
     from rich.console import Console
 
-    from mlirtuna import progress
+    from mlirtuna.cli import progress
     from mlirtuna.web.app import create_app, open_read_only
 
     problems(db, tmp_path, 2)

@@ -14,14 +14,16 @@ from pathlib import Path
 import httpx
 import pytest
 import sqlalchemy as sa
-from clitools import cli, mlirtuna_argv, subprocess_env
 from fastapi.testclient import TestClient
-from webfarm import Farm, make
+from support.clitools import cli, mlirtuna_argv, subprocess_env
+from support.webfarm import Farm, make
 
-from mlirtuna import compare, fusion, jobs, queue, results
+from mlirtuna import fusion, queue
 from mlirtuna.db import Database
+from mlirtuna.db.models import Candidate, FusionConfig, Job, Result
 from mlirtuna.errors import DatabaseError
-from mlirtuna.models import Candidate, FusionConfig, Job, Result
+from mlirtuna.history import compare, winners
+from mlirtuna.queue import jobs
 from mlirtuna.web.app import create_app, open_read_only
 
 PAGES = ("/", "/sessions/{a}", "/problems/{p}?session={g}", "/jobs/{j}", "/compare?a={a}&b={b}")
@@ -65,7 +67,7 @@ def test_sessions_and_farm_match_the_queue(client, db, farm):
 
 
 def test_winners_page_filters_sorts_and_pages_on_the_server(client, db, farm):
-    every = {w.test_vector: w for w in results.winners(db, farm.cpu_a)}
+    every = {w.test_vector: w for w in winners.winners(db, farm.cpu_a)}
     page = get(client, f"/api/sessions/{farm.cpu_a}/winners")
     assert page["total"] == 3 and len(page["rows"]) == 3
     for row in page["rows"]:
@@ -222,7 +224,7 @@ def _minutes(n: int):
 
 
 def _db_clock(db: Database):
-    from mlirtuna import farm as farm_module
+    from mlirtuna.web import farm as farm_module
 
     with db.session() as s:
         return farm_module.now(s)

@@ -21,14 +21,17 @@ from pathlib import Path
 import httpx
 import pytest
 import sqlalchemy as sa
-from clitools import mlirtuna_argv, run_cli, subprocess_env
-from webfarm import Farm, make
+from support.clitools import mlirtuna_argv, run_cli, subprocess_env
+from support.webfarm import Farm, make
 
-from mlirtuna import compare, configs, explore, jobs, results, sessions
+from mlirtuna import catalog, sessions
 from mlirtuna.db import Database
-from mlirtuna.models import Job
+from mlirtuna.db.models import Job
+from mlirtuna.history import compare, winners
 from mlirtuna.problems import ExpandOptions
+from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
+from mlirtuna.web import explore
 
 pytestmark = pytest.mark.slow
 
@@ -167,26 +170,26 @@ def test_farm_lists_every_session(page, site):
 
 def test_session_winners_sort_filter_and_plots(page, site):
     sid = site.run_session
-    winners = results.winners(site.db, sid)
+    best = winners.winners(site.db, sid)
     page.open(f"/sessions/{sid}")
     page.tab.wait_for_selector("#winners tbody tr")
     shown = page.rows("#winners")
-    assert sorted(r[0] for r in shown) == sorted(w.test_vector for w in winners)
-    by_vector = {w.test_vector: w for w in winners}
+    assert sorted(r[0] for r in shown) == sorted(w.test_vector for w in best)
+    by_vector = {w.test_vector: w for w in best}
     for r in shown:
         assert r[3] == by_vector[r[0]].perf_config and int(r[6]) == by_vector[r[0]].candidates
     # Sort by TFlops (best first), then filter by data type: the server answers each.
     page.tab.click("#winners th[data-sort=tflops]")
     page.tab.wait_for_selector("#winners th[data-sort=tflops]:has-text('▼')")
     best_first = [r[0] for r in page.rows("#winners")]
-    assert best_first == [w.test_vector for w in sorted(winners, key=lambda w: -w.tflops)]
+    assert best_first == [w.test_vector for w in sorted(best, key=lambda w: -w.tflops)]
     page.tab.select_option("#filters select[name=data_type]", "f16")
     page.tab.wait_for_function("() => document.querySelector('#winners').dataset.total === '2'")
     assert sorted(r[0] for r in page.rows("#winners")) == sorted(
-        w.test_vector for w in winners if w.test_vector.startswith("-t f16")
+        w.test_vector for w in best if w.test_vector.startswith("-t f16")
     )
     tflops = page.plot("#tflops-plot")
-    assert sum(tflops[0]["y"]) == len(winners)
+    assert sum(tflops[0]["y"]) == len(best)
     times = page.plot("#times-plot")
     assert sum(times[0]["y"]) == jobs.counts(site.db, sid)[sid]["completed"]
     page.tab.select_option("#filters select[name=data_type]", "")
@@ -252,7 +255,7 @@ def test_farm_page_follows_a_worker_live(page, site, tmp_path):
             for m in (3, 5, 7, 9)
         )
     )
-    configs.import_files(site.db, "gemm", [str(path)], ExpandOptions(expand=False), tag="live")
+    catalog.import_files(site.db, "gemm", [str(path)], ExpandOptions(expand=False), tag="live")
     sid = sessions.create(site.db, SessionSpec(tuner="sleep", reason="live")).id
     jobs.load(site.db, sid, tag="live")
     page.open("/")

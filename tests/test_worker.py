@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from clitools import mlirtuna_argv, subprocess_env
 from plugins.claimlog import read_log
+from support.clitools import mlirtuna_argv, subprocess_env
 
-from mlirtuna import configs, jobs, sessions
+from mlirtuna import catalog, sessions
 from mlirtuna.db import Database
-from mlirtuna.models import Attempt, Candidate, Job, Result
+from mlirtuna.db.models import Attempt, Candidate, Job, Result
+from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
 
 TESTS = str(Path(__file__).parent)
@@ -38,7 +39,7 @@ def make_session(
             for i in range(n)
         )
     )
-    configs.import_files(db, "gemm", [str(path)], tag="w")
+    catalog.import_files(db, "gemm", [str(path)], tag="w")
     sess = sessions.create(db, SessionSpec(tuner=tuner))  # its workers run this tuner
     jobs.load(db, sess.id, tag="w")
     return sess.id
@@ -334,7 +335,7 @@ def test_a_worker_without_until_empty_says_once_that_it_is_idle(db, db_url, tmp_
         more.write_text(
             "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 99 -n 8 -k 8\n"
         )
-        configs.import_files(db, "gemm", [str(more)], tag="more")
+        catalog.import_files(db, "gemm", [str(more)], tag="more")
         jobs.load(db, sid, tag="more")
         _wait_for(lambda: _states(db, sid) == {"completed": 2}, timeout=60)
         time.sleep(1.0)

@@ -15,14 +15,16 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from mlirtuna import configs, export, fusion, jobs, manager, results, reuse, sessions, tuners
+from mlirtuna import catalog, fusion, sessions, tuners
 from mlirtuna.db import Database
+from mlirtuna.db.models import Problem as ProblemRow
 from mlirtuna.errors import UserError
-from mlirtuna.models import Problem as ProblemRow
+from mlirtuna.history import export, reuse, winners
 from mlirtuna.problems import ExpandOptions, Problem, problem_class
+from mlirtuna.queue import jobs
 from mlirtuna.sessions import Session, SessionSpec
 from mlirtuna.tuners.base import TuneContext
-from mlirtuna.worker import WorkerSettings
+from mlirtuna.worker import WorkerSettings, supervisor
 
 RUNNER = Path("bin") / "tuningRunner.py"
 
@@ -92,7 +94,7 @@ class Prepared:
     session: Session
     tuner: str
     tuner_why: str
-    imported: configs.ImportReport
+    imported: catalog.ImportReport
     loaded: jobs.LoadReport | reuse.ReuseReport
     tag: str
     plan: RunPlan  # as run: a resumed plan holds what the session remembered
@@ -107,7 +109,7 @@ class RunSummary:
     output: str | None
     exported_rows: int
     interrupted: bool
-    winners: list[results.Winner]
+    winners: list[winners.Winner]
     exported_what: str = ""  # which rows the tuning DB holds
     skipped: int = 0
     notes: list[str] = field(default_factory=list)  # export's (which of two equal keys)
@@ -184,12 +186,12 @@ def prepare(db: Database, plan: RunPlan) -> Prepared:
         run_spec=plan.spec(tuner),
     )
     tag = f"session-{session.id}"
-    imported = configs.ImportReport()
+    imported = catalog.ImportReport()
     for op, paths in files_by_op(plan.op, plan.files).items():
         if op == "fusion":
             part = fusion.import_modules(db, paths, tag, plan.mlir_build_dir)
         else:
-            part = configs.import_files(db, op, paths, plan.options, tag)
+            part = catalog.import_files(db, op, paths, plan.options, tag)
         for name in ("lines", "problems", "new", "existing"):
             setattr(imported, name, getattr(imported, name) + getattr(part, name))
         imported.warnings.extend(part.warnings)
@@ -316,14 +318,14 @@ def run_workers(
     settings.tuner = prepared.tuner
     settings.until_empty = True
     settings.mlir_build_dir = plan.mlir_build_dir or os.environ.get(sessions.ENV_BUILD_DIR)
-    slots = manager.plan(plan.gpus, prepared.tuner, plan.workers)
+    slots = supervisor.plan(plan.gpus, prepared.tuner, plan.workers)
     url = db.url.render_as_string(hide_password=False)
-    procs = manager.start(url, settings, slots, quiet=quiet)
+    procs = supervisor.start(url, settings, slots, quiet=quiet)
     if prepared.session.two_stage:  # its compile jobs need compile workers (no GPU) too
         compilers = replace(settings, role="compile")
-        cpus = [manager.Slot(-1) for _ in range(max(plan.workers, 1))]
-        procs += manager.start(url, compilers, cpus, quiet=quiet)
-    return manager.supervise(procs, tick) > 0
+        cpus = [supervisor.Slot(-1) for _ in range(max(plan.workers, 1))]
+        procs += supervisor.start(url, compilers, cpus, quiet=quiet)
+    return supervisor.supervise(procs, tick) > 0
 
 
 def finish(db: Database, plan: RunPlan, prepared: Prepared, interrupted: bool) -> RunSummary:
@@ -354,8 +356,8 @@ def finish(db: Database, plan: RunPlan, prepared: Prepared, interrupted: bool) -
             f"{', '.join(map(str, done.sessions))}, as `mlirtuna export --arch "
             f"{sess.arch_full}{' --op fusion' if fused else ''}` writes them"
         )
-    winners = results.winners(db, sid, one_op(plan))
+    best = winners.winners(db, sid, one_op(plan))
     skipped = sum(len(v) for v in prepared.skipped.values())
     return RunSummary(
-        sid, prepared.tuner, counts, output, rows, interrupted, winners, what, skipped, notes
+        sid, prepared.tuner, counts, output, rows, interrupted, best, what, skipped, notes
     )

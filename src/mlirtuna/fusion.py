@@ -19,11 +19,11 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from mlirtuna import configs
-from mlirtuna.configs import ImportReport
+from mlirtuna import catalog
+from mlirtuna.catalog import ImportReport
 from mlirtuna.db import Database
+from mlirtuna.db.models import FusionConfig, Problem
 from mlirtuna.errors import UserError
-from mlirtuna.models import FusionConfig, Problem
 from mlirtuna.problems.fusion import FusionProblem, from_module
 
 DEFAULT_KEY_ARCH = "gfx942"  # the key's problem string does not depend on the chip
@@ -117,9 +117,9 @@ def import_modules(
         problems.setdefault(problem.canonical(), problem)
     report.problems = len(problems)
     with db.session(immediate=True) as s:
-        ids, report.new = configs.ensure_problems(s, "fusion", list(problems.values()))
+        ids, report.new = catalog.ensure_problems(s, "fusion", list(problems.values()))
         if tag:
-            configs.tag_problems(s, tag, {ids[v]: 0 for v in problems})
+            catalog.tag_problems(s, tag, {ids[v]: 0 for v in problems})
     report.existing = report.problems - report.new
     return report
 

@@ -12,9 +12,7 @@ import sqlalchemy as sa
 
 from mlirtuna import keys, machine
 from mlirtuna.db import Database, utcnow
-from mlirtuna.defaults import DEFAULT_TOPK, DEFAULT_TUNING_SPACE
-from mlirtuna.errors import NotFound, UserError
-from mlirtuna.models import (
+from mlirtuna.db.models import (
     RUNNING,
     SPLIT_STAGES,
     TUNING_SPACES,
@@ -24,6 +22,8 @@ from mlirtuna.models import (
     Result,
     TuningSession,
 )
+from mlirtuna.defaults import DEFAULT_TOPK, DEFAULT_TUNING_SPACE
+from mlirtuna.errors import NotFound, UserError
 
 log = logging.getLogger(__name__)
 TUNERS = ("rocmlir", "cpu", "sleep")
@@ -138,7 +138,7 @@ def detect(spec: SessionSpec) -> SessionSpec:
     """Fill what the flags left open from this machine; never guess what can't be read."""
     check_tuner(spec.tuner)
     if spec.tuning_space.startswith("list:"):
-        from mlirtuna import quick
+        from mlirtuna.history import quick
 
         quick.check_name(spec.tuning_space.partition(":")[2])
     elif spec.tuning_space not in TUNING_SPACES:
@@ -341,7 +341,7 @@ def create(db: Database, spec: SessionSpec, run_spec: dict[str, Any] | None = No
 
 
 def _check_list(db: Database, spec: SessionSpec) -> None:
-    from mlirtuna import quick
+    from mlirtuna.history import quick
 
     name = quick.list_name(spec.tuning_space)
     if name is not None and not quick.load_space(db, name, spec.arch or ""):
@@ -420,7 +420,7 @@ def delete(db: Database, session_id: int, *, force: bool = False) -> Deleted:
         s.execute(
             sa.update(Result).where(Result.reused_from == session_id).values(reused_from=None)
         )
-        from mlirtuna import bundles
+        from mlirtuna.queue import bundles
 
         files = bundles.delete_session(s.connection(), session_id)
         jobs = s.execute(sa.delete(Job).where(in_session)).rowcount

@@ -56,7 +56,7 @@ def roles(
     """Least-privilege roles: admin (everything), worker (claim and record only), reader (SELECT).
 
     Passwords come from MLIRTUNA_ROLE_PASSWORD_ADMIN / _WORKER / _READER when applied."""
-    from mlirtuna import roles as roles_api
+    from mlirtuna.db import roles as roles_api
 
     db = common.database(ctx)
     if apply:

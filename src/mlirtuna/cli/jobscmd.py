@@ -12,7 +12,7 @@ from mlirtuna.cli.problemscmd import data_type_opt, direction_opt, layout_opt, n
 from mlirtuna.errors import UserError
 
 if TYPE_CHECKING:
-    from mlirtuna import jobs
+    from mlirtuna.queue import jobs
 
 app = typer.Typer(no_args_is_help=True, help="Load, list, show, requeue and cancel jobs.")
 
@@ -54,7 +54,7 @@ def load(
     as_json: bool = typer.Option(False, "--json", help="Print {added, existing, …}."),
 ) -> None:
     """Make one `new` job per selected problem (idempotent)."""
-    from mlirtuna import jobs
+    from mlirtuna.queue import jobs
 
     options = common.expand_options(data_type, direction, layout, no_expand)
     selection = dict(op=op, tag=tag, file=file, all_problems=all_, options=options)
@@ -71,7 +71,7 @@ def load(
 
 def _load_less(ctx, session, selection, skip_tuned, reuse_, changed_since, rule, sample, seed,
                as_json) -> None:  # fmt: skip
-    from mlirtuna import reuse
+    from mlirtuna.history import reuse
 
     report = reuse.load(
         common.database(ctx), session, skip_tuned=skip_tuned, reuse=reuse_,
@@ -107,7 +107,7 @@ def list_(
     as_csv: bool = common.csv_opt(),
 ) -> None:
     """List a session's jobs, with each error's first line (the first 50 unless --all)."""
-    from mlirtuna import jobs
+    from mlirtuna.queue import jobs
 
     fmt = common.output_format(as_json, as_csv)
     got = jobs.page(common.database(ctx), session, state, None if all_ else limit)
@@ -137,7 +137,7 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show one job: output or error text, timings, machine, GPU, attempts."""
-    from mlirtuna import jobs
+    from mlirtuna.queue import jobs
 
     info = jobs.show(common.database(ctx), job_id)
     if as_json:
@@ -184,7 +184,7 @@ def requeue(
     as_json: bool = typer.Option(False, "--json", help="Print {requeued}."),
 ) -> None:
     """Put jobs back to new, with their retries reset."""
-    from mlirtuna import jobs
+    from mlirtuna.queue import jobs
 
     n = jobs.requeue(common.database(ctx), session, state, job)
     if as_json:
@@ -207,7 +207,7 @@ def cancel(
     """
     if (job is None) == (not all_):
         raise UserError("jobs cancel needs --job ID, or --all for every job of the session")
-    from mlirtuna import jobs
+    from mlirtuna.queue import jobs
 
     n = jobs.cancel(common.database(ctx), session, job)
     if as_json:
@@ -224,7 +224,7 @@ def status(
     as_csv: bool = common.csv_opt(),
 ) -> None:
     """Job counts by state, per session (a two-stage session also per stage)."""
-    from mlirtuna import jobs
+    from mlirtuna.queue import jobs
 
     fmt = common.output_format(as_json, as_csv)
     db = common.database(ctx)
@@ -276,7 +276,7 @@ def wait(
 
     Exit 0: every job completed (or was cancelled); 1: some job ended in error; 3: timed out.
     """
-    from mlirtuna import jobs
+    from mlirtuna.queue import jobs
 
     outcome = jobs.wait(common.database(ctx), session, timeout, poll)
     if as_json:

@@ -61,10 +61,10 @@ def import_(
 
         report = fusion.import_modules(db, files, tag, mlir_build_dir, arch)
     else:
-        from mlirtuna import configs
+        from mlirtuna import catalog
 
         options = common.expand_options(data_type, direction, layout, no_expand)
-        report = configs.import_files(db, op, files, options, tag)
+        report = catalog.import_files(db, op, files, options, tag)
     for warning in report.warnings:
         common.err(f"warning: {warning}")
     if as_json:

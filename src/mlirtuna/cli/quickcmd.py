@@ -12,7 +12,7 @@ from mlirtuna.defaults import DEFAULT_QUICK_THRESHOLD
 from mlirtuna.errors import UserError
 
 if TYPE_CHECKING:  # quick.py pulls in the database layer and the solver: load it when run
-    from mlirtuna import quick
+    from mlirtuna.history import quick
 
 FORMATS = ("list", "json", "inc")
 
@@ -54,8 +54,8 @@ def quick_list(
     ),
 ) -> None:
     """Per (arch, op, data type), the fewest perf configs reaching threshold x best everywhere."""
-    from mlirtuna import quick
-    from mlirtuna.export import write_text
+    from mlirtuna.history import quick
+    from mlirtuna.history.export import write_text
 
     db = common.database(ctx)
     if stored:
@@ -91,7 +91,7 @@ def _format_of(output: str) -> str:
 
 
 def _render(lists, fmt: str, ids: list[int], opts: quick.Options, merge_into: str | None) -> str:
-    from mlirtuna import quick
+    from mlirtuna.history import quick
 
     if fmt == "list":
         return quick.render_list(lists)
@@ -123,7 +123,7 @@ def _summary(gl: quick.GroupList, name: str | None) -> str:
 
 
 def _print_stored(db, fmt: str | None) -> None:
-    from mlirtuna import quick
+    from mlirtuna.history import quick
 
     rows = quick.stored(db)
     if fmt == "json":

@@ -10,8 +10,8 @@ from mlirtuna.cli import common
 from mlirtuna.errors import UserError
 
 if TYPE_CHECKING:
-    from mlirtuna import compare as comparing
-    from mlirtuna import results
+    from mlirtuna.history import compare as comparing
+    from mlirtuna.history import winners
 
 SHOWN_REGRESSIONS = 20
 
@@ -66,7 +66,7 @@ def export(
     """Write the tuning DB perfRunner reads: per problem, the newest matching session's winner."""
     if as_json and output == "-":
         raise UserError("--json and -o - both write to stdout: choose one")
-    from mlirtuna import export as exporting
+    from mlirtuna.history import export as exporting
 
     query = exporting.ExportQuery(
         arch=arch,
@@ -122,11 +122,11 @@ def import_tsv(
 
     A file imported before (same SHA-256) is skipped, and said so, unless --again.
     """
-    from mlirtuna import history
+    from mlirtuna.history import tsvimport
 
-    fill = history.Fill(num_cu=num_cu, num_chiplets=num_chiplets, tuning_space=tuning_space)
+    fill = tsvimport.Fill(num_cu=num_cu, num_chiplets=num_chiplets, tuning_space=tuning_space)
     db = common.database(ctx, create=True)
-    report = history.import_tsv(db, op, files, reason=reason, fill=fill, again=again)
+    report = tsvimport.import_tsv(db, op, files, reason=reason, fill=fill, again=again)
     if as_json:
         common.print_json(report.as_dict())
         return
@@ -189,7 +189,7 @@ def compare(
     A, B: session ids or .tsv files (./12 for a file named 12); arch is not part of the key.
     Two sides with no problem in common are an error.
     """
-    from mlirtuna import compare as comparing
+    from mlirtuna.history import compare as comparing
 
     fmt = common.output_format(as_json, as_csv)
     limit = comparing.parse_threshold(threshold)
@@ -310,9 +310,9 @@ def results_(
     """The winners of a session: perf config, TFlops, kernel time (ns), candidates tried, and
     the margin over the runner-up ("(noise)" when the two are within measurement noise)."""
     fmt = common.output_format(as_json, as_csv)
-    from mlirtuna import results
+    from mlirtuna.history import winners
 
-    rows = results.winners(common.database(ctx), session, op)
+    rows = winners.winners(common.database(ctx), session, op)
     if fmt == "json":
         common.print_json([r.as_dict() for r in rows])
     elif fmt == "csv":
@@ -322,14 +322,14 @@ def results_(
         common.err(f"{len(rows)} winners in session {session}")
 
 
-def print_winners_csv(rows: list[results.Winner]) -> None:
-    from mlirtuna import results
+def print_winners_csv(rows: list[winners.Winner]) -> None:
+    from mlirtuna.history import winners
 
-    fields = ("op", *results.FIELDS)
+    fields = ("op", *winners.FIELDS)
     common.print_csv(fields, ([getattr(r, f) for f in fields] for r in rows))
 
 
-def winners_table(rows: list[results.Winner]) -> common.TextTable:
+def winners_table(rows: list[winners.Winner]) -> common.TextTable:
     """The winners as a person reads them (also what `mlirtuna run` ends with)."""
     table = common.TextTable(
         "op", "test vector", "perf config", "TFlops", "kernel ns", "tried", "margin"
@@ -347,7 +347,7 @@ def winners_table(rows: list[results.Winner]) -> common.TextTable:
     return table
 
 
-def _margin(r: results.Winner) -> str:
+def _margin(r: winners.Winner) -> str:
     """How far the winner is ahead of the runner-up: `+4.1%`, or `+0.3% (noise)` when the two
     are within their measurement noise."""
     if r.winner_margin is None:

@@ -173,7 +173,7 @@ def diff(
     as_json: bool = typer.Option(False, "--json", help="Print JSON (with every problem id)."),
 ) -> None:
     """What differs between two sessions' contexts, and which problems B's context must re-tune."""
-    from mlirtuna import reuse
+    from mlirtuna.history import reuse
 
     d = reuse.diff(common.database(ctx), a, b)
     if as_json:

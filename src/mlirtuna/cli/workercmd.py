@@ -18,8 +18,8 @@ from mlirtuna.defaults import (
 )
 
 if TYPE_CHECKING:
-    from mlirtuna import flow, manager
-    from mlirtuna.worker import WorkerSettings
+    from mlirtuna import flow
+    from mlirtuna.worker import WorkerSettings, supervisor
 
 GIB = 1 << 30
 
@@ -80,8 +80,8 @@ def worker(
     ),
 ) -> None:
     """Run workers for a session: one process per GPU, each claiming jobs until stopped."""
-    from mlirtuna import manager, sessions
-    from mlirtuna.worker import WorkerSettings, role_stage, session_tuner
+    from mlirtuna import sessions
+    from mlirtuna.worker import WorkerSettings, role_stage, session_tuner, supervisor
 
     common.check_batch(batch)
     if not common.state(ctx).debug:
@@ -105,23 +105,23 @@ def worker(
         role=role,
     )
     if gpu_id is not None:
-        slots = [manager.Slot(gpu_id)]
+        slots = [supervisor.Slot(gpu_id)]
     elif role == "compile":  # compiling needs no GPU: no probe, no pinning
-        slots = [manager.Slot(-1) for _ in range(max(workers, 1))]
+        slots = [supervisor.Slot(-1) for _ in range(max(workers, 1))]
     else:
-        slots = manager.plan(gpus, tuner, workers)
+        slots = supervisor.plan(gpus, tuner, workers)
     if len(slots) == 1:
         _run_here(db, settings, slots[0])
         return
     common.err(f"starting {len(slots)} workers: {', '.join(s.label for s in slots)}")
-    procs = manager.start(str(db.url.render_as_string(hide_password=False)), settings, slots)
-    manager.supervise(procs)
+    procs = supervisor.start(str(db.url.render_as_string(hide_password=False)), settings, slots)
+    supervisor.supervise(procs)
     bad = [p.returncode for p in procs if p.returncode not in (0, None)]
     if bad:
         raise typer.Exit(1)
 
 
-def _run_here(db, settings: WorkerSettings, slot: manager.Slot) -> None:
+def _run_here(db, settings: WorkerSettings, slot: supervisor.Slot) -> None:
     from mlirtuna.worker import Worker
 
     settings.gpu_id = slot.gpu_id
@@ -198,7 +198,8 @@ def run(
     as_csv: bool = typer.Option(False, "--csv", help="Print the winners as CSV at the end."),
 ) -> None:
     """Import, open a session, load jobs, tune them here, export the tuning DB, show winners."""
-    from mlirtuna import flow, progress
+    from mlirtuna import flow
+    from mlirtuna.cli import progress
     from mlirtuna.worker import WorkerSettings
 
     common.output_format(as_json, as_csv)  # both at once: refused before any work

@@ -2,7 +2,7 @@
 
 from alembic import context
 
-from mlirtuna.models import Base
+from mlirtuna.db.models import Base
 
 config = context.config
 engine = config.attributes["engine"]

@@ -12,9 +12,12 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse
 
-from mlirtuna import compare, explore, farm, jobs, sessions
+from mlirtuna import sessions
 from mlirtuna.db import Database
 from mlirtuna.errors import UserError
+from mlirtuna.history import compare
+from mlirtuna.queue import jobs
+from mlirtuna.web import explore, farm
 from mlirtuna.web.app import plotly_js
 
 api = APIRouter(prefix="/api")

@@ -7,7 +7,7 @@
   PR #2248 guards against, so we refuse and say which flag narrows it. Retired sessions
   (`session retire`) are never picked this way, only when named.
 - Per problem, the newest session wins (created_at, then id). Only counted results
-  (results.counted: completed jobs, or imported rows).
+  (winners.counted: completed jobs, or imported rows).
 - The `arch` column is the session's arch_full: perfRunner looks rows up by the exact
   gcnArchName (rocmlir-interfaces §1d/§2a), e.g. `gfx942:sramecc+:xnack-`, and tuningRunner E3
   writes it so. A session imported from a file with a bare chip name keeps that name.
@@ -40,10 +40,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from mlirtuna import debugexport, keys, results, tuningdb
+from mlirtuna import keys
 from mlirtuna.db import Database
+from mlirtuna.db.models import Candidate, FusionConfig, Job, Problem, Result, TuningSession
 from mlirtuna.errors import NotFound, UserError
-from mlirtuna.models import Candidate, FusionConfig, Job, Problem, Result, TuningSession
+from mlirtuna.history import debugexport, tuningdb, winners
 
 FORMATS = ("v3", "v2", "t4", "debug")
 T4_SCHEMA_VERSION = "1.0.0"  # Kernel Tuner's kernel_tuner/schema/T4/1.0.0/results-schema.json
@@ -86,7 +87,7 @@ def export(db: Database, query: ExportQuery, fmt: str = "v3", out: str = "-") ->
 def render(db: Database, query: ExportQuery, fmt: str = "v3") -> Exported:
     if fmt not in FORMATS:
         raise UserError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
-    results.check_op(query.op)
+    winners.check_op(query.op)
     if query.key_format is not None and query.key_format not in keys.KEY_FORMS:
         raise UserError(
             f"unknown key format {query.key_format!r} (known: {', '.join(keys.KEY_FORMS)})"
@@ -243,7 +244,7 @@ def winner_rows(
         .join(Problem, Problem.id == Result.problem_id)
         .outerjoin(FusionConfig, FusionConfig.id == Problem.id)
         .outerjoin(Job, Job.id == Result.job_id)
-        .where(Result.session_id.in_(list(rank)), results.counted())
+        .where(Result.session_id.in_(list(rank)), winners.counted())
     )
     if op is not None:
         stmt = stmt.where(Problem.op == op)

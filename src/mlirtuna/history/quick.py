@@ -25,9 +25,9 @@ import sqlalchemy as sa
 
 from mlirtuna import sessions
 from mlirtuna.db import Database, utcnow
+from mlirtuna.db.models import Candidate, Problem, QuickList, Result
 from mlirtuna.defaults import DEFAULT_QUICK_THRESHOLD as DEFAULT_THRESHOLD
 from mlirtuna.errors import MlirtunaError, UserError
-from mlirtuna.models import Candidate, Problem, QuickList, Result
 from mlirtuna.problems import parse
 
 #: Above this many (problem, covering config) pairs the ILP is not tried: greedy, said so.

@@ -38,7 +38,7 @@ from mlirtuna.problems import Problem
 from mlirtuna.stats import Spread
 from mlirtuna.tuners import timing
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome
-from mlirtuna.tuners.cpu_kernels import Blocks, CpuOp, make_op
+from mlirtuna.tuners.cpu.kernels import Blocks, CpuOp, make_op
 from mlirtuna.tuners.timing import Budget
 
 #: A kernel a test (or an experiment) adds to the space: it runs the op given the op's data

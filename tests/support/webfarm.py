@@ -11,9 +11,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlirtuna import configs, jobs, sessions
+from mlirtuna import catalog, sessions
 from mlirtuna.db import Database
 from mlirtuna.problems import ExpandOptions
+from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.worker import Worker, WorkerSettings
 
@@ -38,7 +39,7 @@ class Farm:
 def make(db: Database, tmp_path: Path) -> Farm:
     path = tmp_path / "gemm-configs"
     path.write_text(GEMMS)
-    configs.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag=TAG)
+    catalog.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag=TAG)
     cpu_a, cpu_b = (_tune(db, SessionSpec(tuner="cpu", tuning_space="quick")) for _ in "ab")
     build = tmp_path / "build"
     shutil.copytree(FAKE, build)

@@ -42,10 +42,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from mlirtuna import configs, keys, problems, tuningdb
+from mlirtuna import catalog, keys, problems
 from mlirtuna.db import Database, utcnow
+from mlirtuna.db.models import ERROR, Job, Result, TuningSession
 from mlirtuna.errors import InputError, UserError
-from mlirtuna.models import ERROR, Job, Result, TuningSession
+from mlirtuna.history import tuningdb
 
 TUNER = "imported"
 DEFAULT_TUNING_SPACE = "exhaustive"
@@ -195,7 +196,7 @@ def import_tsv(
 
     def write() -> tuple[int, list[ImportedSession]]:
         with db.session(immediate=True) as s:
-            ids, new = configs.ensure_problems(s, op, list(parser.problems.values()))
+            ids, new = catalog.ensure_problems(s, op, list(parser.problems.values()))
             return new, [_write_group(s, group, ids, reason) for group in groups]
 
     report.new_problems, report.sessions = db.retrying_conflicts(write)

@@ -27,12 +27,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
-from mlirtuna.configs import load_problem
+from mlirtuna.catalog import load_problem
 from mlirtuna.db import Database, Precompiled, db_now, json_object
-from mlirtuna.dbtext import MAX_CANDIDATE_ERROR_BYTES
-from mlirtuna.dbtext import cut_text as _cut
-from mlirtuna.keys import perf_config_family
-from mlirtuna.models import (
+from mlirtuna.db.models import (
     BENCHMARK,
     COMPILE,
     COMPLETED,
@@ -47,7 +44,10 @@ from mlirtuna.models import (
     Job,
     Result,
 )
-from mlirtuna.models import Problem as ProblemRow
+from mlirtuna.db.models import Problem as ProblemRow
+from mlirtuna.db.text import MAX_CANDIDATE_ERROR_BYTES
+from mlirtuna.db.text import cut_text as _cut
+from mlirtuna.keys import perf_config_family
 from mlirtuna.problems import Problem, from_columns
 from mlirtuna.tuners import base
 from mlirtuna.tuners.base import TuneOutcome

@@ -81,7 +81,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from mlirtuna import keys, stats, tuningdb
+from mlirtuna import keys, stats
 from mlirtuna.errors import (
     InputError,
     NotRun,
@@ -90,6 +90,7 @@ from mlirtuna.errors import (
     Unsupported,
     UserError,
 )
+from mlirtuna.history import tuningdb
 from mlirtuna.problems import Problem
 from mlirtuna.problems.fusion import parse_key
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome

@@ -14,10 +14,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from mlirtuna import configs, fusion, sessions
+from mlirtuna import catalog, fusion, sessions
 from mlirtuna.db import Database, db_now
-from mlirtuna.errors import NotFound, UserError
-from mlirtuna.models import (
+from mlirtuna.db.models import (
     BENCHMARK,
     CANCELLED,
     COMPILE,
@@ -38,6 +37,7 @@ from mlirtuna.models import (
     Result,
     TuningSession,
 )
+from mlirtuna.errors import NotFound, UserError
 from mlirtuna.problems import ExpandOptions
 from mlirtuna.problems.configlist import read_config_list
 
@@ -124,10 +124,10 @@ def _select(s: Session, *, op, tag, file, all_problems, options) -> dict[int, in
             raise UserError("--file needs --op (the op of the config list)")
         if op == "fusion":  # a module or a directory of them
             found = [fusion.read_problem(p) for p in fusion.module_files([file])]
-            ids, _ = configs.ensure_problems(s, op, found)
+            ids, _ = catalog.ensure_problems(s, op, found)
             return {ids[p.canonical()]: 0 for p in found}
         parsed = read_config_list(file, op, options or ExpandOptions())
-        ids, _ = configs.ensure_problems(s, op, [e.problem for e in parsed.entries])
+        ids, _ = catalog.ensure_problems(s, op, [e.problem for e in parsed.entries])
         return {ids[e.problem.canonical()]: e.priority for e in parsed.entries}
     if tag is not None:
         stmt = sa.select(ProblemTag.problem_id, ProblemTag.priority).where(ProblemTag.tag == tag)
@@ -358,7 +358,7 @@ def requeue(db: Database, session_id: int, state: str = ERROR, job_id: int | Non
 
 def _bundle_gone(s: Session, session_id: int, where: list) -> list[int]:
     """The problems of the benchmark jobs selected by `where` that have no complete bundle."""
-    from mlirtuna import bundles
+    from mlirtuna.queue import bundles
 
     picked = s.scalars(sa.select(Job.problem_id).where(*where, Job.stage == BENCHMARK)).all()
     conn = s.connection()

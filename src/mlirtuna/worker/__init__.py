@@ -25,15 +25,16 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import exc as sa_exc
 
-from mlirtuna import configs, jobs, machine, queue, sessions, stages, tuners
+from mlirtuna import catalog, machine, queue, sessions, tuners
 from mlirtuna.db import ROLLED_BACK, Database, fault_of
+from mlirtuna.db.models import BENCHMARK, COMPILE, TUNE
 from mlirtuna.defaults import DEFAULT_BACKOFF_S, DEFAULT_LEASE_S, DEFAULT_MAX_RETRIES
 from mlirtuna.errors import DatabaseError, NotRun, TunerError, Unsupported, UserError
-from mlirtuna.models import BENCHMARK, COMPILE, TUNE
 from mlirtuna.problems import Problem
-from mlirtuna.queue import Claimant, Lease
+from mlirtuna.queue import Claimant, Lease, jobs
+from mlirtuna.queue.wakeup import Wakeup
 from mlirtuna.tuners.base import TuneContext, TuneOutcome, Tuner
-from mlirtuna.wakeup import Wakeup
+from mlirtuna.worker import stages
 
 log = logging.getLogger(__name__)
 
@@ -540,7 +541,7 @@ class Worker:
 
     def _problem(self, problem_id: int):
         with self.db.session() as s:
-            return configs.load_problem(s, problem_id)
+            return catalog.load_problem(s, problem_id)
 
     def _finish(self, lease: Lease, outcome, error: str | None, final: bool = False) -> None:
         if outcome is not None and (wrong := foreign_perf_config(self.session, outcome)):
@@ -682,7 +683,7 @@ def _grace_s(timeout: float) -> float:
 
 def _quick_lists(db: Database, session: sessions.Session):
     """The stored quick list of a `list:NAME` session, read once per worker (None otherwise)."""
-    from mlirtuna import quick
+    from mlirtuna.history import quick
 
     name = quick.list_name(session.tuning_space)
     return quick.load_space(db, name, session.arch) if name is not None else None

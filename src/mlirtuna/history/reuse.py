@@ -4,7 +4,7 @@ what a new rocMLIR commit made stale (`jobs load --skip-tuned / --reuse / --chan
 
 Two sessions are *equivalent* when everything that decides a tuning result is the same: arch_full,
 num_cu, num_chiplets, tuning space, rocMLIR commit (mlir_v), and the tuner (a .tsv imported from
-rocMLIR counts as the rocmlir tuner). A result "counts" as results.counted() says: its job
+rocMLIR counts as the rocmlir tuner). A result "counts" as winners.counted() says: its job
 completed, or it was imported.
 """
 
@@ -20,11 +20,13 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session as OrmSession
 
-from mlirtuna import jobs, results, sessions
+from mlirtuna import sessions
 from mlirtuna.db import Database, db_now
+from mlirtuna.db.models import COMPLETED, Job, Problem, Result, TuningSession
 from mlirtuna.errors import UserError
+from mlirtuna.history import winners
 from mlirtuna.keys import perf_config_family  # the one place for families
-from mlirtuna.models import COMPLETED, Job, Problem, Result, TuningSession
+from mlirtuna.queue import jobs
 from mlirtuna.sessions import Session
 
 #: The session fields that decide a tuning result (besides the tuner's family).
@@ -92,7 +94,7 @@ def _counted_results(s: OrmSession, session_ids: Iterable[int]) -> dict[int, Tun
             Result.key_suffix,
         )
         .outerjoin(Job, Job.id == Result.job_id)
-        .where(Result.session_id.in_(ids), results.counted())
+        .where(Result.session_id.in_(ids), winners.counted())
         .order_by(Result.session_id, Result.id)
     )
     out: dict[int, Tuned] = {}

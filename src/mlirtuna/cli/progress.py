@@ -16,9 +16,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from mlirtuna import jobs
 from mlirtuna.db import Database
-from mlirtuna.models import RUNNING, TUNE, Attempt, Job, Problem
+from mlirtuna.db.models import RUNNING, TUNE, Attempt, Job, Problem
+from mlirtuna.queue import jobs
 
 
 @dataclass(frozen=True)

@@ -39,10 +39,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from mlirtuna import history, keys, problems, results, sessions, stats
+from mlirtuna import keys, problems, sessions, stats
 from mlirtuna.db import Database
+from mlirtuna.db.models import COMPLETED, Candidate, Job, Problem, Result
 from mlirtuna.errors import InputError, UserError
-from mlirtuna.models import COMPLETED, Candidate, Job, Problem, Result
+from mlirtuna.history import tsvimport, winners
 
 DEFAULT_THRESHOLD = 0.05
 
@@ -123,7 +124,7 @@ def is_session(spec: str) -> bool:
 def load_sides(a: str, b: str, op: str | None, db: Callable[[], Database]) -> tuple[Side, Side]:
     """Sessions first: their canonical vectors spare the parser on a .tsv that has them
     verbatim (a canonical string parses back to itself)."""
-    results.check_op(op)
+    winners.check_op(op)
     loaded = {spec: session_side(db(), int(spec), op) for spec in (a, b) if is_session(spec)}
     known = frozenset().union(*(side.entries for side in loaded.values()))
     for spec in (a, b):
@@ -176,7 +177,7 @@ def add_measured(db: Database, session_id: int, side: Side, wanted: dict[str, st
 
 def load_side(spec: str, op: str | None, db: Callable[[], Database]) -> Side:
     """A session id (the database is opened only then) or a .tsv path."""
-    results.check_op(op)
+    winners.check_op(op)
     if is_session(spec):
         return session_side(db(), int(spec), op)
     return tsv_side(spec, op)
@@ -199,7 +200,7 @@ def session_side(db: Database, session_id: int, op: str | None) -> Side:
         .join(Problem, Problem.id == Result.problem_id)
         .outerjoin(Job, Job.id == Result.job_id)
         .outerjoin(Candidate, winner)
-        .where(Result.session_id == session_id, results.counted())
+        .where(Result.session_id == session_id, winners.counted())
     )
     if op is not None:
         stmt = stmt.where(Problem.op == op)
@@ -216,12 +217,12 @@ def session_side(db: Database, session_id: int, op: str | None) -> Side:
 
 def tsv_side(path: str, op: str | None, known: frozenset[str] = frozenset()) -> Side:
     """A .tsv in memory; `known` are vectors known canonical (they skip the parser)."""
-    parsed = history.read_file(path)
+    parsed = tsvimport.read_file(path)
     canonical = _canonicalizer(op, known)
     entries: dict[str, Entry] = {}
     where: dict[str, tuple[tuple[Any, ...], int]] = {}  # vector -> (context, line)
     for row in parsed.rows:
-        if history.no_winner(row):
+        if tsvimport.no_winner(row):
             continue
         try:
             key = keys.match_key(op, row.test_vector, canonical)

@@ -27,8 +27,8 @@ import sqlalchemy as sa
 
 from mlirtuna import queue
 from mlirtuna.db import Database, db_now
+from mlirtuna.db.models import BENCHMARK, NEW, RUNNING, WAITING, Bundle, BundleChunk, Job
 from mlirtuna.errors import Unsupported
-from mlirtuna.models import BENCHMARK, NEW, RUNNING, WAITING, Bundle, BundleChunk, Job
 from mlirtuna.queue import Lease
 
 CHUNK_BYTES = 1 << 20

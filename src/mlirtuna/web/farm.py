@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session as OrmSession
 
 from mlirtuna import sessions
 from mlirtuna.db import Database, db_now
-from mlirtuna.models import (
+from mlirtuna.db.models import (
     CANCELLED,
     COMPLETED,
     ERROR,
@@ -139,7 +139,7 @@ def session_progress(db: Database, session_id: int) -> SessionProgress:
 def stage_progress(db: Database, session_id: int) -> dict[str, dict[str, int]]:
     """{stage: {done, total}} of a two-stage session's compile and benchmark jobs ({} for a
     one-stage session)."""
-    from mlirtuna import jobs
+    from mlirtuna.queue import jobs
 
     by_stage = jobs.stage_counts(db, session_id)
     if set(by_stage) <= {"tune"}:

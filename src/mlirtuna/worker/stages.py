@@ -26,11 +26,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mlirtuna import bundles
+from mlirtuna.db.models import BENCHMARK, COMPILE
 from mlirtuna.errors import TunerError
-from mlirtuna.models import BENCHMARK, COMPILE
 from mlirtuna.problems import Problem
-from mlirtuna.queue import AlsoInTransaction, Lease
+from mlirtuna.queue import AlsoInTransaction, Lease, bundles
 from mlirtuna.sessions import Session
 from mlirtuna.tuners.base import TuneOutcome
 from mlirtuna.tuners.rocmlir import index_commits, merge_artifacts

@@ -20,9 +20,7 @@ from sqlalchemy.orm import Session as OrmSession
 
 from mlirtuna import sessions
 from mlirtuna.db import Database
-from mlirtuna.errors import NotFound, UserError
-from mlirtuna.farm import clamp_page
-from mlirtuna.models import (
+from mlirtuna.db.models import (
     COMPLETED,
     CONFIG_TABLES,
     ERROR,
@@ -33,7 +31,9 @@ from mlirtuna.models import (
     Result,
     TuningSession,
 )
-from mlirtuna.results import check_op
+from mlirtuna.errors import NotFound, UserError
+from mlirtuna.history.winners import check_op
+from mlirtuna.web.farm import clamp_page
 
 WINNER_SORTS = (
     "test_vector",

@@ -701,7 +701,7 @@ OPS: dict[str, Callable[[Any], CpuOp]] = {
 
 def make_op(problem: Any) -> CpuOp:
     """The CPU op for a problem, or a TunerError for one the CPU tuner cannot run."""
-    from mlirtuna.tuners.cpu_fusion import FUSED_OPS  # the fused ops build on this module
+    from mlirtuna.tuners.cpu.fused import FUSED_OPS  # the fused ops build on this module
 
     op = getattr(problem, "op", None)
     make = OPS.get(op) or FUSED_OPS.get(op)

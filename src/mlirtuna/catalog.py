@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from mlirtuna.db import Database, utcnow
-from mlirtuna.models import CONFIG_TABLES, Problem, ProblemTag
+from mlirtuna.db.models import CONFIG_TABLES, Problem, ProblemTag
 from mlirtuna.problems import ExpandOptions
 from mlirtuna.problems import Problem as ProblemSpec
 from mlirtuna.problems.configlist import read_config_list

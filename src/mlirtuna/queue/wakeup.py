@@ -16,7 +16,7 @@ import threading
 import time
 
 from mlirtuna.db import Database
-from mlirtuna.models import JOB_CLAIMABLE_CHANNEL
+from mlirtuna.db.models import JOB_CLAIMABLE_CHANNEL
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from mlirtuna.problems.migraphx import (
     Op,
     TensorType,
 )
-from mlirtuna.tuners.cpu_kernels import (
+from mlirtuna.tuners.cpu.kernels import (
     _GEMM_GRID,
     _GEMM_QUICK,
     Blocks,

@@ -14,8 +14,8 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from mlirtuna import fusion, sessions
 from mlirtuna.db import Database
+from mlirtuna.db.models import COMPLETED, Candidate, FusionConfig, Job, Problem, Result
 from mlirtuna.errors import UserError
-from mlirtuna.models import COMPLETED, Candidate, FusionConfig, Job, Problem, Result
 from mlirtuna.problems import OPS
 
 FIELDS = (

@@ -23,8 +23,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from mlirtuna import problems
+from mlirtuna.db.models import Candidate, Problem, Result, TuningSession
 from mlirtuna.errors import UserError
-from mlirtuna.models import Candidate, Problem, Result, TuningSession
 
 NAN = "NaN"
 
