@@ -8,9 +8,12 @@ the outcome through the queue's fenced record, so a tuner cannot half-write a jo
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from pathlib import Path
+from typing import Protocol, runtime_checkable
 
+from mlirtuna.errors import TunerError
 from mlirtuna.problems import Problem
 from mlirtuna.stats import Margin, Spread
 
@@ -71,9 +74,62 @@ class TuneOutcome:
     margin: Margin | None = None
 
 
+@dataclass(frozen=True)
+class Compiled:
+    """What one compile-only run left: its directory and the commit that compiled it."""
+
+    directory: Path
+    commit_id: str
+    output: str  # the tool's stderr tail, kept as the compile job's text
+
+
+# One tuned problem of a batch: its index in the batch and its outcome, or why it failed.
+BatchItem = tuple[int, "TuneOutcome | TunerError"]
+
+
+@runtime_checkable
 class Tuner(Protocol):
-    """Turns a problem into candidates and a winner; raises TunerError on failure."""
+    """Turns a problem into candidates and a winner; raises TunerError on failure.
+
+    Every tuner is one; the worker finds the others below by `isinstance`, never by `getattr`.
+    """
 
     name: str
 
     def tune(self, problem: Problem, ctx: TuneContext) -> TuneOutcome: ...
+
+
+@runtime_checkable
+class BatchTuner(Tuner, Protocol):
+    """A tuner that can tune several problems in one tool call (`worker --batch K`).
+
+    `tune_many` yields each problem's (index, outcome or error) as soon as it is known, so the
+    worker records a finished problem while the rest of the batch still runs.
+    """
+
+    def can_batch(self) -> bool:
+        """Whether this build batches at all (rocMLIR: E3 and E4; E2 writes only at the end)."""
+        ...
+
+    def batchable(self, problem: Problem) -> bool:
+        """Whether this problem can share a call with others of its op."""
+        ...
+
+    def tune_many(self, problems: Sequence[Problem], ctx: TuneContext) -> Iterator[BatchItem]: ...
+
+
+@runtime_checkable
+class SplitTuner(BatchTuner, Protocol):
+    """A tuner whose work splits into compile (any host) and benchmark (the GPU) stages."""
+
+    def check_split(self) -> None:
+        """Raise Unsupported when this build cannot split (no compile-only mode)."""
+        ...
+
+    def compile(self, problem: Problem, ctx: TuneContext, dest: Path) -> Compiled: ...
+
+    def benchmark(self, problem: Problem, ctx: TuneContext, artifacts: Path) -> TuneOutcome: ...
+
+    def benchmark_many(
+        self, problems: Sequence[Problem], ctx: TuneContext, artifacts: Path
+    ) -> Iterator[BatchItem]: ...

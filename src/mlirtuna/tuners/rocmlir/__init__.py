@@ -93,7 +93,7 @@ from mlirtuna.errors import (
 from mlirtuna.history import tuningdb
 from mlirtuna.problems import Problem
 from mlirtuna.problems.fusion import parse_key
-from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome
+from mlirtuna.tuners.base import Candidate, Compiled, TuneContext, TuneOutcome
 
 BUILD_DIR_ENV = "MLIRTUNA_ROCMLIR_BUILD"
 PYTHON_ENV = "MLIRTUNA_ROCMLIR_PYTHON"
@@ -249,15 +249,6 @@ def merge_artifacts(sources: list[Path], dest: Path) -> None:
             shutil.move(src / "problems" / digest, dest / "problems" / digest)
             merged["problems"][digest] = entry
     (dest / INDEX).write_text(json.dumps(merged, indent=2), encoding="utf-8")
-
-
-@dataclass(frozen=True)
-class Compiled:
-    """What one --compile-only run left: its directory and the commit that compiled it."""
-
-    directory: Path
-    commit_id: str
-    output: str  # the tool's stderr tail, kept as the compile job's text
 
 
 def tool_space(ctx: TuneContext) -> str:
