@@ -17,7 +17,7 @@ from mlirtuna.db.clock import DbNow, db_now, utcnow
 from mlirtuna.db.database import Database, connect, error_line
 from mlirtuna.db.engine import PING_IDLE_S, SQLITE_BUSY_TIMEOUT_MS
 from mlirtuna.db.faults import ROLLED_BACK, UNAVAILABLE, fault_of, is_transient
-from mlirtuna.db.statements import JsonObject, Precompiled, json_object
+from mlirtuna.db.statements import JsonObject, Precompiled, json_object, rowcount
 from mlirtuna.db.urls import (
     DEFAULT_URL,
     ENV_PASSWORD,
@@ -49,6 +49,7 @@ __all__ = [
     "mask",
     "mask_text",
     "resolve_url",
+    "rowcount",
     "utcnow",
     "wrong_url",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable
-from typing import cast
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -118,3 +118,9 @@ class Precompiled:
             texts.append(self.edit(i, text) if self.edit else text)
         self._compiled[dialect.name] = (";\n".join(texts), constants, processors)
         return self._compiled[dialect.name]
+
+
+def rowcount(result: sa.Result[Any]) -> int:
+    """The rows an UPDATE or DELETE matched. Session.execute is typed as returning a Result;
+    for those statements it is a CursorResult, which has the count."""
+    return cast(sa.CursorResult[Any], result).rowcount
