@@ -152,7 +152,7 @@ class DriverClock:
             self.commits += 1
 
     def _checkout(self, _dbapi_conn, record, _proxy) -> None:
-        # The pool pings a connection that sat idle longer than PING_IDLE_S (db.py).
+        # The pool pings a connection that sat idle longer than PING_IDLE_S (db/engine.py).
         idle = time.monotonic() - record.info.get("checked_in", time.monotonic())
         self.checkouts += idle > PING_IDLE_S
 

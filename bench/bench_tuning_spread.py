@@ -47,9 +47,9 @@ def pick(op: str, smoke: bool) -> list[Problem]:
     """The problems to tune for `op`, smallest first."""
     path = config_file(op)
     if op == "fusion":
-        from mlirtuna import fusion
+        from mlirtuna import catalog
 
-        found = [fusion.read_problem(m) for m in fusion.module_files([str(FUSION / "resnet50"),
+        found = [catalog.read_problem(m) for m in catalog.module_files([str(FUSION / "resnet50"),
                  str(FUSION / "mixr-gemm")])]  # fmt: skip
         ranked = sorted(found, key=lambda p: (p.flops(), p.file_name))
         return ranked[:1] if smoke else ranked

@@ -85,7 +85,7 @@ def _in_process_worker(db, sid, seconds=0.2, **kw) -> Worker:
 def test_sqlite_lock_past_the_busy_timeout_is_waited_out(tmp_path, monkeypatch, caplog):
     """A foreign transaction holds SQLite's write lock far past the busy timeout while a worker
     wants to record: the worker keeps its tuned result, waits, and records it."""
-    monkeypatch.setattr(dbmod, "SQLITE_BUSY_TIMEOUT_MS", 100)
+    monkeypatch.setattr(dbmod.engine, "SQLITE_BUSY_TIMEOUT_MS", 100)
     url = f"sqlite:///{tmp_path / 'm.db'}"
     db = Database(url)
     sid = make_session(db, tmp_path, 3, tuner="sleep")

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 from support.perfrunner_reader import read_tuning_db
 
-from mlirtuna import catalog, fusion, migrations, sessions
+from mlirtuna import catalog, migrations, sessions
 from mlirtuna.db import Database
 from mlirtuna.db.models import COMPLETED, Candidate, FusionConfig, Job, Problem
 from mlirtuna.history import compare, export, tsvimport, winners
@@ -55,9 +55,9 @@ def test_migration_upgrades_an_old_database_in_place(empty_db_url):
 
 @pytest.mark.slow  # twelve modules tuned for real: minutes on a loaded machine
 def test_every_fusion_module_tunes_on_the_queue(db, tmp_path):
-    report = fusion.import_modules(db, [str(FUSION / "resnet50"), str(FUSION / "mixr-gemm")])
+    report = catalog.import_modules(db, [str(FUSION / "resnet50"), str(FUSION / "mixr-gemm")])
     assert (report.lines, report.new) == (len(MODULES), len(MODULES))
-    again = fusion.import_modules(db, [str(FUSION / "resnet50")])
+    again = catalog.import_modules(db, [str(FUSION / "resnet50")])
     assert again.new == 0  # unique by module hash
     sid = sessions.create(db, SessionSpec(tuner="cpu", tuning_space="quick")).id
     assert jobs.load(db, sid, op="fusion", all_problems=True).added == len(MODULES)
@@ -90,7 +90,7 @@ def test_every_fusion_module_tunes_on_the_queue(db, tmp_path):
 
 
 def test_a_plain_problem_wins_over_a_fusion_with_its_key(db):
-    fusion.import_modules(db, [str(FUSION / "resnet50" / "mixr-resnet-fusion-case-4.mlir")])
+    catalog.import_modules(db, [str(FUSION / "resnet50" / "mixr-resnet-fusion-case-4.mlir")])
     with db.session() as s:
         key = s.scalar(sa.select(FusionConfig.tuning_key))
         ids, _ = catalog.ensure_problems(s, "conv", [parse("conv", key)])
@@ -135,7 +135,7 @@ def test_gemm_gemm_and_conv_gemm_tune_export_and_come_back(db, tmp_path, dtype):
 
 def test_fused_kernels_are_verified(monkeypatch):
     """A kernel that skips the epilogue (or rounds wrong) is rejected, not timed."""
-    problem = fusion.read_problem(FUSION / "resnet50" / "mixr-resnet-fusion-case-4.mlir")
+    problem = catalog.read_problem(FUSION / "resnet50" / "mixr-resnet-fusion-case-4.mlir")
 
     def no_relu(op):
         op.run_blocked((64, 64, 64))
@@ -161,7 +161,7 @@ func.func @f(%arg0: tensor<1x4x4xf32>, %arg1: tensor<1x4x4xf32>) -> tensor<2x4x4
 def test_a_module_the_cpu_cannot_run_is_one_error_not_retried(db, tmp_path):
     module = tmp_path / "bcast.mlir"
     module.write_text(BROADCAST_RESULT)
-    fusion.import_modules(db, [str(module)])
+    catalog.import_modules(db, [str(module)])
     sid = sessions.create(db, SessionSpec(tuner="cpu", tuning_space="quick")).id
     jobs.load(db, sid, all_problems=True)
     settings = WorkerSettings(session_id=sid, tuner="cpu", until_empty=True, max_retries=3)

@@ -11,11 +11,12 @@ from support.perfrunner_keys import read_key
 from test_rocmlir_tuner import ARCH_FULL
 from test_rocmlir_worker import build, work  # noqa: F401 (build is a fixture)
 
-from mlirtuna import fusion, sessions
+from mlirtuna import catalog, sessions
 from mlirtuna.db.models import COMPLETED, Candidate, FusionConfig, Job, Result
 from mlirtuna.problems import fusion as fusion_problems
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
+from mlirtuna.tuners.rocmlir import fusionkey
 
 FUSION = Path(__file__).parent / "data" / "fusion"
 CASE_4 = FUSION / "resnet50" / "mixr-resnet-fusion-case-4.mlir"
@@ -26,9 +27,9 @@ DOT_ADD = FUSION / "mixr-gemm" / "mixr-gemm-add.e2e.mlir"
 def test_keys_from_rocmlir_gen_in_both_layouts(build, monkeypatch, layout):  # noqa: F811
     monkeypatch.setenv("FAKE_ROCMLIR_KEY_LAYOUT", layout)
     for path in sorted(FUSION.glob("*/*.mlir")):
-        emitted = fusion.emit_tuning_key(path, path.read_text(), str(build), "gfx942")
+        emitted = fusionkey.emit_tuning_key(path, path.read_text(), str(build), "gfx942")
         assert len(emitted.strip().split("\t")) == (4 if layout == "new" else 3)
-        problem = fusion.read_problem(path, str(build))
+        problem = catalog.read_problem(path, str(build))
         derived = fusion_problems.from_module(path.read_text(), path.name)
         assert problem.key_source == "rocmlir-gen" and derived.key_source == "migraphx"
         kind, _ = read_key(problem.tuning_key)
@@ -45,13 +46,13 @@ def test_a_failing_key_pipeline_is_one_clear_error(build, tmp_path):  # noqa: F8
     bad.write_text("module {\n  func.func @f(%arg0: tensor<2xf32>) -> tensor<2xf32> {\n"
                    "    return %arg0 : tensor<2xf32>\n  }\n}\n")  # fmt: skip
     with pytest.raises(Exception, match=r"bad\.mlir: rocmlir-gen exited 1: .*no convolution"):
-        fusion.read_problem(bad, str(build))
+        catalog.read_problem(bad, str(build))
 
 
 @pytest.mark.parametrize("era", ["E2", "E3"])
 def test_rocmlir_tuner_tunes_a_fusion_module(db, build, monkeypatch, era):  # noqa: F811
     monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", era)
-    fusion.import_modules(db, [str(CASE_4), str(DOT_ADD)], tag="fx")
+    catalog.import_modules(db, [str(CASE_4), str(DOT_ADD)], tag="fx")
     sess = sessions.create(
         db,
         SessionSpec(

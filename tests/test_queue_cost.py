@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from mlirtuna import catalog, fusion, queue, sessions, worker
+from mlirtuna import catalog, queue, sessions, worker
 from mlirtuna.db import PING_IDLE_S
 from mlirtuna.db.models import CONFIG_TABLES, Attempt, Candidate, Job, Result
 from mlirtuna.db.text import MAX_CANDIDATE_ERROR_BYTES
@@ -152,7 +152,7 @@ def test_the_claim_reads_every_ops_problem_as_load_problem_does(db, session_id):
     for op in CONFIG_TABLES:
         examples = str(EXAMPLES / f"{op}-small")
         if op == "fusion":
-            fusion.import_modules(db, [examples], tag="every-op")
+            catalog.import_modules(db, [examples], tag="every-op")
         else:
             catalog.import_files(db, op, [examples], tag="every-op")
     jobs.load(db, session_id, tag="every-op")

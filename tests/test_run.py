@@ -30,9 +30,9 @@ def test_examples_are_valid_config_lists():
 
 
 def test_fusion_example_modules_import_and_auto_detects_ops(db):
-    from mlirtuna import flow, fusion
+    from mlirtuna import catalog, flow
 
-    report = fusion.import_modules(db, [str(EXAMPLES / "fusion-small")])
+    report = catalog.import_modules(db, [str(EXAMPLES / "fusion-small")])
     assert report.new == report.lines == 4
     ops = {op: len(paths) for op, paths in flow.files_by_op("auto", [
         str(EXAMPLES / name) for name in (

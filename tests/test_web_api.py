@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from support.clitools import cli, mlirtuna_argv, subprocess_env
 from support.webfarm import Farm, make
 
-from mlirtuna import fusion, queue
+from mlirtuna import catalog, queue
 from mlirtuna.db import Database
 from mlirtuna.db.models import Candidate, FusionConfig, Job, Result
 from mlirtuna.errors import DatabaseError
@@ -298,7 +298,7 @@ def test_serve_command_binds_localhost_and_prints_its_url(db, db_url, tmp_path):
 def test_a_fusion_problem_shows_its_module_and_key(client, db):
     module = Path(__file__).parent / "data" / "fusion" / "resnet50"
     path = sorted(module.glob("*.mlir"))[0]
-    fusion.import_modules(db, [str(path)])
+    catalog.import_modules(db, [str(path)])
     with db.session() as s:
         pid, key, text = s.execute(
             sa.select(FusionConfig.id, FusionConfig.tuning_key, FusionConfig.module_text)

@@ -1,30 +1,45 @@
-"""The config tables: rocMLIR config lists in, one canonical row per problem out.
+"""The problem catalogue: problems in the database, the one place flow, jobs and the queue ask.
 
-Import is one transaction and a bulk insert: a bad line anywhere means nothing of that run is
-written, and 100,000 problems take seconds, not minutes.
+- Import: rocMLIR config lists (`import --op conv|gemm|…`) and fusion modules (`import --op
+  fusion`: `.mlir` files and directories). Every file is read first (a bad line or module
+  anywhere means nothing of that run is written), then one transaction and a bulk insert:
+  100,000 problems take seconds, not minutes. Two imports of the same problems may race: the
+  loser runs its transaction again and finds the winner's rows (Database.retrying_conflicts).
+- Fusion modules: a directory means every `*.mlir` directly in it, sorted (rocMLIR's
+  `glob(DIR/*.mlir)`; a `.mlir.template` is not a test and is skipped). The tuning key comes
+  from the rocMLIR build when one is given, through perfRunner's pipeline
+  (tuners/rocmlir/fusionkey.py), else mlirtuna derives it from the MIGraphX ops. Problems are
+  unique by module hash: re-importing a directory adds nothing.
+- Ids and tags; the typed problem behind a problem row (load_problem, problem_of: the one
+  decoder); how a problem reads in a listing (label_column).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from mlirtuna.db import Database, utcnow
-from mlirtuna.db.models import CONFIG_TABLES, Problem, ProblemTag
-from mlirtuna.problems import ExpandOptions
+from mlirtuna.db.models import CONFIG_TABLES, FusionConfig, Problem, ProblemTag
+from mlirtuna.errors import UserError
+from mlirtuna.problems import ExpandOptions, from_columns
 from mlirtuna.problems import Problem as ProblemSpec
 from mlirtuna.problems.configlist import read_config_list
+from mlirtuna.problems.fusion import FusionProblem, from_module
 
 # Keeps IN (...) lists well under every backend's bound-parameter limit.
 CHUNK = 500
+DEFAULT_KEY_ARCH = "gfx942"  # the key's problem string does not depend on the chip
 
 
 @dataclass
 class ImportReport:
-    lines: int = 0  # config lines read (comments and blank lines excluded)
+    lines: int = 0  # config lines read (comments and blank lines excluded); fusion: modules
     problems: int = 0  # distinct problems after expansion
     new: int = 0
     existing: int = 0
@@ -39,6 +54,99 @@ class ImportReport:
         }
 
 
+@dataclass
+class Parsed:
+    """The problems of some files, read and checked, before the database is touched."""
+
+    lines: int = 0
+    warnings: list[str] = field(default_factory=list)
+    # {canonical string: (problem, priority)}, the first occurrence kept.
+    entries: dict[str, tuple[ProblemSpec, int]] = field(default_factory=dict)
+
+    def add(self, problem: ProblemSpec, priority: int = 0) -> None:
+        self.entries.setdefault(problem.canonical(), (problem, priority))
+
+    def problems(self) -> list[ProblemSpec]:
+        return [p for p, _ in self.entries.values()]
+
+
+# -- reading files ---------------------------------------------------------------------------
+
+
+def read_files(
+    op: str,
+    paths: Sequence[str],
+    options: ExpandOptions | None = None,
+    build_dir: str | None = None,
+    arch: str | None = None,
+) -> Parsed:
+    """The problems of config lists of `op`, or of fusion modules (files and directories)."""
+    if op == "fusion":
+        return read_modules(paths, build_dir, arch)
+    return read_config_lists(op, paths, options)
+
+
+def read_config_lists(
+    op: str, paths: Sequence[str], options: ExpandOptions | None = None
+) -> Parsed:
+    """Parse every file first (any bad line stops here, before the database is touched)."""
+    parsed = Parsed()
+    for path in paths:
+        found = read_config_list(path, op, options or ExpandOptions())
+        parsed.lines += found.lines
+        parsed.warnings.extend(found.warnings)
+        for entry in found.entries:
+            parsed.add(entry.problem, entry.priority)
+    return parsed
+
+
+def read_modules(
+    paths: Sequence[str], build_dir: str | None = None, arch: str | None = None
+) -> Parsed:
+    """Read and key every module first (one bad module: nothing written)."""
+    parsed = Parsed()
+    for path in module_files(paths):
+        parsed.lines += 1
+        parsed.add(read_problem(path, build_dir, arch))
+    return parsed
+
+
+def module_files(paths: Sequence[str]) -> list[Path]:
+    """Every module a list of files and directories names, in order, without repeats."""
+    found: list[Path] = []
+    for text in paths:
+        path = Path(text)
+        if path.is_dir():
+            found.extend(sorted(p for p in path.glob("*.mlir") if p.is_file()))
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise UserError(f"{text}: no such file or directory")
+    if not found:
+        raise UserError(f"no .mlir modules in {', '.join(paths)}")
+    return list(dict.fromkeys(found))
+
+
+def read_problem(
+    path: Path, build_dir: str | None = None, arch: str | None = None
+) -> FusionProblem:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a UTF-8 text file") from None
+    except OSError as error:
+        raise UserError(f"{path}: {error.strerror or error}") from None
+    emitted = None
+    if build_dir:
+        from mlirtuna.tuners.rocmlir import fusionkey  # runs the build's tools: only when asked
+
+        emitted = fusionkey.emit_tuning_key(path, text, build_dir, arch or DEFAULT_KEY_ARCH)
+    return from_module(text, path.name, emitted, str(path))
+
+
+# -- importing -------------------------------------------------------------------------------
+
+
 def import_files(
     db: Database,
     op: str,
@@ -46,23 +154,31 @@ def import_files(
     options: ExpandOptions | None = None,
     tag: str | None = None,
 ) -> ImportReport:
-    """Parse every file first (any bad line stops here, before the database is touched)."""
-    options = options or ExpandOptions()
-    report = ImportReport()
-    entries: dict[str, tuple[ProblemSpec, int]] = {}
-    for path in paths:
-        parsed = read_config_list(path, op, options)
-        report.lines += parsed.lines
-        report.warnings.extend(parsed.warnings)
-        for entry in parsed.entries:
-            entries.setdefault(entry.problem.canonical(), (entry.problem, entry.priority))
-    report.problems = len(entries)
+    """Import config lists of `op`: every file parsed first, then one transaction."""
+    return store(db, op, read_config_lists(op, paths, options), tag)
+
+
+def import_modules(
+    db: Database,
+    paths: Sequence[str],
+    tag: str | None = None,
+    build_dir: str | None = None,
+    arch: str | None = None,
+) -> ImportReport:
+    """Read and key every module, then insert the new ones in one transaction."""
+    return store(db, "fusion", read_modules(paths, build_dir, arch), tag)
+
+
+def store(db: Database, op: str, parsed: Parsed, tag: str | None = None) -> ImportReport:
+    """Insert the problems not yet known (and tag them all) in one transaction."""
+    report = ImportReport(lines=parsed.lines, problems=len(parsed.entries))
+    report.warnings.extend(parsed.warnings)
 
     def write() -> int:
         with db.session(immediate=True) as s:
-            ids, new = ensure_problems(s, op, [p for p, _ in entries.values()])
+            ids, new = ensure_problems(s, op, parsed.problems())
             if tag:
-                priorities = {ids[v]: prio for v, (_, prio) in entries.items()}
+                priorities = {ids[v]: prio for v, (_, prio) in parsed.entries.items()}
                 tag_problems(s, tag, priorities)
             return new
 
@@ -101,18 +217,28 @@ def _insert_problems(s: Session, op: str, vectors: list[str]) -> dict[str, int]:
     return problem_ids(s, op, vectors)
 
 
+# -- ids and tags ----------------------------------------------------------------------------
+
+
 def problem_ids(s: Session, op: str, vectors: Iterable[str]) -> dict[str, int]:
     """{test_vector: id} for those of `vectors` already in the problem table."""
+    return dict(_vector_ids(s, op, vectors))
+
+
+def ids_of(s: Session, op: str | None, vectors: Iterable[str]) -> set[int]:
+    """The ids of the problems with these test vectors, of any op when `op` is None."""
+    return {pid for _, pid in _vector_ids(s, op, vectors)}
+
+
+def _vector_ids(s: Session, op: str | None, vectors: Iterable[str]) -> Iterator[tuple[str, int]]:
     vectors = list(vectors)
-    found: dict[str, int] = {}
     for i in range(0, len(vectors), CHUNK):
-        rows = s.execute(
-            sa.select(Problem.test_vector, Problem.id).where(
-                Problem.op == op, Problem.test_vector.in_(vectors[i : i + CHUNK])
-            )
+        stmt = sa.select(Problem.test_vector, Problem.id).where(
+            Problem.test_vector.in_(vectors[i : i + CHUNK])
         )
-        found.update((vector, pid) for vector, pid in rows)
-    return found
+        if op is not None:
+            stmt = stmt.where(Problem.op == op)
+        yield from s.execute(stmt)
 
 
 def tag_problems(s: Session, tag: str, priorities: dict[int, int]) -> None:
@@ -136,13 +262,51 @@ def tag_problems(s: Session, tag: str, priorities: dict[int, int]) -> None:
         s.execute(sa.insert(ProblemTag.__table__), rows)
 
 
+# -- problems from rows ----------------------------------------------------------------------
+
+
 def load_problem(s: Session, problem_id: int) -> ProblemSpec:
     """The typed problem behind a problem id (supertable row + its op's config row)."""
-    from mlirtuna.problems import from_columns
-
     op = s.scalar(sa.select(Problem.op).where(Problem.id == problem_id))
     if op is None:
         raise LookupError(f"no problem {problem_id}")
     table = CONFIG_TABLES[op].__table__
     row = s.execute(sa.select(table).where(table.c.id == problem_id)).mappings().one()
-    return from_columns(op, {k: v for k, v in row.items() if k != "id"})
+    return problem_of(op, row)
+
+
+def problem_of(op: str, columns: Mapping[str, object]) -> ProblemSpec:
+    """The typed problem from its op's config row (its id column, if there, is not a field)."""
+    return from_columns(op, {k: v for k, v in columns.items() if k != "id"})
+
+
+def problem_from_json(dialect: sa.Dialect, op: str, config: str | dict) -> ProblemSpec:
+    """The typed problem from its config row as one JSON object built by the database (the
+    claim reads it so): the values as the driver gives them, put through each column's result
+    processor as a selected row's would be (booleans stored as 0/1)."""
+    if isinstance(config, str):  # PostgreSQL's driver parses JSON itself
+        config = json.loads(config)
+    for name, process in _result_processors(dialect, op).items():
+        config[name] = process(config[name])
+    return problem_of(op, config)
+
+
+_PROCESSORS: dict[tuple[str, str], dict] = {}
+
+
+def _result_processors(dialect: sa.Dialect, op: str) -> dict:
+    """Each config column's result processor, where it has one (booleans stored as 0/1)."""
+    found = _PROCESSORS.get((dialect.name, op))
+    if found is None:
+        columns = CONFIG_TABLES[op].__table__.c
+        found = {c.name: c.type._cached_result_processor(dialect, None) for c in columns}
+        found = {k: v for k, v in found.items() if v is not None and k != "id"}
+        _PROCESSORS[(dialect.name, op)] = found
+    return found
+
+
+def label_column() -> sa.ColumnElement[str]:
+    """A fusion problem as people read it (file @function: key), others their test vector.
+    Needs FusionConfig outer-joined on Problem.id."""
+    label = FusionConfig.file_name + " @" + FusionConfig.function + ": " + FusionConfig.tuning_key
+    return sa.func.coalesce(label, Problem.test_vector)

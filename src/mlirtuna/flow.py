@@ -13,11 +13,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
-
-from mlirtuna import catalog, fusion, sessions, tuners
+from mlirtuna import catalog, sessions, tuners
 from mlirtuna.db import Database
-from mlirtuna.db.models import Problem as ProblemRow
 from mlirtuna.errors import UserError
 from mlirtuna.history import export, reuse, winners
 from mlirtuna.problems import ExpandOptions, Problem, problem_class
@@ -188,10 +185,8 @@ def prepare(db: Database, plan: RunPlan) -> Prepared:
     tag = f"session-{session.id}"
     imported = catalog.ImportReport()
     for op, paths in files_by_op(plan.op, plan.files).items():
-        if op == "fusion":
-            part = fusion.import_modules(db, paths, tag, plan.mlir_build_dir)
-        else:
-            part = catalog.import_files(db, op, paths, plan.options, tag)
+        parsed = catalog.read_files(op, paths, plan.options, plan.mlir_build_dir)
+        part = catalog.store(db, op, parsed, tag)
         for name in ("lines", "problems", "new", "existing"):
             setattr(imported, name, getattr(imported, name) + getattr(part, name))
         imported.warnings.extend(part.warnings)
@@ -250,18 +245,10 @@ def files_by_op(op: str | None, files: Sequence[str]) -> dict[str, list[str]]:
 
 
 def _parse(plan: RunPlan) -> list[Problem]:
-    from mlirtuna.problems.configlist import read_config_list
-
     found: dict[str, Problem] = {}
     for op, paths in files_by_op(plan.op, plan.files).items():
-        for path in paths:
-            if op == "fusion":
-                for module in fusion.module_files([path]):
-                    problem = fusion.read_problem(module)
-                    found.setdefault(problem.canonical(), problem)
-                continue
-            for entry in read_config_list(path, op, plan.options).entries:
-                found.setdefault(entry.problem.canonical(), entry.problem)
+        for problem in catalog.read_files(op, paths, plan.options).problems():
+            found.setdefault(problem.canonical(), problem)
     return list(found.values())
 
 
@@ -293,15 +280,8 @@ def _cannot_run(
 
 
 def _problem_ids(db: Database, op: str | None, vectors: Sequence[str]) -> set[int]:
-    ids: set[int] = set()
     with db.session() as s:
-        for i in range(0, len(vectors), 500):
-            chunk = vectors[i : i + 500]
-            stmt = sa.select(ProblemRow.id).where(ProblemRow.test_vector.in_(chunk))
-            if op is not None:
-                stmt = stmt.where(ProblemRow.op == op)
-            ids.update(s.scalars(stmt))
-    return ids
+        return catalog.ids_of(s, op, vectors)
 
 
 def run_workers(

@@ -57,9 +57,9 @@ def import_(
     rocmlir-gen --emit-tuning-key when a build is given, else from its MIGraphX ops."""
     db = common.database(ctx, create=True)
     if op == "fusion":
-        from mlirtuna import fusion
+        from mlirtuna import catalog
 
-        report = fusion.import_modules(db, files, tag, mlir_build_dir, arch)
+        report = catalog.import_modules(db, files, tag, mlir_build_dir, arch)
     else:
         from mlirtuna import catalog
 

@@ -12,7 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.sql.elements import ColumnElement
 
-from mlirtuna import fusion, sessions
+from mlirtuna import catalog, sessions
 from mlirtuna.db import Database
 from mlirtuna.db.models import COMPLETED, Candidate, FusionConfig, Job, Problem, Result
 from mlirtuna.errors import UserError
@@ -84,7 +84,7 @@ def winners(db: Database, session_id: int, op: str | None = None) -> list[Winner
         sa.select(
             Result.problem_id,
             Problem.op,
-            fusion.label_column(),  # a fusion module shows as file @function: key
+            catalog.label_column(),  # a fusion module shows as file @function: key
             Result.perf_config,
             Result.tflops,
             Result.kernel_time,

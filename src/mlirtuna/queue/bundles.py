@@ -22,14 +22,15 @@ import os
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import sqlalchemy as sa
 
-from mlirtuna import queue
 from mlirtuna.db import Database, db_now
 from mlirtuna.db.models import BENCHMARK, NEW, RUNNING, WAITING, Bundle, BundleChunk, Job
 from mlirtuna.errors import Unsupported
-from mlirtuna.queue import Lease
+from mlirtuna.queue import settle
+from mlirtuna.queue.claim import Lease
 
 CHUNK_BYTES = 1 << 20
 CHUNKS_PER_TRANSACTION = 8  # ~8 MiB per commit: a big bundle never becomes one huge transaction
@@ -88,7 +89,7 @@ def store(db: Database, lease: Lease, packed: Packed, artifact_store: str | None
     with db.session(immediate=True) as s:
         if not _still_held(s.connection(), lease):
             return None
-        bundle_id = s.execute(
+        inserted = s.execute(
             sa.insert(_B).values(
                 session_id=lease.session_id,
                 problem_id=lease.problem_id,
@@ -101,7 +102,10 @@ def store(db: Database, lease: Lease, packed: Packed, artifact_store: str | None
                 complete=False,
                 created_at=db_now(),
             )
-        ).inserted_primary_key[0]
+        )
+        # An INSERT's result is a CursorResult with the new row's key (Session.execute is typed
+        # as returning a plain Result, inserted_primary_key as optional).
+        bundle_id = cast(Any, inserted).inserted_primary_key[0]
     if path is not None:
         _write_file(packed.path, path)
         return bundle_id
@@ -173,7 +177,7 @@ def finish_compile(db: Database, lease: Lease, bundle_id: int, output: str) -> b
             .values(state=NEW, not_before=None)
         )
 
-    if queue.complete(db, lease, output, visible):
+    if settle.complete(db, lease, output, visible):
         return True
     discard(db, bundle_id)
     return False

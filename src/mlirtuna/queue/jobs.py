@@ -1,6 +1,6 @@
 """Jobs as people manage them: load a session's jobs, count, list, show, requeue, cancel.
 
-The worker-side operations (claim, heartbeat, fenced record) are in queue.py.
+The worker-side operations (claim, heartbeat, fenced record) are in claim.py and settle.py.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from mlirtuna import catalog, fusion, sessions
-from mlirtuna.db import Database, db_now
+from mlirtuna import catalog, sessions
+from mlirtuna.db import Database, db_now, rowcount
 from mlirtuna.db.models import (
     BENCHMARK,
     CANCELLED,
@@ -39,7 +39,6 @@ from mlirtuna.db.models import (
 )
 from mlirtuna.errors import NotFound, UserError
 from mlirtuna.problems import ExpandOptions
-from mlirtuna.problems.configlist import read_config_list
 
 
 @dataclass(frozen=True)
@@ -122,13 +121,9 @@ def _select(s: Session, *, op, tag, file, all_problems, options) -> dict[int, in
     if file is not None:
         if op is None:
             raise UserError("--file needs --op (the op of the config list)")
-        if op == "fusion":  # a module or a directory of them
-            found = [fusion.read_problem(p) for p in fusion.module_files([file])]
-            ids, _ = catalog.ensure_problems(s, op, found)
-            return {ids[p.canonical()]: 0 for p in found}
-        parsed = read_config_list(file, op, options or ExpandOptions())
-        ids, _ = catalog.ensure_problems(s, op, [e.problem for e in parsed.entries])
-        return {ids[e.problem.canonical()]: e.priority for e in parsed.entries}
+        parsed = catalog.read_files(op, [file], options)  # fusion: a module or a directory
+        ids, _ = catalog.ensure_problems(s, op, parsed.problems())
+        return {ids[v]: prio for v, (_, prio) in parsed.entries.items()}
     if tag is not None:
         stmt = sa.select(ProblemTag.problem_id, ProblemTag.priority).where(ProblemTag.tag == tag)
         if op is not None:
@@ -228,7 +223,7 @@ _JOB_COLUMNS = (
     Job.session_id,
     Job.problem_id,
     Problem.op,
-    fusion.label_column().label("test_vector"),  # a fusion module shows file, function, key
+    catalog.label_column().label("test_vector"),  # a fusion module shows file, function, key
     Job.state,
     Job.retries,
     Job.priority,
@@ -319,7 +314,7 @@ def show(db: Database, job_id: int) -> JobInfo:
             sa.select(Result.perf_config, Result.tflops).where(Result.job_id == job_id)
         ).first()
         n = s.scalar(sa.select(sa.func.count()).where(Candidate.job_id == job_id)) or 0
-    info = JobInfo(*row, attempts=attempts, candidates=n)
+    info = JobInfo(**row._asdict(), attempts=attempts, candidates=n)
     if winner is not None:
         info = JobInfo(**{**info.__dict__, "perf_config": winner[0], "tflops": winner[1]})
     return info
@@ -353,7 +348,7 @@ def requeue(db: Database, session_id: int, state: str = ERROR, job_id: int | Non
         n = _requeue_compile(s, session_id, rebuild) if rebuild else 0
         if rebuild or recompile:
             n += _wait_again(s, session_id, [*rebuild, *recompile], where)
-        return n + s.execute(sa.update(Job).where(*where).values(state=NEW, **_FRESH)).rowcount
+        return n + rowcount(s.execute(sa.update(Job).where(*where).values(state=NEW, **_FRESH)))
 
 
 def _bundle_gone(s: Session, session_id: int, where: list) -> list[int]:
@@ -379,7 +374,7 @@ def _wait_again(s: Session, session_id: int, problem_ids: list[int], where: list
         )
         .values(state=WAITING, **_FRESH)
     )
-    return s.execute(stmt).rowcount
+    return rowcount(s.execute(stmt))
 
 
 def _requeue_compile(s: Session, session_id: int, problem_ids: list[int]) -> int:
@@ -391,7 +386,7 @@ def _requeue_compile(s: Session, session_id: int, problem_ids: list[int]) -> int
         Job.problem_id.in_(problem_ids),
         Job.state.in_((COMPLETED, ERROR, CANCELLED)),
     ]
-    return s.execute(sa.update(Job).where(*where).values(state=NEW, **_FRESH)).rowcount
+    return rowcount(s.execute(sa.update(Job).where(*where).values(state=NEW, **_FRESH)))
 
 
 def cancel(db: Database, session_id: int, job_id: int | None = None) -> int:
@@ -407,7 +402,7 @@ def cancel(db: Database, session_id: int, job_id: int | None = None) -> int:
             .where(*where)
             .values(state=CANCELLED, lease_token=None, lease_expires_at=None)
         )
-        return done.rowcount
+        return rowcount(done)
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,13 @@ import contextlib
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING, Any
 
 from mlirtuna.db import Database
 from mlirtuna.db.models import JOB_CLAIMABLE_CHANNEL
+
+if TYPE_CHECKING:
+    import psycopg  # imported when a worker first listens: SQLite and MariaDB farms lack it
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +34,8 @@ class Wakeup:
     def __init__(self, db: Database, session_id: int) -> None:
         self.db = db
         self.payload = str(session_id)
-        self._conn = None  # the dedicated LISTEN connection (psycopg), opened at the first wait
+        # The dedicated LISTEN connection, opened at the first wait.
+        self._conn: psycopg.Connection | None = None
         self._retry_at = 0.0 if db.backend == "postgresql" else float("inf")
 
     def wait(self, timeout: float, stop: threading.Event) -> None:
@@ -78,7 +83,7 @@ class Wakeup:
             self._conn = None
 
 
-def _conninfo(db: Database) -> dict[str, object]:
+def _conninfo(db: Database) -> dict[str, Any]:
     """libpq's connection options for the database, as the engine connects."""
     _args, kwargs = db.engine.dialect.create_connect_args(db.url)
     # Only libpq's own options (SQLAlchemy adds Python objects such as an adapters context).

@@ -18,7 +18,7 @@ from sqlalchemy.engine import URL
 
 from mlirtuna import __version__
 from mlirtuna.db import Database, resolve_url
-from mlirtuna.errors import DatabaseError, NotFound, SchemaOutdated, UserError
+from mlirtuna.errors import DatabaseError, NotFound, UserError
 
 HERE = Path(__file__).parent
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8765
@@ -54,27 +54,11 @@ def open_read_only(url: str | URL | None) -> Database:
             dbapi_conn.commit()  # the SET must not sit in an open transaction
 
     try:
-        _check_schema(db)
+        db.check_schema()  # at head, or one line naming `mlirtuna db upgrade`; creates nothing
     except BaseException:
         db.dispose()
         raise
     return db
-
-
-def _check_schema(db: Database) -> None:
-    """At head, or one line naming `mlirtuna db upgrade`; unlike Database.ensure_schema this
-    never creates a schema, not even in an empty SQLite file."""
-    from mlirtuna import migrations
-
-    with db.session():  # translates "cannot connect" into one line
-        current = migrations.current_revision(db.engine)
-    head = migrations.head_revision()
-    if current != head:
-        what = "has no mlirtuna schema" if current is None else f"is at revision {current}"
-        raise SchemaOutdated(
-            f"the database {db.display_url} {what}, this mlirtuna needs {head}: "
-            "run `mlirtuna db upgrade`"
-        )
 
 
 def plotly_js() -> Path:

@@ -1,0 +1,293 @@
+"""Settling a held job: fenced writes, applied only while the job still carries this worker's
+lease_token, so that a worker that lost its lease (paused, partitioned, requeued) writes nothing.
+
+- heartbeat: extend the lease while the tuner runs;
+- record (winner and candidates), complete (a stage without a winner), fail, release;
+- reclaim_expired: jobs whose lease ran out (their worker died) go back to `new` or to `error`.
+Every lease time is computed by the database clock (db.db_now), never a worker's. A write whose
+reply was lost is recognised by its attempt's outcome when it is tried again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from mlirtuna.db import Database, db_now, rowcount
+from mlirtuna.db.models import BENCHMARK, COMPILE, ERROR, NEW, RUNNING, WAITING, Attempt, Job
+from mlirtuna.db.text import MAX_CANDIDATE_ERROR_BYTES
+from mlirtuna.db.text import cut_text as _cut
+from mlirtuna.keys import perf_config_family
+from mlirtuna.queue import sql
+from mlirtuna.queue.claim import Lease
+from mlirtuna.tuners import base
+from mlirtuna.tuners.base import TuneOutcome
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_S = 600.0
+
+
+def _attempt_outcome(s: Session, token: str) -> str | None:
+    """How the attempt with this token ended, if it did: what an earlier try of a retried
+    write did when its commit landed and its reply was lost."""
+    return s.scalar(sa.select(Attempt.outcome).where(Attempt.lease_token == token))
+
+
+def _fenced(lease: Lease):
+    """The WHERE clause of every write about a held job: still ours, still running."""
+    return sa.and_(Job.id == lease.job_id, Job.lease_token == lease.token, Job.state == RUNNING)
+
+
+def heartbeat(db: Database, lease: Lease, lease_s: float) -> bool:
+    """Extend the lease; False when it is no longer ours (the worker must not record)."""
+    params = {"p_job": lease.job_id, "p_token": lease.token, "p_lease_s": float(lease_s)}
+    with db.transaction(single=True) as conn:
+        return sql.RENEW.run(conn, params).rowcount == 1
+
+
+# Called inside a fenced transaction once the fence held, with its connection: what else must
+# commit or roll back with it (a two-stage job's bundle, its benchmark job; bundles.py).
+AlsoInTransaction = Callable[[sa.Connection], None]
+
+
+def record(
+    db: Database, lease: Lease, outcome: TuneOutcome, also: AlsoInTransaction | None = None
+) -> bool:
+    """Winner, every candidate and `completed` in one transaction, only while the lease holds;
+    `also` adds its writes to that transaction (on PostgreSQL the record is then no longer one
+    autocommitted statement but that statement and `also` in one transaction)."""
+    params = _record_params(lease, outcome)
+    pg = db.backend == "postgresql"
+    with db.transaction(immediate=True, single=pg and also is None) as conn:
+        if pg:
+            done = sql.RECORD_PG.run(conn, {**params, **_candidate_arrays(lease, outcome)})
+            recorded = done.first() is not None
+        elif db.is_sqlite:
+            # The fenced update comes first: when it matches nothing, nothing has been written.
+            recorded = sql.COMPLETE_SQLITE.run(conn, params).rowcount == 1
+            if recorded:
+                sql.ADD_RESULT_SQLITE.run(conn, params)
+                sql.END_ATTEMPT_SQLITE.run(conn, params)
+        else:
+            recorded = sql.RECORD_MYSQL.run_script(conn, params)[-1][0][0] == 1
+        if recorded and not pg and outcome.candidates:
+            sql.ADD_CANDIDATES.run(conn, _candidate_rows(lease, outcome))
+        if recorded and also is not None:
+            also(conn)
+    if recorded:
+        return True
+    with db.session() as s:
+        if _attempt_outcome(s, lease.token) == "completed":
+            return True  # an earlier try of this record committed; its reply was lost
+    log.warning("job %s: lease lost before recording; recording nothing", lease.job_id)
+    return False
+
+
+def complete(db: Database, lease: Lease, output: str, also: AlsoInTransaction) -> bool:
+    """`completed` without a winner, for a stage that produces something else (a compile job's
+    bundle, which `also` makes visible in the same fenced transaction). False when the lease
+    was lost: then nothing was written and `also` never ran."""
+    params = {"p_job": lease.job_id, "p_token": lease.token, "p_output": _cut(output),
+              "p_compile_start": None, "p_compile_end": None, "p_outcome": "completed",
+              "p_message": None}  # fmt: skip
+    with db.transaction(immediate=True) as conn:
+        done = conn.execute(sql.COMPLETE, params).rowcount == 1
+        if done:
+            also(conn)
+            conn.execute(sql.END_ATTEMPT, params)
+    if done:
+        return True
+    with db.session() as s:
+        return _attempt_outcome(s, lease.token) == "completed"  # an earlier try committed
+
+
+def _record_params(lease: Lease, outcome: TuneOutcome) -> dict[str, object]:
+    w, m = outcome.winner, outcome.margin
+    return {
+        "p_job": lease.job_id,
+        "p_token": lease.token,
+        "p_session": lease.session_id,
+        "p_problem": lease.problem_id,
+        "p_output": _cut(outcome.output),
+        "p_compile_start": _naive_utc(outcome.compile_start),
+        "p_compile_end": _naive_utc(outcome.compile_end),
+        "w_perf_config": w.perf_config,
+        "w_kernel_time": w.kernel_time_ns,
+        "w_tflops": w.tflops,
+        "w_perf_family": perf_config_family(w.perf_config),
+        "w_margin": m and m.margin,
+        "w_noise": m and m.noise,
+        "p_outcome": "completed",
+        "p_message": None,
+    }
+
+
+def _candidate_rows(lease: Lease, outcome: TuneOutcome) -> list[dict[str, object]]:
+    ids = {"p_session": lease.session_id, "p_problem": lease.problem_id, "p_job": lease.job_id}
+    return [
+        {**ids, **{f"c_{k}": v for k, v in _candidate_columns(c).items()}}
+        for c in outcome.candidates
+    ]
+
+
+def _candidate_arrays(lease: Lease, outcome: TuneOutcome) -> dict[str, list]:
+    """The candidates column by column, for PostgreSQL's unnest."""
+    rows = [_candidate_columns(c) for c in outcome.candidates]
+    return {f"a_{k}": [r[k] for r in rows] for k in sql.CANDIDATE_TYPES}
+
+
+def _candidate_columns(c: base.Candidate) -> dict[str, object]:
+    return {
+        "perf_config": c.perf_config,
+        "kernel_time": c.kernel_time_ns,
+        "tflops": c.tflops,
+        "error": _cut(c.error, MAX_CANDIDATE_ERROR_BYTES),
+        "perf_family": perf_config_family(c.perf_config),
+        **_spread_columns(c),
+    }
+
+
+def _spread_columns(c: base.Candidate) -> dict[str, object]:
+    """The candidate row's statistics columns (None where the tuner measured no spread)."""
+    sp = c.spread
+    return {
+        "time_min": sp and sp.min,
+        "time_iqr": sp and sp.iqr,
+        "samples": sp and sp.samples,
+        "remeasured": c.remeasured,
+    }
+
+
+def _naive_utc(when: dt.datetime | None) -> dt.datetime | None:
+    """Tuners report aware UTC times; the columns hold naive UTC (models.py)."""
+    if when is None or when.tzinfo is None:
+        return when
+    return when.astimezone(dt.UTC).replace(tzinfo=None)
+
+
+def fail(
+    db: Database,
+    lease: Lease,
+    message: str,
+    *,
+    max_retries: int,
+    backoff_s: float,
+    final: bool = False,
+) -> str | None:
+    """Count a failed attempt: back to `new` after a backoff, or `error` once retries run out
+    or at once when `final` (a deterministic failure: retrying cannot help).
+
+    Returns the job's new state, or None when the lease was already lost (nothing written).
+    """
+    retries = lease.retries + 1
+    state = ERROR if final or retries >= max_retries else NEW
+    delay = min(backoff_s * 2 ** (retries - 1), MAX_BACKOFF_S)
+    what = "failed, not retried" if final else f"{retries}/{max_retries} failed"
+    values: dict = {
+        "state": state,
+        "retries": retries,
+        "result": _cut(f"attempt {what}: {message}"),
+        "compile_end": db_now(),
+        "not_before": db_now(delay) if state == NEW else None,
+        "finished_at": db_now() if state == ERROR else None,
+    }
+    with db.session(immediate=True) as s:
+        if rowcount(s.execute(sa.update(Job).where(_fenced(lease)).values(values))) != 1:
+            if _attempt_outcome(s, lease.token) == "failed":  # an earlier try committed
+                return s.scalar(sa.select(Job.state).where(Job.id == lease.job_id))
+            return None
+        _end_attempt(s, lease.token, "failed", _cut(message))
+        if state == ERROR and lease.stage == COMPILE:
+            _fail_benchmark(s, lease.session_id, lease.problem_id, lease.job_id, message)
+        return state
+
+
+def release(db: Database, lease: Lease, why: str = "given back by a stopping worker") -> bool:
+    """Give a job back untouched (state new, no retry counted)."""
+    with db.session(immediate=True) as s:
+        done = s.execute(
+            sa.update(Job)
+            .where(_fenced(lease))
+            .values(state=NEW, lease_token=None, lease_expires_at=None, not_before=None)
+        )
+        if rowcount(done) != 1:
+            return _attempt_outcome(s, lease.token) == "released"  # an earlier try committed
+        _end_attempt(s, lease.token, "released", why)
+        return True
+
+
+def reclaim_expired(db: Database, *, max_retries: int, session_id: int | None = None) -> int:
+    """Jobs whose lease ran out (worker killed, machine gone) go back to new, or to error."""
+    expired = sa.and_(Job.state == RUNNING, Job.lease_expires_at < db_now())
+    if session_id is not None:
+        expired = sa.and_(expired, Job.session_id == session_id)
+    with db.session(immediate=True) as s:
+        pick = sa.select(
+            Job.id, Job.lease_token, Job.machine_name, Job.gpu_id, Job.retries, Job.stage,
+            Job.session_id, Job.problem_id,
+        ).where(expired)  # fmt: skip
+        if not db.is_sqlite:
+            pick = pick.with_for_update(skip_locked=True)
+        rows = s.execute(pick).all()
+        for row in rows:
+            _expire(s, row, expired, max_retries)
+        return len(rows)
+
+
+def _expire(s: Session, row, expired, max_retries: int) -> None:
+    why = (
+        f"lease expired: the worker on {row.machine_name or '?'} GPU {row.gpu_id} "
+        "stopped renewing it (killed, stalled or cut off)"
+    )
+    retries = row.retries + 1
+    state = ERROR if retries >= max_retries else NEW
+    s.execute(
+        sa.update(Job)
+        .where(Job.id == row.id, Job.retries == row.retries, expired)
+        .values(
+            state=state,
+            retries=retries,
+            result=f"attempt {retries}/{max_retries} failed: {why}",
+            lease_token=None,
+            lease_expires_at=None,
+            finished_at=db_now() if state == ERROR else None,
+        )
+    )
+    if row.lease_token:
+        _end_attempt(s, row.lease_token, "expired", why)
+    if state == ERROR and row.stage == COMPILE:
+        _fail_benchmark(s, row.session_id, row.problem_id, row.id, why)
+
+
+def _fail_benchmark(
+    s: Session, session_id: int, problem_id: int, compile_job: int, why: str
+) -> None:
+    """A compile job that ended in error takes its waiting benchmark job with it: there will
+    be no bundle to benchmark (`jobs requeue` brings both back)."""
+    s.execute(
+        sa.update(Job)
+        .where(
+            Job.session_id == session_id,
+            Job.problem_id == problem_id,
+            Job.stage == BENCHMARK,
+            Job.state == WAITING,
+        )
+        .values(
+            state=ERROR,
+            finished_at=db_now(),
+            result=_cut(f"compile job {compile_job} failed: {why}"),
+        )
+    )
+
+
+def _end_attempt(s: Session, token: str, outcome: str, message: str | None) -> None:
+    s.execute(
+        sa.update(Attempt)
+        .where(Attempt.lease_token == token, Attempt.ended_at.is_(None))
+        .values(ended_at=db_now(), outcome=outcome, message=message)
+    )
