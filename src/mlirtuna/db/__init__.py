@@ -13,7 +13,6 @@ import datetime as dt
 import functools
 import logging
 import os
-import random
 import socket
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -290,19 +289,11 @@ class Database:
 
     def retrying_conflicts(self, write: Callable[[], T], tries: int = 5) -> T:
         """Run `write` (one transaction of its own) again when it lost a race with another
-        writer: a unique key another transaction inserted first (two `import` at once), or a
-        deadlock. The next try sees the winner's rows and inserts only what is still missing."""
-        for attempt in range(1, tries + 1):
-            try:
-                return write()
-            except (DatabaseError, DBAPIError) as exc:
-                conflict = isinstance(exc, sa.exc.IntegrityError) or isinstance(
-                    exc.__cause__, sa.exc.IntegrityError
-                )
-                if attempt == tries or not (conflict or fault_of(exc) == ROLLED_BACK):
-                    raise
-                time.sleep(random.uniform(0.0, 0.05 * attempt))
-        raise AssertionError("unreachable")
+        writer (faults.retrying_conflicts)."""
+        # Imported here: faults imports fault_of from this package, defined below this class.
+        from mlirtuna.db import faults
+
+        return faults.retrying_conflicts(write, tries)
 
 
 class Precompiled:
