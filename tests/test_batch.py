@@ -340,7 +340,7 @@ def test_a_batch_claim_whose_reply_was_lost_counts_once(db, tmp_path, monkeypatc
     and the answer): the retry finds the jobs its tokens took; none is held unowned."""
     import pymysql
 
-    from mlirtuna import worker as worker_module
+    from mlirtuna.db import faults
     from mlirtuna.tuners.sleep import SleepTuner
 
     lost = {"claim_many": 1}
@@ -355,7 +355,7 @@ def test_a_batch_claim_whose_reply_was_lost_counts_once(db, tmp_path, monkeypatc
         return taken
 
     monkeypatch.setattr(queue, "claim_many", lossy)
-    monkeypatch.setattr(worker_module, "DB_RETRY_S", 0.05)
+    monkeypatch.setattr(faults, "DB_RETRY_S", 0.05)
     path = tmp_path / "gemm"
     path.write_text("".join(f"{line}\n" for line in gemm_lines(6)))
     catalog.import_files(db, "gemm", [str(path)], tag="s")

@@ -17,11 +17,11 @@ import pytest
 import sqlalchemy as sa
 from support.clitools import run_cli
 from support.ownservers import OwnPostgres
-from test_worker import _states, _wait_for, make_session, start_worker, stderr_of
+from test_worker import job_states, make_session, start_worker, stderr_of, wait_for
 
 from mlirtuna import db as dbmod
-from mlirtuna import queue, worker
-from mlirtuna.db import ROLLED_BACK, UNAVAILABLE, Database, fault_of
+from mlirtuna import queue
+from mlirtuna.db import ROLLED_BACK, UNAVAILABLE, Database, fault_of, faults
 from mlirtuna.db.models import Attempt, Job
 from mlirtuna.errors import DatabaseUnavailable
 from mlirtuna.queue import Claimant
@@ -93,7 +93,7 @@ def test_sqlite_lock_past_the_busy_timeout_is_waited_out(tmp_path, monkeypatch, 
     thread = threading.Thread(target=w.run)
     caplog.set_level(logging.INFO, logger="mlirtuna")
     thread.start()
-    _wait_for(lambda: _states(db, sid).get("running") == 1)
+    wait_for(lambda: job_states(db, sid).get("running") == 1)
     foreign = sqlite3.connect(str(tmp_path / "m.db"), isolation_level=None)
     foreign.execute("BEGIN IMMEDIATE")  # a long foreign transaction (or a paused worker)
     time.sleep(2.5)
@@ -102,17 +102,15 @@ def test_sqlite_lock_past_the_busy_timeout_is_waited_out(tmp_path, monkeypatch, 
     thread.join(60)
     assert not thread.is_alive()
     assert (w.stats.completed, w.stats.lost, w.stats.failed) == (3, 0, 0)
-    assert _states(db, sid) == {"completed": 3}
+    assert job_states(db, sid) == {"completed": 3}
     waits = [r for r in caplog.records if "database unavailable" in r.getMessage()]
     assert 1 <= len(waits) <= 3  # said once per wait, not once per try
     db.dispose()
 
 
 def test_retries_back_off_even_while_stopping():
-    w = Worker.__new__(Worker)  # only _retrying's state is needed
-    w.stop_requested = threading.Event()
-    w.stop_requested.set()  # after one SIGTERM…
-    w.current = object()  # …with a job held: the worker keeps trying to record it
+    stop = threading.Event()
+    stop.set()  # after one SIGTERM…
     calls = []
 
     def away():
@@ -121,7 +119,8 @@ def test_retries_back_off_even_while_stopping():
             return "recorded"
         raise _wrapped(pymysql.err.OperationalError(2013, "Lost connection"))
 
-    assert w._retrying(away) == "recorded"
+    # …with a job held: the worker keeps trying to record it
+    assert faults.retrying(away, stop, holding=lambda: True) == "recorded"
     assert len(calls) <= 5  # 1 s, 2 s, …: not 13,865 tries in 8 s
 
 
@@ -131,7 +130,7 @@ def test_a_database_error_that_waiting_cannot_cure_stops_the_worker(db, db_url, 
     sid = make_session(db, tmp_path, 1)
     log = tmp_path / "claims.log"
     w = start_worker(db_url, sid, log, "--until-empty", sleep_s=1.5)
-    _wait_for(lambda: _states(db, sid).get("running") == 1)
+    wait_for(lambda: job_states(db, sid).get("running") == 1)
     with db.engine.begin() as conn:
         conn.exec_driver_sql("ALTER TABLE result RENAME TO result_gone")
     assert w.wait(timeout=60) == 2
@@ -139,7 +138,7 @@ def test_a_database_error_that_waiting_cannot_cure_stops_the_worker(db, db_url, 
     assert "Traceback" not in err and len(err.splitlines()) < 6
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: database error") and "result" in last
-    assert _states(db, sid) == {"new": 1}  # given back, not held for a lease
+    assert job_states(db, sid) == {"new": 1}  # given back, not held for a lease
     with db.session() as s:
         assert s.scalars(sa.select(Attempt.outcome)).all() == ["released"]
         assert s.scalar(sa.select(Job.retries)) == 0
@@ -163,7 +162,7 @@ def lossy_replies(monkeypatch):
 
     monkeypatch.setattr(queue, "claim", lossy("claim", queue.claim))
     monkeypatch.setattr(queue, "record", lossy("record", queue.record))
-    monkeypatch.setattr(worker, "DB_RETRY_S", 0.05)
+    monkeypatch.setattr(faults, "DB_RETRY_S", 0.05)
     return lost
 
 
@@ -185,7 +184,7 @@ def test_a_heartbeat_racing_the_record_is_not_a_lost_lease(db, tmp_path, caplog)
     with hb.hold(lease) as lost:
         outcome = SleepTuner(0).tune(lease.problem, _ctx())
     assert queue.record(db, lease, outcome)
-    hb._renew(lease, lost)  # the renewal that was in flight when the job ended
+    hb.renew(lease, lost)  # the renewal that was in flight when the job ended
     assert not lost.is_set()
     assert "lease lost" not in caplog.text
 
@@ -237,7 +236,7 @@ def test_a_worker_waits_for_a_database_that_is_not_up_yet(tmp_path):
         server.start()
         assert w.wait(timeout=120) == 0, stderr_of(w)
         db = Database(server.url())
-        assert _states(db, sid) == {"completed": 3}
+        assert job_states(db, sid) == {"completed": 3}
         db.dispose()
     finally:
         server.close()

@@ -16,12 +16,12 @@ import pytest
 import sqlalchemy as sa
 from support.ownservers import OwnPostgres
 from test_worker import (
-    _states,
-    _wait_for,
     assert_done_exactly_once,
     env_for,
+    job_states,
     make_session,
     stderr_of,
+    wait_for,
 )
 
 from mlirtuna.db import Database
@@ -93,11 +93,11 @@ def test_a_host_cut_off_mid_job_records_nothing_and_its_job_comes_back(tmp_path)
         args = ("--until-empty", "--lease", "4", "--wait-for-db", "30")
         urls = [f"postgresql://postgres@10.211.{k}.1:{server.port}/postgres" for k in (1, 2)]
         cut = _worker_in(hosts.names[0], urls[0], sid, log, *args)
-        _wait_for(lambda: _held_by(db, cut.pid), timeout=90)
+        wait_for(lambda: _held_by(db, cut.pid), timeout=90)
         hosts.link(1, up=False)  # the host drops off the network mid-job
         other = _worker_in(hosts.names[1], urls[1], sid, log, *args)
         assert other.wait(timeout=240) == 0, stderr_of(other)
-        assert _states(db, sid) == {"completed": n}
+        assert job_states(db, sid) == {"completed": n}
         hosts.link(1, up=True)  # back: its late record must be fenced out
         assert cut.wait(timeout=240) == 0, stderr_of(cut)
         assert_done_exactly_once(db, sid, n)

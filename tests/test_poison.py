@@ -106,7 +106,7 @@ def test_a_gigabyte_of_stderr_keeps_worker_memory_bounded(build, tmp_path, monke
 
 
 def test_a_tuner_that_ignores_the_timeout_is_stopped_by_the_worker(db, db_url, tmp_path):
-    from test_worker import _states, make_session, start_worker, stderr_of
+    from test_worker import job_states, make_session, start_worker, stderr_of
 
     sid = make_session(db, tmp_path, 1, tuner="plugins.stubborn:Stubborn")
     start = time.monotonic()
@@ -114,7 +114,7 @@ def test_a_tuner_that_ignores_the_timeout_is_stopped_by_the_worker(db, db_url, t
                      "--max-retries", "2", "--retry-backoff", "0")  # fmt: skip
     assert w.wait(timeout=120) == 0, stderr_of(w)
     assert time.monotonic() - start < 60
-    assert _states(db, sid) == {"error": 1}
+    assert job_states(db, sid) == {"error": 1}
     with db.session() as s:
         job = s.scalars(sa.select(Job)).one()
         assert job.retries == 2 and "timed out after 1 s" in job.result

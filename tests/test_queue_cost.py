@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from mlirtuna import catalog, queue, sessions, worker
+from mlirtuna import catalog, queue, sessions
 from mlirtuna.db import PING_IDLE_S
 from mlirtuna.db.models import CONFIG_TABLES, Attempt, Candidate, Job, Result
 from mlirtuna.db.text import MAX_CANDIDATE_ERROR_BYTES
@@ -21,7 +21,7 @@ from mlirtuna.sessions import SessionSpec
 from mlirtuna.stats import Spread
 from mlirtuna.tuners.base import Candidate as Cand
 from mlirtuna.tuners.base import TuneOutcome
-from mlirtuna.worker import Worker, WorkerSettings
+from mlirtuna.worker import Worker, WorkerSettings, loop
 
 ME = Claimant("test-host", 0, 1)
 
@@ -123,8 +123,8 @@ def test_idle_worker_is_woken_when_jobs_arrive(db, tmp_path, session_id, monkeyp
     other backends poll (here at a short interval, to keep the test quick)."""
     notify = db.backend == "postgresql"
     poll_s = 30.0 if notify else 0.2
-    monkeypatch.setattr(worker, "POLL_MIN_S", poll_s)
-    monkeypatch.setattr(worker, "POLL_MAX_S", poll_s)
+    monkeypatch.setattr(loop, "POLL_MIN_S", poll_s)
+    monkeypatch.setattr(loop, "POLL_MAX_S", poll_s)
     w = Worker(db, WorkerSettings(session_id=session_id, tuner="sleep:0", max_jobs=1))
     thread = threading.Thread(target=w.run, daemon=True)
     thread.start()
@@ -140,7 +140,7 @@ def test_idle_worker_is_woken_when_jobs_arrive(db, tmp_path, session_id, monkeyp
         thread.join(timeout=5.0)
     assert w.stats.completed == 1, f"not claimed after {waited:.1f} s"
     if notify:
-        assert waited < worker.POLL_MAX_S / 6  # polling alone waits at least POLL_MAX_S / 2
+        assert waited < loop.POLL_MAX_S / 6  # polling alone waits at least POLL_MAX_S / 2
 
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

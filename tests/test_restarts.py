@@ -11,14 +11,14 @@ import sqlalchemy as sa
 from plugins.claimlog import read_log
 from support.ownservers import OwnMariadb, OwnPostgres
 from test_worker import (
-    _states,
-    _wait_for,
     assert_done_exactly_once,
     assert_never_held_twice,
     finish,
+    job_states,
     make_session,
     start_worker,
     stderr_of,
+    wait_for,
 )
 
 from mlirtuna.db import Database, resolve_url
@@ -62,14 +62,14 @@ def test_workers_outlive_server_restarts(own_server, tmp_path):
     for mode in ("fast", "immediate"):
         db = Database(url)
         target = done + 15
-        _wait_for(lambda d=db, t=target: _states(d, sid).get("completed", 0) >= t, timeout=120)
+        wait_for(lambda d=db, t=target: job_states(d, sid).get("completed", 0) >= t, timeout=120)
         db.dispose()
         own_server.restart(mode)
         time.sleep(1.0)
         # Every worker lived through it (none drained the session yet: 150 jobs of 0.1 s).
         assert [p.poll() for p in procs] == [None] * 3, stderr_of(procs[0])
         db = Database(url)
-        done = _states(db, sid).get("completed", 0)
+        done = job_states(db, sid).get("completed", 0)
         db.dispose()
         assert done < n
     finish(procs, timeout=300)

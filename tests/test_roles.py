@@ -7,7 +7,7 @@ import uuid
 import pytest
 import sqlalchemy as sa
 from support.clitools import cli
-from test_worker import _states, make_session
+from test_worker import job_states, make_session
 
 from mlirtuna.db import Database, roles
 from mlirtuna.tuners.sleep import SleepTuner
@@ -57,7 +57,7 @@ def test_roles_prints_the_sql_and_applies_it(server_db, prefix, tmp_path):
         tuner=SleepTuner(0),
     )
     assert w.run().completed == 3  # a worker can tune: claim, heartbeat, record
-    assert _states(server_db, sid) == {"completed": 3}
+    assert job_states(server_db, sid) == {"completed": 3}
     for statement in (
         "DROP TABLE candidate",
         "DELETE FROM job",

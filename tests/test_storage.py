@@ -76,7 +76,7 @@ def test_a_worker_whose_disk_fills_keeps_its_result_then_stops_cleanly(tmp_path)
     import signal
     import time
 
-    from test_worker import _states, _wait_for, make_session, start_worker, stderr_of
+    from test_worker import job_states, make_session, start_worker, stderr_of, wait_for
 
     from mlirtuna.db import Database
 
@@ -85,14 +85,14 @@ def test_a_worker_whose_disk_fills_keeps_its_result_then_stops_cleanly(tmp_path)
         db = Database(url)
         sid = make_session(db, tmp_path, 3)
         w = start_worker(url, sid, tmp_path / "log", "--lease", "600", sleep_s=2.0)
-        _wait_for(lambda: _states(db, sid).get("running") == 1, timeout=60)
+        wait_for(lambda: job_states(db, sid).get("running") == 1, timeout=60)
         filler = disk / "filler"
         subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)
         time.sleep(4)  # the tune ends; recording fails on the full disk and is retried
-        assert _states(db, sid).get("completed", 0) == 0
+        assert job_states(db, sid).get("completed", 0) == 0
         filler.unlink()
-        _wait_for(lambda: _states(db, sid).get("completed", 0) >= 1, timeout=60)
-        _wait_for(lambda: _states(db, sid).get("running") == 1, timeout=60)
+        wait_for(lambda: job_states(db, sid).get("completed", 0) >= 1, timeout=60)
+        wait_for(lambda: job_states(db, sid).get("running") == 1, timeout=60)
         subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)
         time.sleep(3)
         w.send_signal(signal.SIGTERM)
@@ -102,5 +102,5 @@ def test_a_worker_whose_disk_fills_keeps_its_result_then_stops_cleanly(tmp_path)
         err = stderr_of(w)
         assert "database unavailable" in err and "Traceback" not in err
         filler.unlink()
-        assert _states(db, sid).get("completed", 0) >= 1
+        assert job_states(db, sid).get("completed", 0) >= 1
         db.dispose()

@@ -173,7 +173,7 @@ def test_paused_worker_records_nothing_after_takeover(db, db_url, tmp_path):
     sid = make_session(db, tmp_path, 1)
     log = tmp_path / "claims.log"
     a = start_worker(db_url, sid, log, "--max-jobs", "1", "--lease", "1", sleep_s=1.0)
-    _wait_for(lambda: _states(db, sid).get("running") == 1)
+    wait_for(lambda: job_states(db, sid).get("running") == 1)
     a.send_signal(signal.SIGSTOP)
     time.sleep(1.6)  # past the lease: A's heartbeat cannot renew it
     b = start_worker(db_url, sid, log, "--until-empty", "--lease", "30", sleep_s=0.1)
@@ -194,18 +194,18 @@ def test_first_signal_finishes_the_job_second_gives_it_back(db, db_url, tmp_path
     sid = make_session(db, tmp_path, 3)
     log = tmp_path / "claims.log"
     w = start_worker(db_url, sid, log, sleep_s=1.5)
-    _wait_for(lambda: _states(db, sid).get("running") == 1)
+    wait_for(lambda: job_states(db, sid).get("running") == 1)
     w.send_signal(signal.SIGTERM)
     assert w.wait(timeout=30) == 0
-    assert _states(db, sid) == {"completed": 1, "new": 2}
+    assert job_states(db, sid) == {"completed": 1, "new": 2}
 
     w = start_worker(db_url, sid, log, sleep_s=3)
-    _wait_for(lambda: _states(db, sid).get("running") == 1)
+    wait_for(lambda: job_states(db, sid).get("running") == 1)
     w.send_signal(signal.SIGINT)
     time.sleep(0.2)
     w.send_signal(signal.SIGINT)
     assert w.wait(timeout=30) == 0
-    assert _states(db, sid) == {"completed": 1, "new": 2}
+    assert job_states(db, sid) == {"completed": 1, "new": 2}
     with db.session() as s:
         released = s.execute(sa.select(Attempt.job_id).where(Attempt.outcome == "released")).all()
         assert len(released) == 1
@@ -219,7 +219,7 @@ def test_failing_tuner_retries_with_backoff_then_errors(db, db_url, tmp_path):
         db_url, sid, log, "--until-empty", "--max-retries", "3", "--retry-backoff", "0.3"
     )
     finish([w])
-    assert _states(db, sid) == {"error": 2}
+    assert job_states(db, sid) == {"error": 2}
     with db.session() as s:
         for job in s.scalars(sa.select(Job).where(Job.session_id == sid)):
             assert job.retries == 3 and "ERROR: compile failed" in job.result
@@ -244,7 +244,7 @@ def test_workers_survive_killed_connections(db, db_url, tmp_path, batch):
     # Mid-run: once every worker has claimed a job, i.e. holds a connection and is past its
     # start-up (a worker that cannot reach the database at start-up stops at once with one line
     # and exit 2, by design), cut their connections, four times.
-    _wait_for(lambda: _claimants(db, sid) >= {p.pid for p in procs}, timeout=120)
+    wait_for(lambda: _claimants(db, sid) >= {p.pid for p in procs}, timeout=120)
     killed = 0
     for _ in range(4):
         killed += _kill_worker_connections(db)
@@ -313,11 +313,11 @@ def _holding(db: Database, sid: int) -> set[int]:
         )
 
 
-def _states(db: Database, sid: int) -> dict[str, int]:
+def job_states(db: Database, sid: int) -> dict[str, int]:
     return {k: v for k, v in jobs.counts(db, sid)[sid].items() if v}
 
 
-def _wait_for(cond, timeout: float = 30.0) -> None:
+def wait_for(cond, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
@@ -329,7 +329,7 @@ def test_a_worker_without_until_empty_says_once_that_it_is_idle(db, db_url, tmp_
     sid = make_session(db, tmp_path, 1)
     w = start_worker(db_url, sid, tmp_path / "claims.log")
     try:
-        _wait_for(lambda: _states(db, sid) == {"completed": 1}, timeout=60)
+        wait_for(lambda: job_states(db, sid) == {"completed": 1}, timeout=60)
         time.sleep(1.5)  # several empty polls: still one line
         more = tmp_path / "more"
         more.write_text(
@@ -337,7 +337,7 @@ def test_a_worker_without_until_empty_says_once_that_it_is_idle(db, db_url, tmp_
         )
         catalog.import_files(db, "gemm", [str(more)], tag="more")
         jobs.load(db, sid, tag="more")
-        _wait_for(lambda: _states(db, sid) == {"completed": 2}, timeout=60)
+        wait_for(lambda: job_states(db, sid) == {"completed": 2}, timeout=60)
         time.sleep(1.0)
     finally:
         w.send_signal(signal.SIGTERM)

@@ -8,7 +8,7 @@ this package or of the queue's statements (queue/sql.py).
 - engine: pools and per-backend connection settings (SQLite pragmas, MariaDB scripts);
 - clock: utcnow and db_now, the database's clock;
 - statements: Precompiled (the hot path's statements) and json_object;
-- faults: what a driver error means (run again, wait, stop);
+- faults: what a driver error means (run again, wait, stop), and the retry policies;
 - database: Database (transactions, the one schema check), connect, error_line;
 - models (the schema only), roles, text.
 """

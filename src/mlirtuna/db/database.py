@@ -6,18 +6,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import random
 import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from mlirtuna.db import faults
 from mlirtuna.db.engine import has_tables, make_engine, require_sqlite_file
-from mlirtuna.db.faults import ROLLED_BACK, UNAVAILABLE, fault_of
+from mlirtuna.db.faults import UNAVAILABLE, fault_of
 from mlirtuna.db.urls import mask, resolve_url, wrong_url
 from mlirtuna.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
 
@@ -145,19 +144,8 @@ class Database:
 
     def retrying_conflicts(self, write: Callable[[], T], tries: int = 5) -> T:
         """Run `write` (one transaction of its own) again when it lost a race with another
-        writer: a unique key another transaction inserted first (two `import` at once), or a
-        deadlock. The next try sees the winner's rows and inserts only what is still missing."""
-        for attempt in range(1, tries + 1):
-            try:
-                return write()
-            except (DatabaseError, DBAPIError) as exc:
-                conflict = isinstance(exc, sa.exc.IntegrityError) or isinstance(
-                    exc.__cause__, sa.exc.IntegrityError
-                )
-                if attempt == tries or not (conflict or fault_of(exc) == ROLLED_BACK):
-                    raise
-                time.sleep(random.uniform(0.0, 0.05 * attempt))
-        raise AssertionError("unreachable")
+        writer (faults.retrying_conflicts)."""
+        return faults.retrying_conflicts(write, tries)
 
 
 def error_line(display_url: str | None, exc: DBAPIError) -> DatabaseError:

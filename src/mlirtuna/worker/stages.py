@@ -10,9 +10,10 @@
   (unless the session keeps artifacts).
 
 The work runs while the worker's heartbeat holds the leases. `run` (one job) returns what
-finishes the job, which the worker calls once the heartbeat let go, as for one-stage jobs;
-`benchmark` yields each job's (lease, outcome, error, final) as it is known, which a batch
-worker (`--batch K`: K bundles, one tool call) settles job by job.
+finishes the job, which the runner calls once the heartbeat let go, as for one-stage jobs;
+`benchmark` yields each job's Settled as it is known, which a batch worker (`--batch K`: K
+bundles, one tool call) settles job by job. Both are built on the runner's public API
+(runner.py) and call the tuner through the SplitTuner protocol.
 """
 
 from __future__ import annotations
@@ -22,50 +23,44 @@ import logging
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Generator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from mlirtuna.db.models import BENCHMARK, COMPILE
-from mlirtuna.errors import TunerError
+from mlirtuna.db.models import COMPILE
+from mlirtuna.errors import TunerError, Unsupported
 from mlirtuna.problems import Problem
-from mlirtuna.queue import AlsoInTransaction, Lease, bundles
-from mlirtuna.sessions import Session
-from mlirtuna.tuners.base import TuneOutcome
+from mlirtuna.queue import Lease, bundles
+from mlirtuna.tuners.base import SplitTuner
 from mlirtuna.tuners.rocmlir import index_commits, merge_artifacts
-
-if TYPE_CHECKING:
-    from mlirtuna.worker import Worker
+from mlirtuna.worker.runner import Finish, Runner, Settled
 
 log = logging.getLogger(__name__)
-Finish = Callable[[], None]
-# A job as the tool left it: (lease, outcome, error, final), what Worker._finish takes.
-Settled = tuple[Lease, TuneOutcome | None, str | None, bool]
 
 
-def run(worker: Worker, lease: Lease) -> Finish:
+def run(runner: Runner, lease: Lease) -> Finish:
     """A compile or benchmark job's work; returns how to finish it."""
     if lease.stage == COMPILE:
-        return compile_job(worker, lease)
-    settled = list(benchmark(worker, [lease]))
+        return compile_job(runner, lease)
+    settled = list(benchmark(runner, [lease]))
 
     def finish() -> None:
         for done in settled:
-            worker._finish(*done)  # recorded as a one-stage job's, or failed
+            runner.settle(*done)  # recorded as a one-stage job's, or failed
 
     return finish
 
 
-def compile_job(worker: Worker, lease: Lease) -> Finish:
+def compile_job(runner: Runner, lease: Lease) -> Finish:
     """Compile, pack and store (still invisible) while the lease is held; the returned finish
     makes the bundle visible with the job's completion, or fails the job."""
-    problem = lease.problem or worker._retrying(lambda: worker._problem(lease.problem_id))
-    session = worker.session
+    problem = runner.problem(lease)
+    session = runner.session
     tmp = Path(tempfile.mkdtemp(prefix="mlirtuna-compile-"))
     try:
 
         def build() -> bundles.Packed:
-            compiled = worker.tuner.compile(problem, worker._context(problem), tmp / "bundle")
+            tuner = split_tuner(runner)
+            compiled = tuner.compile(problem, runner.context(problem), tmp / "bundle")
             bundles.check_commit(compiled.commit_id, session.mlir_v, f"job {lease.job_id}'s bundle")
             packed = bundles.pack(compiled.directory, tmp / "bundle.tar.gz", compiled.commit_id)
             log.info(
@@ -73,34 +68,35 @@ def compile_job(worker: Worker, lease: Lease) -> Finish:
             )
             return packed
 
-        packed, error, final = worker._guarded(lease, build)
+        packed, error, final = runner.guarded(lease, build)
         bundle_id = None
         if packed is not None:
-            bundle_id = worker._retrying(
-                lambda: bundles.store(worker.db, lease, packed, session.artifact_store)
+            stored = packed
+            bundle_id = runner.retrying(
+                lambda: bundles.store(runner.db, lease, stored, session.artifact_store)
             )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
     def finish() -> None:
         if error is not None:
-            worker._fail(lease, error, final)
+            runner.fail(lease, error, final)
         elif bundle_id is None:
-            worker.stats.lost += 1  # the lease went while the bundle was stored
-        elif worker._retrying(
-            lambda: bundles.finish_compile(worker.db, lease, bundle_id, "compiled; bundle stored")
+            runner.stats.lost += 1  # the lease went while the bundle was stored
+        elif runner.retrying(
+            lambda: bundles.finish_compile(runner.db, lease, bundle_id, "compiled; bundle stored")
         ):
-            worker.stats.completed += 1
+            runner.stats.completed += 1
             log.info(
                 "job %s: completed, bundle %s ready for its benchmark", lease.job_id, bundle_id
             )
         else:
-            worker.stats.lost += 1
+            runner.stats.lost += 1
 
     return finish
 
 
-def benchmark(worker: Worker, leases: list[Lease]) -> Iterator[Settled]:
+def benchmark(runner: Runner, leases: list[Lease]) -> Generator[Settled, None, None]:
     """(lease, outcome, error, final) for each of these benchmark jobs, as each is known: their
     bundles fetched, checked and unpacked into one artifacts directory, then benchmarked on this
     worker's GPU. A job whose bundle is missing, damaged or of another commit fails at once."""
@@ -108,10 +104,8 @@ def benchmark(worker: Worker, leases: list[Lease]) -> Iterator[Settled]:
     try:
         ready: list[tuple[Lease, Problem, Path]] = []
         for lease in leases:
-            problem = lease.problem or worker._retrying(
-                lambda le=lease: worker._problem(le.problem_id)
-            )
-            got = _unpacked(worker, lease, tmp / f"job-{lease.job_id}")
+            problem = runner.problem(lease)
+            got = _unpacked(runner, lease, tmp / f"job-{lease.job_id}")
             if isinstance(got, str):
                 yield lease, None, got, True
             else:
@@ -125,54 +119,50 @@ def benchmark(worker: Worker, leases: list[Lease]) -> Iterator[Settled]:
             log.info("job %s: benchmarking %s", lease.job_id, problem.canonical())
             yield (
                 lease,
-                *worker._guarded(
+                *runner.guarded(
                     lease,
-                    lambda: worker.tuner.benchmark(problem, worker._context(problem), artifacts),
+                    lambda: split_tuner(runner).benchmark(
+                        problem, runner.context(problem), artifacts
+                    ),
                 ),
             )
             return
         # One tool call for every bundle (one start-up, the GPU busy meanwhile), each job
-        # settled as its row appears, through the worker's batch code.
+        # settled as its row appears, through the runner's batch code.
         group = [dataclasses.replace(lease, problem=problem) for lease, problem, _ in ready]
-        yield from worker._tune_many(
-            group, lambda problems, ctx: worker.tuner.benchmark_many(problems, ctx, artifacts)
+        yield from runner.tune_many(
+            group,
+            lambda problems, ctx: split_tuner(runner).benchmark_many(problems, ctx, artifacts),
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _unpacked(worker: Worker, lease: Lease, dest: Path) -> Path | str:
+def split_tuner(runner: Runner) -> SplitTuner:
+    """The runner's tuner as a SplitTuner; Unsupported when it cannot compile and benchmark
+    apart (a split session's tuner always can: sessions checks it when the session opens)."""
+    if not isinstance(runner.tuner, SplitTuner):
+        raise Unsupported(f"tuner {runner.tuner.name} cannot compile and benchmark apart")
+    return runner.tuner
+
+
+def _unpacked(runner: Runner, lease: Lease, dest: Path) -> Path | str:
     """The job's bundle unpacked at `dest`, or why it cannot be benchmarked (a bundle that is
     damaged or of another commit is removed, so that `jobs requeue` compiles it again)."""
     try:
-        fetched = worker._retrying(
-            lambda: bundles.fetch(worker.db, lease.session_id, lease.problem_id)
+        fetched = runner.retrying(
+            lambda: bundles.fetch(runner.db, lease.session_id, lease.problem_id)
         )
     except bundles.BundleMissing as exc:
         return str(exc)
     try:
         bundles.unpack(fetched.data, dest)
         for commit in index_commits(dest) | {fetched.commit_id}:
-            bundles.check_commit(commit, worker.session.mlir_v, f"bundle {fetched.bundle_id}")
+            bundles.check_commit(commit, runner.session.mlir_v, f"bundle {fetched.bundle_id}")
     except (TunerError, tarfile.TarError) as exc:
-        worker._retrying(lambda: bundles.delete(worker.db, fetched.bundle_id))
+        runner.retrying(lambda: bundles.delete(runner.db, fetched.bundle_id))
         return f"{exc}"
     return dest
 
 
-def record_with(session: Session, lease: Lease) -> tuple[AlsoInTransaction | None, Callable]:
-    """What a job's record also does, and what follows its commit: a benchmark job deletes its
-    bundle in the same transaction (its file, if any, once committed), unless the session keeps
-    artifacts."""
-    if lease.stage != BENCHMARK or session.keep_artifacts:
-        return None, _nothing
-    removed: list[str | None] = []
-    also = bundles.delete_with(lease.session_id, lease.problem_id, removed)
-    return also, lambda: bundles.remove_files(removed)
-
-
-def _nothing() -> None:
-    return None
-
-
-__all__ = ["benchmark", "compile_job", "record_with", "run"]
+__all__ = ["benchmark", "compile_job", "run", "split_tuner"]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from mlirtuna import machine
 from mlirtuna.errors import UserError
-from mlirtuna.worker import WorkerSettings
+from mlirtuna.worker.runner import WorkerSettings
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,6 @@ def worker_argv(settings: WorkerSettings, slot: Slot) -> list[str]:
         "worker",
         "--session",
         str(settings.session_id),
-        "--tuner",
-        settings.tuner,
         "--gpu-id",
         str(slot.gpu_id),
         "--lease",
@@ -70,6 +68,8 @@ def worker_argv(settings: WorkerSettings, slot: Slot) -> list[str]:
         "--cpu-mem-limit",
         str(settings.cpu_mem_limit),
     ]
+    if settings.tuner is not None:  # None: the session's, as the worker itself decides
+        argv += ["--tuner", settings.tuner]
     if settings.job_timeout_s is not None:
         argv += ["--job-timeout", str(settings.job_timeout_s)]
     if settings.until_empty:

@@ -1,0 +1,275 @@
+"""The worker's loop: claim jobs of one session, hand each to its stage's work, until told to stop.
+
+One worker process per GPU (supervisor.py). A job's run and its outcome are runner.py's; a split
+session's compile and benchmark stages are stages.py's; this module claims and dispatches.
+Stopping: the first SIGINT/SIGTERM lets the current job finish, the second gives it back at once
+(state new, no retry counted).
+
+With `--batch K` it claims up to K jobs at once (queue.claim_many) and hands them to the runner
+as one batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Generator
+
+from mlirtuna import queue, sessions, tuners
+from mlirtuna.db import Database, faults
+from mlirtuna.db.models import BENCHMARK, COMPILE, TUNE
+from mlirtuna.errors import TunerError, UserError
+from mlirtuna.queue import Claimant, Lease, jobs
+from mlirtuna.queue.wakeup import Wakeup
+from mlirtuna.tuners.base import Tuner
+from mlirtuna.worker import stages
+from mlirtuna.worker.runner import (
+    Finish,
+    GiveBack,
+    QuickLists,
+    Runner,
+    Settled,
+    WorkerSettings,
+    WorkerStats,
+)
+
+log = logging.getLogger(__name__)
+
+# Idle polling: short, jittered and growing to a cap; never seconds-long random sleeps.
+POLL_MIN_S, POLL_MAX_S = 0.1, 2.0
+SWEEP_S = 5.0  # how often a busy worker looks for expired leases
+
+
+class Worker:
+    """Claims the jobs of one session (one at a time, or `--batch K`) and runs each through its
+    Runner until stopped, the queue drained (`until_empty`) or `max_jobs` done."""
+
+    def __init__(self, db: Database, settings: WorkerSettings, tuner: Tuner | None = None) -> None:
+        self.db = db
+        self.settings = settings
+        self.stop_requested = threading.Event()
+        session = faults.retrying(
+            lambda: sessions.get(db, settings.session_id), self.stop_requested
+        )
+        settings.tuner = session_tuner(session, settings.tuner)
+        tuner = tuner or tuners.make(settings.tuner, mlir_build_dir=settings.mlir_build_dir)
+        quick_lists = _quick_lists(db, session)
+        self.claim_stage = role_stage(session, settings.role)
+        self.claimant = Claimant(settings.machine_name, settings.gpu_id, os.getpid())
+        self.runner = Runner(db, settings, session, tuner, self.stop_requested, quick_lists)
+        self._next_sweep = 0.0
+        self.wakeup = Wakeup(db, settings.session_id)
+        self.batch = self._batch_size()
+
+    @property
+    def session(self) -> sessions.Session:
+        return self.runner.session
+
+    @property
+    def tuner(self) -> Tuner:
+        return self.runner.tuner
+
+    @property
+    def stats(self) -> WorkerStats:
+        return self.runner.stats
+
+    # -- signals -----------------------------------------------------------------------------
+    def install_signal_handlers(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        current = self.runner.current
+        if self.stop_requested.is_set() and current is not None:
+            raise GiveBack()
+        self.stop_requested.set()
+        if current is not None:
+            what = f"job {current.job_id}" if self.batch == 1 else "the current batch"
+            log.warning("stopping after %s (signal again to give it back now)", what)
+
+    # -- the loop ------------------------------------------------------------------------------
+    def run(self) -> WorkerStats:
+        try:
+            return self._run()
+        finally:
+            self.wakeup.close()
+
+    def _run(self) -> WorkerStats:
+        idle = POLL_MIN_S
+        said_idle = False  # an idle stretch is announced once, not at every poll
+        while not self.stop_requested.is_set() and not self._enough():
+            leases = self._claim()
+            if not leases:
+                if self.settings.until_empty and self.runner.retrying(
+                    lambda: jobs.is_drained(self.db, self.settings.session_id, [self.claim_stage])
+                ):
+                    break
+                if not said_idle:
+                    log.info(
+                        "idle: no job of session %s to claim; waiting for new ones "
+                        "(--until-empty exits instead)",
+                        self.settings.session_id,
+                    )
+                    said_idle = True
+                # Woken early on PostgreSQL when a job of the session becomes claimable.
+                self.wakeup.wait(random.uniform(idle / 2, idle), self.stop_requested)
+                idle = min(idle * 2, POLL_MAX_S)
+                continue
+            idle, said_idle = POLL_MIN_S, False
+            if self.batch == 1:
+                self.runner.work(leases[0], self._one)
+            else:
+                self.runner.work_batch(leases, self._many)
+        return self.stats
+
+    def _one(self, lease: Lease) -> Finish:
+        """One job's work by its stage: tune, or a split session's compile or benchmark."""
+        if lease.stage == TUNE:
+            return self.runner.tune_job(lease)
+        return stages.run(self.runner, lease)
+
+    def _many(self, leases: list[Lease]) -> Generator[Settled, None, None]:
+        """A batch's work: a split session's bundles in one benchmark call, else tuned."""
+        if leases[0].stage == BENCHMARK:
+            return stages.benchmark(self.runner, leases)
+        return self.runner.tune_batch(leases)
+
+    def _enough(self) -> bool:
+        return self.settings.max_jobs is not None and self._done() >= self.settings.max_jobs
+
+    def _done(self) -> int:
+        return self.stats.completed + self.stats.failed + self.stats.lost
+
+    # -- claiming ------------------------------------------------------------------------------
+    def _claim(self) -> list[Lease]:
+        # Expired leases are swept every SWEEP_S seconds and whenever nothing is claimable: a
+        # dead worker's job comes back within its lease + SWEEP_S, and a busy queue does not pay
+        # for a sweep on every claim.
+        now = time.monotonic()
+        swept = now >= self._next_sweep
+        if swept:
+            self._sweep(now)
+        claim = self._claim_once if self.batch == 1 else self._claim_batch
+        leases = claim()
+        if not leases and not swept:
+            self._sweep(now)
+            leases = claim()
+        return leases
+
+    def _sweep(self, now: float) -> None:
+        self.runner.retrying(
+            lambda: queue.reclaim_expired(
+                self.db, max_retries=self.settings.max_retries, session_id=self.settings.session_id
+            )
+        )
+        self._next_sweep = now + SWEEP_S
+
+    def _claim_once(self) -> list[Lease]:
+        # One token for every try: when a try's commit landed but its reply was lost (a server
+        # restart at the wrong moment), the next try finds the job this token already holds
+        # instead of leaving it running unowned until its lease runs out.
+        token = queue.new_token()
+        tries = 0
+
+        def attempt() -> Lease | None:
+            nonlocal tries
+            tries += 1
+            if tries > 1 and (held := queue.claimed_with(self.db, token)) is not None:
+                return held
+            return queue.claim(
+                self.db,
+                self.settings.session_id,
+                self.claimant,
+                self.settings.lease_s,
+                token,
+                self.claim_stage,
+            )
+
+        lease = self.runner.retrying(attempt)
+        return [lease] if lease is not None else []
+
+    def _claim_batch(self) -> list[Lease]:
+        # As _claim_once: the same tokens for every try, and a look for what a try whose reply
+        # was lost took.
+        limit = self.batch
+        if self.settings.max_jobs is not None:
+            limit = max(1, min(limit, self.settings.max_jobs - self._done()))
+        tokens = [queue.new_token() for _ in range(limit)]
+        tries = 0
+
+        def attempt() -> list[Lease]:
+            nonlocal tries
+            tries += 1
+            if tries > 1 and (held := queue.claimed_with_any(self.db, tokens)):
+                return held
+            return queue.claim_many(
+                self.db,
+                self.settings.session_id,
+                self.claimant,
+                self.settings.lease_s,
+                limit,
+                tokens,
+                self.claim_stage,
+            )
+
+        return self.runner.retrying(attempt)
+
+    def _batch_size(self) -> int:
+        """--batch, where it helps: a BatchTuner only when its build can (rocmlir E3/E4; E2
+        tunes one config per call); any other tuner tunes a claimed batch in turn."""
+        k = max(1, self.settings.batch)
+        if self.claim_stage == COMPILE:
+            return 1  # compile hosts are not the scarce resource: one bundle per job
+        batch_tuner = self.runner.batch_tuner
+        if k == 1 or batch_tuner is None:
+            return k
+        try:
+            if batch_tuner.can_batch():
+                return k
+        except TunerError as exc:  # the tool's --help failed: the first job will say why
+            log.warning("--batch %s: cannot ask the tool (%s); one job at a time", k, exc)
+            return 1
+        log.info("--batch %s: this tool takes one config per call; one job at a time", k)
+        return 1
+
+
+def _quick_lists(db: Database, session: sessions.Session) -> QuickLists | None:
+    """The stored quick list of a `list:NAME` session, read once per worker (None otherwise)."""
+    from mlirtuna.history import quick
+
+    name = quick.list_name(session.tuning_space)
+    return quick.load_space(db, name, session.arch) if name is not None else None
+
+
+def role_stage(session: sessions.Session, role: str) -> str:
+    """The job stage a worker of this role claims in this session: a GPU worker tunes, or, in
+    a split session, benchmarks; a compile worker compiles (split sessions only)."""
+    if role == "gpu":
+        return BENCHMARK if session.two_stage else TUNE
+    if role != "compile":
+        raise UserError(f"--role {role!r}: expected gpu or compile")
+    if not session.two_stage:
+        raise UserError(
+            f"session {session.id} has no compile jobs: open it with --split compile,benchmark"
+        )
+    return COMPILE
+
+
+def session_tuner(session: sessions.Session, asked: str | None) -> str:
+    """The tuner a worker of this session runs: the session decides; `asked` may only repeat
+    it (sleep:SECONDS may set the seconds of a sleep session)."""
+    if asked is None or asked == session.tuner:
+        return session.tuner
+    if sessions.tuner_name(asked) != session.tuner_name:
+        raise UserError(
+            f"--tuner {asked} differs from session {session.id}'s tuner {session.tuner}: "
+            f"leave --tuner out, or open a session for {asked}"
+        )
+    return asked
+
+
+__all__ = ["POLL_MAX_S", "POLL_MIN_S", "SWEEP_S", "Worker", "role_stage", "session_tuner"]

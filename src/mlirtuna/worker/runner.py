@@ -1,0 +1,516 @@
+"""One claimed job's run, and its outcome settled through the fence (record, fail or give back).
+
+A `Runner` holds what running a job needs (the session, the tuner, the heartbeat, the worker's
+stop event) and nothing of claiming: the loop (loop.py) claims and hands each job, or batch, to
+`work`/`work_batch` with the function that does its stage's work. Every job ends as one
+`Settled` (lease, outcome, error, final), which `settle` records or fails.
+
+With `--batch K` the jobs the tuner can batch (rocmlir on E3/E4 builds) are tuned in one tool
+call (`tune_batch`, `tune_many`), each job settled as its outcome arrives (docs/architecture.md,
+"Batches").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar
+
+from mlirtuna import catalog, machine, queue, sessions, tuners
+from mlirtuna.db import Database, faults
+from mlirtuna.db.faults import first_line
+from mlirtuna.db.models import BENCHMARK
+from mlirtuna.defaults import DEFAULT_BACKOFF_S, DEFAULT_LEASE_S, DEFAULT_MAX_RETRIES
+from mlirtuna.errors import DatabaseError, NotRun, TunerError, Unsupported
+from mlirtuna.problems import Problem
+from mlirtuna.queue import AlsoInTransaction, Lease, bundles
+from mlirtuna.tuners.base import BatchItem, BatchTuner, TuneContext, TuneOutcome, Tuner
+from mlirtuna.worker.heartbeat import Heartbeat
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# A job as the tool left it: (lease, outcome, error, final). `final` True: the tuner cannot run
+# this problem at all, so no retry; RELEASE: give it back, the tool never tuned it (its batch's
+# tool stopped first).
+RELEASE: Literal["release"] = "release"
+Final = bool | Literal["release"]
+Settled = tuple[Lease, TuneOutcome | None, str | None, Final]
+# What one guarded piece of work gave: (its value, None, False) or (None, error text, final).
+Tried = tuple[T | None, str | None, bool]
+Finish = Callable[[], None]  # settles a job once the heartbeat let go of its lease
+# The job timeout when --job-timeout is not given: generous per tuning space, so that only a
+# tuner that hangs meets it. Every tuner runs under it, whether or not it honours ctx.timeout_s.
+DEFAULT_JOB_TIMEOUT_S = {"quick": 3600.0, "full": 4 * 3600.0, "greedy": 4 * 3600.0,
+                         "exhaustive": 24 * 3600.0}  # fmt: skip
+
+
+@dataclass
+class WorkerSettings:
+    session_id: int
+    tuner: str | None = None  # None: the session's (a different one is refused)
+    gpu_id: int = -1  # -1: a CPU worker
+    lease_s: float = DEFAULT_LEASE_S
+    job_timeout_s: float | None = None
+    max_retries: int = DEFAULT_MAX_RETRIES
+    backoff_s: float = DEFAULT_BACKOFF_S
+    until_empty: bool = False
+    max_jobs: int | None = None
+    batch: int = 1  # jobs claimed at once (rocmlir E3/E4: tuned in one tool call)
+    mlir_build_dir: str | None = None
+    cpu_mem_limit: int = 4 << 30
+    machine_name: str = field(default_factory=machine.machine_name)
+    # gpu: one-stage and benchmark jobs; compile: a split session's compile jobs, no GPU.
+    role: str = "gpu"
+
+    @property
+    def heartbeat_s(self) -> float:
+        return self.lease_s / 3
+
+
+@dataclass
+class WorkerStats:
+    completed: int = 0
+    failed: int = 0
+    lost: int = 0  # leases lost before recording (another worker took the job over)
+    released: int = 0
+
+
+class GiveBack(BaseException):
+    """Raised in the main thread by a second stop signal: give the current job back now."""
+
+
+class JobTimedOut(BaseException):
+    """Raised in the main thread by the worker's own alarm: the tuner ignored the job timeout.
+
+    A BaseException, so that a tuner's `except Exception` cannot swallow it, while its
+    `finally` and `except BaseException` (rocmlir stops its pipeline there) still run."""
+
+
+QuickLists = dict[tuple[str, str], tuple[str, ...]]
+
+
+class Runner:
+    """Runs the jobs a worker claimed, one or a batch at a time, and settles each."""
+
+    def __init__(
+        self,
+        db: Database,
+        settings: WorkerSettings,
+        session: sessions.Session,
+        tuner: Tuner,
+        stop: threading.Event | None = None,
+        quick_lists: QuickLists | None = None,
+    ) -> None:
+        """`stop`: the worker's stop event (a stopping worker still waits out the database
+        for a job it holds); `quick_lists`: a `list:NAME` session's stored lists."""
+        self.db, self.settings, self.session, self.tuner = db, settings, session, tuner
+        self.stop_requested = stop or threading.Event()
+        self.quick_lists = quick_lists
+        self.batch_tuner = tuner if isinstance(tuner, BatchTuner) else None
+        self.current: Lease | None = None  # a job being run: signals and retries look here
+        self.stats = WorkerStats()
+        self.heartbeat = Heartbeat(db, settings.lease_s, settings.heartbeat_s)
+
+    # -- the database ------------------------------------------------------------------------
+    def retrying(self, fn: Callable[[], T]) -> T:
+        """`fn` (a queue operation) under the worker's retry policy (faults.retrying): a
+        stopping worker still waits out the database while it holds a job."""
+        return faults.retrying(fn, self.stop_requested, lambda: self.current is not None)
+
+    def problem(self, lease: Lease) -> Problem:
+        """The lease's problem: read with the claim, or loaded now."""
+        if lease.problem is not None:
+            return lease.problem
+        return self.retrying(lambda: self._load_problem(lease.problem_id))
+
+    def _load_problem(self, problem_id: int) -> Problem:
+        with self.db.session() as s:
+            return catalog.load_problem(s, problem_id)
+
+    # -- one job -------------------------------------------------------------------------------
+    def work(self, lease: Lease, job: Callable[[Lease], Finish]) -> None:
+        """Run `job` (its stage's work) while the heartbeat holds the lease, then settle it by
+        the Finish it returns; a second stop signal gives the job back at once."""
+        self.current = lease
+        try:
+            with self.heartbeat.hold(lease) as lost:
+                finish = job(lease)
+                if lost.is_set():
+                    self.stats.lost += 1
+                    return
+            finish()
+        except GiveBack:
+            self.stop_requested.set()
+            # One try: a database that is away (restart, full disk) must not hold a worker told
+            # twice to stop; the lease brings the job back then.
+            try:
+                queue.release(self.db, lease)
+            except Exception as exc:
+                log.warning(
+                    "job %s: could not give it back (%s); it returns when its lease expires",
+                    lease.job_id,
+                    first_line(exc),
+                )
+                return
+            self.stats.released += 1
+            log.warning("job %s given back", lease.job_id)
+        except DatabaseError:
+            # A database error that waiting will not cure: give the job back (one try, it may
+            # fail the same way; then its lease brings it back) and let the worker stop.
+            with contextlib.suppress(Exception):
+                if queue.release(self.db, lease, "the worker stopped on a database error"):
+                    self.stats.released += 1
+            raise
+        finally:
+            self.current = None
+
+    def tune_job(self, lease: Lease) -> Finish:
+        """A one-stage job's work: tune it; the returned Finish records or fails it."""
+        settled = self.tune(lease)
+        return lambda: self.settle(*settled)
+
+    def tune(self, lease: Lease) -> Settled:
+        """The job tuned: a tuner failure never escapes as an exception."""
+        problem = self.problem(lease)
+        log.info("job %s: tuning %s", lease.job_id, problem.canonical())
+        return (
+            lease,
+            *self.guarded(lease, lambda: self.tuner.tune(problem, self.context(problem))),
+        )
+
+    def guarded(self, lease: Lease, work: Callable[[], T]) -> Tried[T]:
+        """(work(), None, False) or (None, error text, final): `work` runs the tool under the
+        job timeout, and none of its failures escapes as an exception."""
+        timeout = self.job_timeout_s
+        try:
+            with _alarm(timeout + _grace_s(timeout)):
+                return work(), None, False
+        except JobTimedOut:
+            return None, f"timed out after {timeout:g} s (the worker stopped the tuner)", False
+        except Unsupported as exc:
+            return None, error_text(exc), True
+        except TunerError as exc:  # timeouts included
+            return None, error_text(exc), False
+        except Exception as exc:  # a tuner bug must cost one attempt, not the job
+            log.exception("job %s: tuner crashed", lease.job_id)
+            return None, f"tuner crashed: {type(exc).__name__}: {exc}", False
+
+    @property
+    def job_timeout_s(self) -> float:
+        """--job-timeout, else the default of the session's tuning space."""
+        if self.settings.job_timeout_s:
+            return self.settings.job_timeout_s
+        return DEFAULT_JOB_TIMEOUT_S.get(
+            self.session.tuning_space, max(DEFAULT_JOB_TIMEOUT_S.values())
+        )
+
+    def context(self, problem: Problem | None = None) -> TuneContext:
+        """Where and how the job runs, for the tuner; TunerError when a `list:NAME` session's
+        list has nothing for this problem."""
+        sess = self.session
+        listed = None
+        if self.quick_lists is not None and problem is not None:
+            key = (problem.op, str(getattr(problem, "data_type", "") or "-"))
+            listed = self.quick_lists.get(key)
+            if listed is None:
+                raise TunerError(
+                    f"quick list {sess.tuning_space} has no list for {sess.arch} {' '.join(key)}"
+                )
+        return TuneContext(
+            arch=sess.arch,
+            arch_full=sess.arch_full,
+            num_cu=sess.num_cu,
+            num_chiplets=sess.num_chiplets,
+            tuning_space=sess.tuning_space,
+            gpu_id=self.settings.gpu_id,
+            timeout_s=self.job_timeout_s,
+            mlir_build_dir=self.settings.mlir_build_dir,
+            cpu_mem_limit=self.settings.cpu_mem_limit,
+            perf_configs=listed,
+            rep_ms=getattr(sess, "rep_ms", None),
+            warmup_ms=getattr(sess, "warmup_ms", None),
+            gpu_run_timeout_s=getattr(sess, "gpu_run_timeout_s", None),
+            lfbo_effort=getattr(sess, "lfbo_effort", None),
+            topk=sess.topk,
+        )
+
+    # -- settling ------------------------------------------------------------------------------
+    def settle(
+        self, lease: Lease, outcome: TuneOutcome | None, error: str | None, final: Final
+    ) -> None:
+        """Record or fail one job; `final` RELEASE: the tool never tuned it, give it back."""
+        if final != RELEASE:
+            self.finish(lease, outcome, error, final)
+            return
+        if self.retrying(lambda: queue.release(self.db, lease, error or "not tuned")):
+            self.stats.released += 1
+            log.info("job %s given back: %s", lease.job_id, first_line(error))
+        else:
+            self.stats.lost += 1
+
+    def finish(
+        self, lease: Lease, outcome: TuneOutcome | None, error: str | None, final: bool = False
+    ) -> None:
+        """Record the outcome through the fence (a benchmark job's bundle deleted with it), or
+        fail the job with `error`."""
+        if outcome is not None and (wrong := foreign_perf_config(self.session, outcome)):
+            outcome, error, final = None, wrong, True
+        if outcome is None:
+            self.fail(lease, error, final)
+            return
+        for note in outcome.notes:
+            log.info("job %s: %s", lease.job_id, note)
+        also, committed = record_with(self.session, lease)
+        if self.retrying(lambda: queue.record(self.db, lease, outcome, also)):
+            committed()
+            self.stats.completed += 1
+            log.info(
+                "job %s: completed, %s at %.3g TFlops",
+                lease.job_id,
+                outcome.winner.perf_config,
+                outcome.winner.tflops or 0.0,
+            )
+        else:
+            self.stats.lost += 1
+
+    def fail(self, lease: Lease, error: str | None, final: bool) -> None:
+        """Fail the job: retried after the backoff, or `error` once retries (or `final`) end."""
+        state = self.retrying(
+            lambda: queue.fail(
+                self.db,
+                lease,
+                error or "unknown error",
+                max_retries=self.settings.max_retries,
+                backoff_s=self.settings.backoff_s,
+                final=final,
+            )
+        )
+        if state is None:
+            self.stats.lost += 1
+        else:
+            self.stats.failed += 1
+            log.warning("job %s: %s -> %s", lease.job_id, first_line(error), state)
+
+    # -- batches (--batch K) -------------------------------------------------------------------
+    def work_batch(
+        self, leases: list[Lease], run: Callable[[list[Lease]], Generator[Settled, None, None]]
+    ) -> None:
+        """Run a claimed batch (`run`: its stage's work), settling each job (record, fail or
+        give back) as its outcome arrives; a second stop signal gives back every job not
+        settled yet."""
+        self.current = leases[0]
+        pending = {lease.job_id: lease for lease in leases}
+        try:
+            # closing: a give-back stops the tool before the jobs are given back.
+            with (
+                self.heartbeat.hold_many(leases) as lost,
+                contextlib.closing(run(leases)) as outcomes,
+            ):
+                for lease, outcome, error, final in outcomes:
+                    self.heartbeat.drop(lease)
+                    if lost[lease.job_id].is_set():
+                        self.stats.lost += 1  # another worker has it now: record nothing
+                    else:
+                        self.settle(lease, outcome, error, final)
+                    pending.pop(lease.job_id)
+        except GiveBack:
+            self.stop_requested.set()
+            self._give_back(pending.values(), "given back by a stopping worker")
+        except DatabaseError:
+            self._give_back(pending.values(), "the worker stopped on a database error")
+            raise
+        finally:
+            self.current = None
+
+    def _give_back(self, leases: Iterable[Lease], why: str) -> None:
+        # One try each: a database that is away must not hold a stopping worker; the leases
+        # bring the jobs back then.
+        for lease in list(leases):
+            try:
+                if queue.release(self.db, lease, why):
+                    self.stats.released += 1
+                    log.warning("job %s given back", lease.job_id)
+            except Exception as exc:
+                log.warning(
+                    "job %s: could not give it back (%s); it returns when its lease expires",
+                    lease.job_id,
+                    first_line(exc),
+                )
+
+    def tune_batch(self, leases: list[Lease]) -> Generator[Settled, None, None]:
+        """(lease, outcome, error, final) for each job, as each is known: the jobs the tuner
+        can batch in one call per op, every other one alone."""
+        groups: dict[str, list[Lease]] = {}
+        alone: list[Lease] = []
+        for lease in leases:
+            problem = self.problem(lease)
+            lease = dataclasses.replace(lease, problem=problem)
+            if self._batchable(problem):
+                groups.setdefault(problem.op, []).append(lease)
+            else:
+                alone.append(lease)
+        for group in groups.values():
+            if len(group) > 1 and self.batch_tuner is not None:  # always, when _batchable
+                yield from self.tune_many(group, self.batch_tuner.tune_many)
+            else:
+                alone.extend(group)
+        for lease in alone:
+            yield self.tune(lease)
+
+    def _batchable(self, problem: Problem) -> bool:
+        if self.batch_tuner is None:
+            return False
+        try:
+            return bool(self.batch_tuner.batchable(problem))
+        except TunerError:
+            return False  # tuned alone, where the failure is the job's own
+
+    def tune_many(
+        self,
+        group: list[Lease],
+        call: Callable[[Sequence[Problem], TuneContext], Iterator[BatchItem]],
+    ) -> Generator[Settled, None, None]:
+        """One tool call for the group (`call(problems, ctx)`: a BatchTuner's tune_many, or a
+        split session's benchmark_many, stages.py): each job's outcome as the tool writes it.
+        The worker's alarm for the call is the job timeout times the batch size; when it fires,
+        or the tuner fails as a whole, the job the tool was on fails and the ones not begun are
+        given back."""
+        try:
+            ctx = self.context(group[0].problem)
+        except TunerError as exc:
+            for lease in group:
+                yield lease, None, error_text(exc), False
+            return
+        timeout = self.job_timeout_s * len(group)
+        deadline = time.monotonic() + timeout + _grace_s(timeout)
+        log.info("jobs %s: tuning %d problems in one call", _ids(group), len(group))
+        left = list(group)
+        with _closing(call([self.problem(lease) for lease in group], ctx)) as outcomes:
+            while left:
+                try:
+                    with _alarm(max(deadline - time.monotonic(), 0.001)):
+                        item = next(outcomes, None)
+                except JobTimedOut:
+                    why = f"timed out after {timeout:g} s (the worker stopped the tuner)"
+                    yield from _unfinished(left, why)
+                    return
+                except TunerError as exc:  # the call as a whole: each job, as K=1 would
+                    for lease in left:
+                        yield lease, None, error_text(exc), isinstance(exc, Unsupported)
+                    return
+                except Exception as exc:  # a tuner bug must cost one attempt, not the jobs
+                    log.exception("jobs %s: tuner crashed", _ids(left))
+                    for lease in left:
+                        yield lease, None, f"tuner crashed: {type(exc).__name__}: {exc}", False
+                    return
+                if item is None:
+                    for lease in left:
+                        yield lease, None, "the tuner gave no outcome for it", False
+                    return
+                lease = group[item[0]]
+                left.remove(lease)
+                yield (lease, *_batch_outcome(item[1]))
+
+
+def record_with(session: sessions.Session, lease: Lease) -> tuple[AlsoInTransaction | None, Finish]:
+    """What a job's record also does, and what follows its commit: a benchmark job deletes its
+    bundle in the same transaction (its file, if any, once committed), unless the session keeps
+    artifacts."""
+    if lease.stage != BENCHMARK or session.keep_artifacts:
+        return None, _nothing
+    removed: list[str | None] = []
+    also = bundles.delete_with(lease.session_id, lease.problem_id, removed)
+    return also, lambda: bundles.remove_files(removed)
+
+
+def _nothing() -> None:
+    return None
+
+
+def foreign_perf_config(session: sessions.Session, outcome: TuneOutcome) -> str | None:
+    """Why an outcome must not be recorded in this session (perf configs of another tuner's
+    family, e.g. cpu:… in a rocmlir session), or None."""
+    own = session.tuner_name
+    if own not in tuners.FAMILIES:
+        return None  # a plugin's perf configs are its own business
+    for c in [outcome.winner, *outcome.candidates]:
+        family = tuners.perf_config_family(c.perf_config)
+        if family != own:
+            return (
+                f"perf config {c.perf_config} is of the {family} tuner, not of session "
+                f"{session.id}'s tuner {own}: nothing recorded"
+            )
+    return None
+
+
+def _batch_outcome(
+    result: TuneOutcome | TunerError,
+) -> tuple[TuneOutcome | None, str | None, Final]:
+    """(outcome, error, final) of one job of a batch; final RELEASE for a job not tuned."""
+    if isinstance(result, NotRun):
+        return None, error_text(result), RELEASE
+    if isinstance(result, TunerError):
+        return None, error_text(result), isinstance(result, Unsupported)
+    return result, None, False
+
+
+def _unfinished(left: list[Lease], why: str) -> Iterator[Settled]:
+    """A batch stopped by the worker's alarm: the job the tool was on (the first not settled:
+    it tunes in order) fails, the others go back."""
+    for i, lease in enumerate(left):
+        if i == 0:
+            yield lease, None, why, False
+        else:
+            yield lease, None, f"not tuned: its batch stopped ({first_line(why)})", RELEASE
+
+
+def _ids(leases: list[Lease]) -> str:
+    return ",".join(str(lease.job_id) for lease in leases)
+
+
+def _grace_s(timeout: float) -> float:
+    """How long past the job timeout a tuner may take to stop itself before the worker does."""
+    return min(30.0, max(0.5, timeout / 4))
+
+
+@contextlib.contextmanager
+def _closing(items: Iterator[T]) -> Iterator[Iterator[T]]:
+    """Close the tuner's outcomes when the batch ends early: a generator stops its tool then."""
+    try:
+        yield items
+    finally:
+        if isinstance(items, Generator):
+            items.close()
+
+
+@contextlib.contextmanager
+def _alarm(seconds: float) -> Iterator[None]:
+    """Raise JobTimedOut in this (main) thread after `seconds`: a tuner that ignores the timeout
+    (a plugin in a loop, a tool that never returns) is stopped all the same. Signals reach only
+    the main thread, so elsewhere (a worker run in a thread, as some tests do) it is a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def fire(_signum: int, _frame: object) -> None:
+        raise JobTimedOut()
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def error_text(exc: TunerError) -> str:
+    """A tuner error as a job's error text: its message, then its detail (the tool's output)."""
+    return f"{exc}\n{exc.detail}".strip() if exc.detail else str(exc)
