@@ -16,6 +16,7 @@ from mlirtuna.db.models import COMPLETED, Candidate, FusionConfig, Job, Result
 from mlirtuna.problems import fusion as fusion_problems
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
+from mlirtuna.tuners.rocmlir import fusionkey
 
 FUSION = Path(__file__).parent / "data" / "fusion"
 CASE_4 = FUSION / "resnet50" / "mixr-resnet-fusion-case-4.mlir"
@@ -26,7 +27,7 @@ DOT_ADD = FUSION / "mixr-gemm" / "mixr-gemm-add.e2e.mlir"
 def test_keys_from_rocmlir_gen_in_both_layouts(build, monkeypatch, layout):  # noqa: F811
     monkeypatch.setenv("FAKE_ROCMLIR_KEY_LAYOUT", layout)
     for path in sorted(FUSION.glob("*/*.mlir")):
-        emitted = fusion.emit_tuning_key(path, path.read_text(), str(build), "gfx942")
+        emitted = fusionkey.emit_tuning_key(path, path.read_text(), str(build), "gfx942")
         assert len(emitted.strip().split("\t")) == (4 if layout == "new" else 3)
         problem = fusion.read_problem(path, str(build))
         derived = fusion_problems.from_module(path.read_text(), path.name)

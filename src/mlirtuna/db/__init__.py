@@ -28,13 +28,14 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.expression import FunctionElement
 
+from mlirtuna.defaults import ENV_DB, ENV_DB_PASSWORD
 from mlirtuna.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-ENV_URL = "MLIRTUNA_DB"
-ENV_PASSWORD = "MLIRTUNA_DB_PASSWORD"
+ENV_URL = ENV_DB
+ENV_PASSWORD = ENV_DB_PASSWORD
 DEFAULT_URL = "sqlite:///mlirtuna.db"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
