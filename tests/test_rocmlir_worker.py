@@ -8,7 +8,7 @@ import sys
 import pytest
 import sqlalchemy as sa
 from support.clitools import run_cli
-from test_rocmlir_tuner import ARCH_FULL, ATTN, CONV, GEMM, pid_alive, expected, fake_build
+from test_rocmlir_tuner import ARCH_FULL, ATTN, CONV, GEMM, expected, fake_build, pid_alive
 
 from mlirtuna import catalog, sessions
 from mlirtuna.db.models import Candidate, Job, Result
