@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -25,7 +24,6 @@ from mlirtuna.db.models import (
 from mlirtuna.defaults import DEFAULT_TOPK, DEFAULT_TUNING_SPACE, ENV_ROCMLIR_BUILD
 from mlirtuna.errors import NotFound, UserError
 
-log = logging.getLogger(__name__)
 TUNERS = ("rocmlir", "cpu", "sleep")
 ENV_BUILD_DIR = ENV_ROCMLIR_BUILD
 CPU_SPACES = ("quick", "full", "greedy", "exhaustive")
