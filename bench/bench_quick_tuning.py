@@ -42,7 +42,7 @@ from mlirtuna.problems.configlist import read_config_list
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.tuners.cpu import CpuTuner, parse_blocks
-from mlirtuna.tuners.cpu.kernels import make_op
+from mlirtuna.tuners.cpu.ops import make_op
 from mlirtuna.worker import Worker, WorkerSettings
 
 ROOT = Path(__file__).resolve().parent.parent

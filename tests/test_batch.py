@@ -22,7 +22,8 @@ from mlirtuna.db.models import Attempt, Candidate, Job, Result
 from mlirtuna.problems import ExpandOptions
 from mlirtuna.queue import Claimant, jobs
 from mlirtuna.sessions import SessionSpec
-from mlirtuna.tuners.rocmlir import _driver_segment, parse_debug_lines
+from mlirtuna.tuners.rocmlir import parse_debug_lines
+from mlirtuna.tuners.rocmlir.batch import driver_segment
 from mlirtuna.worker import Worker, WorkerSettings
 
 ARCH_FULL = "gfx942:sramecc+:xnack-"
@@ -427,6 +428,6 @@ def test_driver_lines_of_a_config_that_got_no_row_are_skipped():
     block = parse_debug_lines(debug, Path("x.debug"))
     failed = [("a", "N/A"), ("b", "N/A"), ("c", "Discarded")]  # "No valid perf config found"
     own = [("c", "Discarded"), ("a", "12.5"), ("b", "N/A")]  # its own lines, in another order
-    assert _driver_segment(failed + own, 0, block) == 3
-    assert _driver_segment(failed + own, 4, block) is None
-    assert _driver_segment(failed, 0, block) is None  # "a" has a time in the .debug file
+    assert driver_segment(failed + own, 0, block) == 3
+    assert driver_segment(failed + own, 4, block) is None
+    assert driver_segment(failed, 0, block) is None  # "a" has a time in the .debug file

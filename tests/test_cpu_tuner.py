@@ -13,7 +13,8 @@ from mlirtuna.errors import TunerError, TunerTimeout
 from mlirtuna.problems import parse
 from mlirtuna.tuners.base import TuneContext
 from mlirtuna.tuners.cpu import CpuTuner, harness_bytes, space
-from mlirtuna.tuners.cpu.kernels import ConvOp, CpuOp, GemmOp, make_op
+from mlirtuna.tuners.cpu.kernels import ConvOp, CpuOp, GemmOp
+from mlirtuna.tuners.cpu.ops import make_op
 
 
 def ctx(tuning_space: str = "quick", **kw) -> TuneContext:

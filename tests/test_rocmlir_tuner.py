@@ -24,7 +24,7 @@ from mlirtuna.history.tuningdb import TuningRow
 from mlirtuna.problems import parse
 from mlirtuna.tuners import rocmlir
 from mlirtuna.tuners.base import Candidate, TuneContext
-from mlirtuna.tuners.rocmlir import RocmlirTuner
+from mlirtuna.tuners.rocmlir import RocmlirTuner, outcome, process
 
 FAKE = Path(__file__).parent / "fake_rocmlir"
 ARCH_FULL = "gfx942:sramecc+:xnack-"
@@ -336,7 +336,7 @@ def test_bare_chip_name_compares_with_the_session_chip(
     assert outcome.winner.valid
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except FileNotFoundError:
@@ -363,17 +363,17 @@ def test_timeout_kills_the_whole_process_group(
     assert info.value.detail.strip()  # what it printed before it hung
     child = int(pidfile.read_text())
     deadline = time.monotonic() + 5
-    while _pid_alive(child) and time.monotonic() < deadline:
+    while pid_alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _pid_alive(child)
+    assert not pid_alive(child)
 
 
 def test_tools_own_timeout_is_a_timeout() -> None:
-    now = rocmlir._now()
-    run = rocmlir._Run(
+    now = process.now()
+    run = process.Run(
         1, "", "ERROR: [GPU 3] Tuning timed out after 54s\nERROR: Encountered errors\n", now, now
     )
-    error = rocmlir._failure(run)
+    error = outcome.failure(run)
     assert isinstance(error, TunerTimeout)
     assert (
         str(error) == "tuningRunner exited with status 1: ERROR: [GPU 3] Tuning timed out after 54s"
@@ -461,18 +461,24 @@ def _row(perf_config: str, tflops: float) -> TuningRow:
 
 def test_reconcile_records_the_tools_choice_and_notes_a_disagreement() -> None:
     flops = 1e12
-    candidates = [rocmlir._candidate("a", 10.0, flops), rocmlir._candidate("b", 20.0, flops)]
+    candidates = [
+        outcome.tflops_candidate("a", 10.0, flops),
+        outcome.tflops_candidate("b", 20.0, flops),
+    ]
     notes: list[str] = []
-    kept, winner = rocmlir._reconcile(candidates, _row("a", 10.0), flops, notes)
+    kept, winner = outcome.reconcile(candidates, _row("a", 10.0), flops, notes)
     assert winner.perf_config == "a" and kept == candidates
     assert len(notes) == 1 and "chose a (10 TFlops)" in notes[0] and "b at 20 TFlops" in notes[0]
 
 
 def test_reconcile_adds_a_winner_the_debug_file_lacks() -> None:
     flops = 1e12
-    candidates = [rocmlir._candidate("a", 10.0, flops), rocmlir._candidate("n/a", None, flops)]
+    candidates = [
+        outcome.tflops_candidate("a", 10.0, flops),
+        outcome.tflops_candidate("n/a", None, flops),
+    ]
     notes: list[str] = []
-    kept, winner = rocmlir._reconcile(
+    kept, winner = outcome.reconcile(
         candidates,
         _row(
             "c",
@@ -497,7 +503,7 @@ def test_candidates_keep_the_best_of_repeated_measurements() -> None:
         rocmlir.DebugRow("a", 4.0, 4),
         rocmlir.DebugRow("b", 1.0, 5),
     ]
-    cands = rocmlir._candidates(rows, 1e12)
+    cands = outcome.debug_candidates(rows, 1e12)
     assert [(c.perf_config, c.tflops) for c in cands] == [
         ("a", pytest.approx(5.0)),
         ("b", pytest.approx(1.0)),

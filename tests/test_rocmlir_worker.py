@@ -8,7 +8,7 @@ import sys
 import pytest
 import sqlalchemy as sa
 from support.clitools import run_cli
-from test_rocmlir_tuner import ARCH_FULL, ATTN, CONV, GEMM, _pid_alive, expected, fake_build
+from test_rocmlir_tuner import ARCH_FULL, ATTN, CONV, GEMM, expected, fake_build, pid_alive
 
 from mlirtuna import catalog, sessions
 from mlirtuna.db.models import Candidate, Job, Result
@@ -131,7 +131,7 @@ def test_hang_is_killed_at_the_job_timeout_and_retried(db, tmp_path, build, monk
         and job.retries == 2
         and "ran past the job timeout of 2 s" in job.result
     )
-    assert not _pid_alive(int(pidfile.read_text()))  # the tool's child died with its group
+    assert not pid_alive(int(pidfile.read_text()))  # the tool's child died with its group
 
 
 def test_cli_worker_with_rocmlir_tuner(db, db_url, tmp_path, build):

@@ -9,3 +9,11 @@ DEFAULT_MAX_RETRIES = 3
 DEFAULT_BACKOFF_S = 10.0
 DEFAULT_QUICK_THRESHOLD = 0.93  # quickTuningGen.py's --th and tuning_eval's coverage threshold
 DEFAULT_TOPK = 3  # candidates re-measured after the search (1: keep the search's winner)
+
+# Every environment variable mlirtuna reads, named once (modules import the name, never the text).
+ENV_DB = "MLIRTUNA_DB"  # the database URL (--db)
+ENV_DB_PASSWORD = "MLIRTUNA_DB_PASSWORD"  # its password, kept out of the URL
+ENV_ROLE_PASSWORD = "MLIRTUNA_ROLE_PASSWORD_{}"  # …_ADMIN, …_WORKER, …_READER (db roles)
+ENV_ROCMLIR_BUILD = "MLIRTUNA_ROCMLIR_BUILD"  # the rocMLIR build dir (--mlir-build-dir)
+ENV_ROCMLIR_PYTHON = "MLIRTUNA_ROCMLIR_PYTHON"  # the python that runs tuningRunner.py
+ENV_DOCKER_IMAGE = "MLIRTUNA_DOCKER_IMAGE"  # the image a session records (machine.docker_image)

@@ -15,6 +15,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlirtuna.defaults import ENV_DOCKER_IMAGE
+
 ROCM_PATH = Path(os.environ.get("ROCM_PATH", "/opt/rocm"))
 
 
@@ -98,7 +100,7 @@ def git_hash(path: str | Path) -> str | None:
 
 def docker_image() -> str | None:
     """The image name where the environment says (CI usually exports one of these)."""
-    for var in ("MLIRTUNA_DOCKER_IMAGE", "DOCKER_IMAGE", "CONTAINER_IMAGE"):
+    for var in (ENV_DOCKER_IMAGE, "DOCKER_IMAGE", "CONTAINER_IMAGE"):
         if os.environ.get(var):
             return os.environ[var]
     return None

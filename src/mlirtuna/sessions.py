@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -22,12 +21,11 @@ from mlirtuna.db.models import (
     Result,
     TuningSession,
 )
-from mlirtuna.defaults import DEFAULT_TOPK, DEFAULT_TUNING_SPACE
+from mlirtuna.defaults import DEFAULT_TOPK, DEFAULT_TUNING_SPACE, ENV_ROCMLIR_BUILD
 from mlirtuna.errors import NotFound, UserError
 
-log = logging.getLogger(__name__)
 TUNERS = ("rocmlir", "cpu", "sleep")
-ENV_BUILD_DIR = "MLIRTUNA_ROCMLIR_BUILD"
+ENV_BUILD_DIR = ENV_ROCMLIR_BUILD
 CPU_SPACES = ("quick", "full", "greedy", "exhaustive")
 
 
@@ -171,8 +169,10 @@ def _check_settings(spec: SessionSpec, build_dir: str | None) -> None:
         raise UserError(f"unknown key form {spec.key_form!r} (known: {', '.join(keys.KEY_FORMS)})")
     if spec.lfbo_effort is not None and spec.lfbo_effort not in ("quick", "full"):
         raise UserError(f"--lfbo-effort {spec.lfbo_effort!r}: expected quick or full")
-    settings = [flag for flag, name in _SETTING_FLAGS if getattr(spec, name) is not None]
-    for flag, name in _SETTING_FLAGS[:3]:
+    from mlirtuna.tuners.rocmlir.eras import E4_SETTINGS  # the one table of E4's settings
+
+    settings = [flag for flag, name in E4_SETTINGS if getattr(spec, name) is not None]
+    for flag, name in E4_SETTINGS[:3]:
         value = getattr(spec, name)
         if value is not None and value <= 0:
             raise UserError(f"{flag} {value}: expected a positive number")
@@ -190,29 +190,10 @@ def _check_settings(spec: SessionSpec, build_dir: str | None) -> None:
     if not build_dir:
         spec.key_form = spec.key_form or keys.PLAIN
         return
-    from mlirtuna.errors import TunerError
-    from mlirtuna.tuners.rocmlir import RocmlirTuner, build_key_form
+    from mlirtuna.tuners.rocmlir import check_build
 
-    try:
-        tuner = RocmlirTuner(build_dir)
-        era = tuner.era
-    except (UserError, TunerError) as exc:
-        # No tuningRunner.py there, or it cannot run here (E3/E4 need a GPU even for --help):
-        # the worker checks the same against the build it runs.
-        log.warning("not checked against the build's tuningRunner.py: %s", exc)
-        spec.key_form = spec.key_form or keys.PLAIN
-        return
-    # A list: session runs the tool's quick space (tuners.rocmlir.tool_space).
-    space = "quick" if listed else spec.tuning_space
-    if era.tuning_spaces and space not in era.tuning_spaces:
-        raise UserError(
-            f"tuning space {space!r} is not offered by {tuner.script} ({era.name}; "
-            f"it has: {', '.join(era.tuning_spaces)})"
-        )
-    lacking = [flag for flag in settings if flag not in era.flags]
-    if lacking:
-        raise UserError(f"{tuner.script} ({era.name}) has no {', '.join(lacking)}")
-    spec.key_form = spec.key_form or build_key_form(tuner.build_dir, era)
+    key_form = check_build(build_dir, spec.tuning_space, settings)
+    spec.key_form = spec.key_form or key_form
 
 
 def _check_split(spec: SessionSpec, build_dir: str | None) -> None:
@@ -230,21 +211,9 @@ def _check_split(spec: SessionSpec, build_dir: str | None) -> None:
         raise UserError(f"--split needs --tuner rocmlir (an E4 build), not {spec.tuner}")
     if not build_dir:
         raise UserError("--split needs the build: --mlir-build-dir DIR (an E4 tuningRunner.py)")
-    from mlirtuna.errors import TunerError
-    from mlirtuna.tuners.rocmlir import RocmlirTuner, can_split
+    from mlirtuna.tuners.rocmlir import check_split_build
 
-    try:
-        tuner = RocmlirTuner(build_dir)
-        era = tuner.era
-    except TunerError as exc:
-        raise UserError(
-            f"--split: cannot read {build_dir}'s tuningRunner.py --help: {exc}"
-        ) from None
-    if not can_split(era):
-        raise UserError(
-            f"--split: {tuner.script} ({era.name}) has no --compile-only; two-stage jobs need "
-            "an E4 build"
-        )
+    check_split_build(build_dir)
     if not spec.mlir_v:
         raise UserError(
             "--split needs the rocMLIR commit: --mlir-v HASH (the build is no git tree)"
@@ -295,14 +264,6 @@ def _fill_gpu(spec: SessionSpec) -> SessionSpec:
             "give them as flags for a rocmlir session"
         )
     return spec
-
-
-_SETTING_FLAGS = (
-    ("--rep", "rep_ms"),
-    ("--warmup", "warmup_ms"),
-    ("--gpu-run-timeout", "gpu_run_timeout_s"),
-    ("--lfbo-effort", "lfbo_effort"),
-)
 
 
 def create(db: Database, spec: SessionSpec, run_spec: dict[str, Any] | None = None) -> Session:

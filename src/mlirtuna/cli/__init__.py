@@ -14,6 +14,7 @@ import typer
 from typer.core import TyperGroup
 
 from mlirtuna.cli import common
+from mlirtuna.defaults import ENV_DB
 from mlirtuna.errors import MlirtunaError, UserError
 
 
@@ -74,7 +75,7 @@ def _global(
     db: str = typer.Option(
         None,
         "--db",
-        envvar="MLIRTUNA_DB",
+        envvar=ENV_DB,
         show_envvar=True,
         help="Database URL: sqlite:///FILE, postgresql://USER@HOST/DB or mysql://USER@HOST/DB "
         "[default: sqlite:///mlirtuna.db]. A password is best given in the env "

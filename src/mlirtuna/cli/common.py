@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import typer
 
+from mlirtuna.defaults import ENV_ROCMLIR_BUILD
 from mlirtuna.errors import MlirtunaError, UserError
 
 if TYPE_CHECKING:
@@ -189,7 +190,7 @@ def expand_options(
 def mlir_build_dir_opt():
     """--mlir-build-dir, shared by every command that may run or describe rocMLIR."""
     return typer.Option(
-        None, "--mlir-build-dir", envvar="MLIRTUNA_ROCMLIR_BUILD", show_envvar=True,
+        None, "--mlir-build-dir", envvar=ENV_ROCMLIR_BUILD, show_envvar=True,
         help="rocMLIR build dir (holds bin/tuningRunner.py; its git commit becomes mlir_v).",
     )  # fmt: skip
 

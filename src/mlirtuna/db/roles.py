@@ -20,13 +20,14 @@ import re
 import sqlalchemy as sa
 
 from mlirtuna.db import Database
+from mlirtuna.defaults import ENV_ROLE_PASSWORD
 from mlirtuna.errors import UserError
 
 ROLES = ("admin", "worker", "reader")
 WORKER_UPDATE = ("job", "attempt", "bundle")
 WORKER_INSERT = ("attempt", "result", "candidate", "bundle", "bundle_chunk")
 WORKER_DELETE = ("bundle", "bundle_chunk")
-PASSWORD_ENV = "MLIRTUNA_ROLE_PASSWORD_{}"  # …_ADMIN, …_WORKER, …_READER
+PASSWORD_ENV = ENV_ROLE_PASSWORD  # …_ADMIN, …_WORKER, …_READER
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,40}\Z")
 
 

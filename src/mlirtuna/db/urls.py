@@ -11,10 +11,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
+from mlirtuna.defaults import ENV_DB, ENV_DB_PASSWORD
 from mlirtuna.errors import DatabaseError
 
-ENV_URL = "MLIRTUNA_DB"
-ENV_PASSWORD = "MLIRTUNA_DB_PASSWORD"
+ENV_URL = ENV_DB
+ENV_PASSWORD = ENV_DB_PASSWORD
 DEFAULT_URL = "sqlite:///mlirtuna.db"
 
 # The drivers we ship, so that plain `postgresql://` and `mysql://` URLs just work.

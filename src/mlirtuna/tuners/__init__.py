@@ -12,7 +12,7 @@ from mlirtuna.errors import UserError
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome, Tuner
 
 NAMES = ("rocmlir", "cpu", "sleep")
-# Tuners whose perf configs are told apart by their prefix (see perf_config_family).
+# Tuners whose perf configs are told apart by their prefix (see tuner_family_of).
 FAMILIES = ("rocmlir", "cpu", "sleep")
 
 __all__ = [
@@ -23,13 +23,14 @@ __all__ = [
     "TuneOutcome",
     "Tuner",
     "make",
-    "perf_config_family",
+    "tuner_family_of",
 ]
 
 
-def perf_config_family(perf_config: str) -> str:
+def tuner_family_of(perf_config: str) -> str:
     """Which tuner wrote a perf config: `cpu:…` (cpu:v1, cpu:attn:v1), `sleep:…`, else
-    rocmlir (v2:…, v3:…, attn:v1:… and the bare comma lists of older rocMLIR)."""
+    rocmlir (v2:…, v3:…, attn:v1:… and the bare comma lists of older rocMLIR). Not
+    keys.perf_config_family, which tells a perf config's format apart (v2, attn:v1, …)."""
     prefix = perf_config.partition(":")[0]
     return prefix if prefix in ("cpu", "sleep") else "rocmlir"
 

@@ -441,7 +441,7 @@ def foreign_perf_config(session: sessions.Session, outcome: TuneOutcome) -> str 
     if own not in tuners.FAMILIES:
         return None  # a plugin's perf configs are its own business
     for c in [outcome.winner, *outcome.candidates]:
-        family = tuners.perf_config_family(c.perf_config)
+        family = tuners.tuner_family_of(c.perf_config)
         if family != own:
             return (
                 f"perf config {c.perf_config} is of the {family} tuner, not of session "

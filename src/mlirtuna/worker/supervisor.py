@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mlirtuna import machine
+from mlirtuna.defaults import ENV_DB
 from mlirtuna.errors import UserError
 from mlirtuna.worker.runner import WorkerSettings
 
@@ -89,7 +90,7 @@ def start(db_url: str, settings: WorkerSettings, slots: list[Slot], quiet: bool 
     """Start one worker process per slot; the URL travels in the environment, not in argv."""
     procs = []
     for slot in slots:
-        env = dict(os.environ, MLIRTUNA_DB=db_url)
+        env = {**os.environ, ENV_DB: db_url}
         if slot.gpu_id >= 0:
             # Pin at the ROCr level: inside the worker the GPU is device 0 for HIP and rocMLIR.
             env["ROCR_VISIBLE_DEVICES"] = str(slot.gpu_id)

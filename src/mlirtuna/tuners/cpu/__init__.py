@@ -1,10 +1,11 @@
 """The built-in CPU reference tuner: compiles nothing, really measures.
 
 Each op runs with NumPy as a blocked implicit GEMM (attention: a blocked online softmax)
-under a space of tiling perf configs (`cpu_kernels`). Every candidate is first checked against
-a plain float64 / exact-int reference computed once per job, and only then timed by the
-harness in `timing` (one BLAS thread, a warm-up and a measurement time budget, the median and
-spread of the runs, slow outliers discarded). After the search the `ctx.topk` fastest
+under a space of tiling perf configs (`kernels`; the fused ops in `fused`; `ops` says which
+class runs which op). Every candidate is first checked against a plain float64 / exact-int
+reference computed once per job, and only then timed by the harness in `timing` (one BLAS
+thread, a warm-up and a measurement time budget, the median and spread of the runs, slow
+outliers discarded). After the search the `ctx.topk` fastest
 candidates are measured again, interleaved (A B C A B C ...), and the winner is the fastest of
 that re-measurement; the outcome's `margin` says how far it is ahead of the runner-up and
 whether that is within their noise.
@@ -25,6 +26,7 @@ problem's dims and equivalent configs deduplicated. Tuning spaces:
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import itertools
 import math
 import time
@@ -38,7 +40,8 @@ from mlirtuna.problems import Problem
 from mlirtuna.stats import Spread
 from mlirtuna.tuners import timing
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome
-from mlirtuna.tuners.cpu.kernels import Blocks, CpuOp, make_op
+from mlirtuna.tuners.cpu.kernels import Blocks, CpuOp
+from mlirtuna.tuners.cpu.ops import make_op
 from mlirtuna.tuners.timing import Budget
 
 #: A kernel a test (or an experiment) adds to the space: it runs the op given the op's data
@@ -252,7 +255,7 @@ class CpuTuner:
             for blocks in space(op, ctx.tuning_space):
                 builtin(blocks)
         for name, kernel in self.extra_kernels.items():
-            measure(name, lambda kernel=kernel: kernel(op))
+            measure(name, functools.partial(kernel, op))
         if not any(c.valid for c in tried.values()):
             output = self._output(problem, op, ctx, list(tried.values()))
             first = next(iter(tried.values()), None)

@@ -1,6 +1,6 @@
 """The CPU tuner's fused ops: gemm_gemm, conv_gemm and fusion modules (MIGraphX) in NumPy.
 
-They implement cpu_kernels.CpuOp, so CpuTuner drives them like any op (same spaces, the same
+They implement kernels.CpuOp, so CpuTuner drives them like any op (same spaces, the same
 verify-then-time harness). Perf configs are `cpu:v1:mPerBlock,nPerBlock,kPerBlock` over the
 anchor's implicit GEMM, as for gemm and conv.
 
@@ -20,6 +20,7 @@ anchor's implicit GEMM, as for gemm and conv.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -36,18 +37,18 @@ from mlirtuna.problems.migraphx import (
     TensorType,
 )
 from mlirtuna.tuners.cpu.kernels import (
-    _GEMM_GRID,
-    _GEMM_QUICK,
+    GEMM_GRID,
+    GEMM_QUICK,
     Blocks,
     ConvOp,
     CpuOp,
     ElemType,
-    _alloc,
-    _gemm_tile,
-    _ranges,
-    _sum,
-    _tile_bytes,
+    alloc,
+    block_ranges,
     elem_types,
+    gemm_tile,
+    sum_tiles,
+    tile_bytes,
 )
 
 _ELEM = {
@@ -73,8 +74,8 @@ class GemmGemmOp(CpuOp):
     """O[g] = (A[g] @ B[g]) @ C[g]; trans flags only change memory order."""
 
     prefix = "cpu:v1"
-    grid = _GEMM_GRID
-    quick = _GEMM_QUICK
+    grid = GEMM_GRID
+    quick = GEMM_QUICK
 
     def __init__(self, p: Any) -> None:
         self.tin, self.tout = elem_types(p.data_type, None)
@@ -88,15 +89,15 @@ class GemmGemmOp(CpuOp):
     def mem_bytes(self) -> int:
         g, m, n, k, o = self.g, self.m, self.n, self.k, self.o
         elems = g * (m * k + k * n + n * o + m * o)
-        return 20 * elems + 8 * g * m * n + _tile_bytes(min(m, 512), min(n, 512), min(k, 1024))
+        return 20 * elems + 8 * g * m * n + tile_bytes(min(m, 512), min(n, 512), min(k, 1024))
 
     def setup(self, rng: np.random.Generator) -> None:
         ta, tb, tc, to = self.trans
         d = {"G": self.g, "M": self.m, "N": self.n, "K": self.k, "O": self.o}
-        self.a = _alloc(self.tin, rng, "GKM" if ta else "GMK", "GMK", d)
-        self.b = _alloc(self.tin, rng, "GNK" if tb else "GKN", "GKN", d)
-        self.c = _alloc(self.tin, rng, "GON" if tc else "GNO", "GNO", d)
-        self.out = _alloc(self.tout, None, "GOM" if to else "GMO", "GMO", d)
+        self.a = alloc(self.tin, rng, "GKM" if ta else "GMK", "GMK", d)
+        self.b = alloc(self.tin, rng, "GNK" if tb else "GKN", "GKN", d)
+        self.c = alloc(self.tin, rng, "GON" if tc else "GNO", "GNO", d)
+        self.out = alloc(self.tout, None, "GOM" if to else "GMO", "GMO", d)
         self.outputs = [self.out]
         f64 = np.float64
         first = np.matmul(self.a.astype(f64), self.b.astype(f64))
@@ -105,10 +106,10 @@ class GemmGemmOp(CpuOp):
     def run_blocked(self, blocks: Blocks) -> None:
         mb, nb, kb = blocks
         for a, b, c, out in zip(self.a, self.b, self.c, self.out, strict=True):
-            for m0, m1 in _ranges(0, self.m, mb):
+            for m0, m1 in block_ranges(0, self.m, mb):
                 acc = np.zeros((m1 - m0, self.o), self.acc)
-                for n0, n1 in _ranges(0, self.n, nb):
-                    s = _held(self.tin, _gemm_tile(a, b, kb, self.acc, m0, m1, n0, n1))
+                for n0, n1 in block_ranges(0, self.n, nb):
+                    s = _held(self.tin, gemm_tile(a, b, kb, self.acc, m0, m1, n0, n1))
                     acc += s @ c[n0:n1].astype(self.acc, copy=False)
                 out[m0:m1] = self.tout.store(acc)
 
@@ -123,8 +124,8 @@ class ConvGemmOp(CpuOp):
     """out[p, o] = sum_k conv(x, w)[p, k] * C[k, o], p = (n, ho, wo) over all K channels."""
 
     prefix = "cpu:v1"
-    grid = _GEMM_GRID
-    quick = _GEMM_QUICK
+    grid = GEMM_GRID
+    quick = GEMM_QUICK
 
     def __init__(self, p: Any) -> None:
         self.conv = ConvOp(
@@ -173,8 +174,8 @@ class ConvGemmOp(CpuOp):
         conv.setup(rng)
         tc, to = self.trans
         d = {"K": conv.k, "O": self.o, "P": conv.p}
-        self.c = _alloc(self.tin, rng, "OK" if tc else "KO", "KO", d)
-        self.out = _alloc(self.tout, None, "OP" if to else "PO", "PO", d)
+        self.c = alloc(self.tin, rng, "OK" if tc else "KO", "KO", d)
+        self.out = alloc(self.tout, None, "OP" if to else "PO", "PO", d)
         self.outputs = [self.out]
         y = conv._refs[0]  # (N, G, K/G, Ho, Wo) float64
         y = y.transpose(0, 3, 4, 1, 2).reshape(conv.p, conv.k)
@@ -185,15 +186,15 @@ class ConvGemmOp(CpuOp):
         mb, nb, kb = blocks
         xp = conv._padded()
         wm = np.ascontiguousarray(conv.fil, dtype=self.acc).reshape(conv.g, conv.kg, conv.cyx)
-        for p0, p1 in _ranges(0, conv.p, nb):
+        for p0, p1 in block_ranges(0, conv.p, nb):
             cols = conv.col_off[p0:p1]
             acc = np.zeros((p1 - p0, self.o), self.acc)
             for g in range(conv.g):
-                for m0, m1 in _ranges(0, conv.kg, mb):
-                    tile = _sum(
+                for m0, m1 in block_ranges(0, conv.kg, mb):
+                    tile = sum_tiles(
                         wm[g, m0:m1, k0:k1]
                         @ xp[g][conv.row_off[k0:k1, None] + cols].astype(self.acc, copy=False)
-                        for k0, k1 in _ranges(0, conv.cyx, kb)
+                        for k0, k1 in block_ranges(0, conv.cyx, kb)
                     )
                     ch = g * conv.kg
                     acc += _held(self.tin, tile).T @ self.c[ch + m0 : ch + m1].astype(self.acc)
@@ -202,29 +203,26 @@ class ConvGemmOp(CpuOp):
 
 # --- fusion modules ---------------------------------------------------------------------------
 
-_UNARY = {
+_ERF = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """NumPy has no erf: math.erf vectorised (an object array), cast back to x's type."""
+    return np.asarray(_ERF(x)).astype(x.dtype)
+
+
+_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "relu": lambda x: np.maximum(x, 0),
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "tanh": np.tanh,
     "exp": np.exp,
-    "erf": None,  # filled below: NumPy has no erf; math.erf vectorised
+    "erf": _erf,
     "neg": np.negative,
     "abs": np.abs,
     "sqrt": np.sqrt,
     "rsqrt": lambda x: 1 / np.sqrt(x),
     "log": np.log,
     "recip": lambda x: 1 / x,
-}
-_ERF = np.frompyfunc(math.erf, 1, 1)
-_UNARY["erf"] = lambda x: _ERF(x).astype(x.dtype)
-_BINARY = {
-    "add": np.add,
-    "sub": np.subtract,
-    "mul": np.multiply,
-    "div": np.divide,
-    "pow": np.power,
-    "max": np.maximum,
-    "min": np.minimum,
 }
 
 
@@ -234,7 +232,15 @@ def _divide(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return x / y
 
 
-_BINARY["div"] = _divide
+_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": _divide,
+    "pow": np.power,
+    "max": np.maximum,
+    "min": np.minimum,
+}
 
 
 def _elementwise(op: Op, args: list[np.ndarray]) -> np.ndarray:
@@ -304,8 +310,8 @@ class FusionOp(CpuOp):
     """A fusion module: see the module docstring."""
 
     prefix = "cpu:v1"
-    grid = _GEMM_GRID
-    quick = _GEMM_QUICK
+    grid = GEMM_GRID
+    quick = GEMM_QUICK
 
     def __init__(self, problem: Any) -> None:
         try:
@@ -379,7 +385,7 @@ class FusionOp(CpuOp):
     def mem_bytes(self) -> int:
         total = sum(math.prod(t.shape) for t in self.types.values())
         m, n, k = (min(d, cap) for d, cap in zip(self.dims, (512, 512, 1024), strict=True))
-        return 32 * total + _tile_bytes(m, n, k) * 4
+        return 32 * total + tile_bytes(m, n, k) * 4
 
     # --- setup and the unfused reference ---
 
@@ -463,24 +469,24 @@ class FusionOp(CpuOp):
             shape = self.anchor.type.shape
             for g in range(self.a.shape[0]):
                 lead = np.unravel_index(g, self.batch) if self.batch else ()
-                for m0, m1 in _ranges(0, self.m, mb):
-                    for n0, n1 in _ranges(0, self.n, nb):
-                        data = _gemm_tile(self.a[g], self.b[g], kb, acc, m0, m1, n0, n1)
+                for m0, m1 in block_ranges(0, self.m, mb):
+                    for n0, n1 in block_ranges(0, self.n, nb):
+                        data = gemm_tile(self.a[g], self.b[g], kb, acc, m0, m1, n0, n1)
                         mm = np.arange(m0, m1)[:, None]
                         nn = np.arange(n0, n1)[None, :]
                         yield _Tile(data, _coords((*lead, mm, nn), data.shape), shape)
             return
         shape, hw = self.anchor.type.shape, self.ho * self.wo
         for g in range(self.g):
-            for p0, p1 in _ranges(0, self.npix, nb):
+            for p0, p1 in block_ranges(0, self.npix, nb):
                 cols = self.col_off[p0:p1]
                 p = np.arange(p0, p1)[None, :]
                 pix = (p // hw, (p // self.wo) % self.ho, p % self.wo)
-                for m0, m1 in _ranges(0, self.kg, mb):
-                    data = _sum(
+                for m0, m1 in block_ranges(0, self.kg, mb):
+                    data = sum_tiles(
                         self.wm[g, m0:m1, k0:k1]
                         @ self.xp[g][self.row_off[k0:k1, None] + cols].astype(acc, copy=False)
-                        for k0, k1 in _ranges(0, self.wm.shape[2], kb)
+                        for k0, k1 in block_ranges(0, self.wm.shape[2], kb)
                     )
                     ch = g * self.kg + np.arange(m0, m1)[:, None]
                     yield _Tile(data, _coords((pix[0], ch, pix[1], pix[2]), data.shape), shape)
@@ -539,5 +545,3 @@ _RUNNABLE = (
     | _LAYOUT_OPS
     | {"clip", "convert", "quantizelinear", "dequantizelinear"}
 ) - ANCHORS
-
-FUSED_OPS = {"gemm_gemm": GemmGemmOp, "conv_gemm": ConvGemmOp, "fusion": FusionOp}

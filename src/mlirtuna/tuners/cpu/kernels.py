@@ -17,7 +17,7 @@ accumulates exactly in i32 (output i32). fp8/bf8 and other types are refused.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -127,12 +127,13 @@ def _poison(arr: np.ndarray) -> None:
         arr[...] = np.nan
 
 
-def _ranges(start: int, stop: int, step: int):
+def block_ranges(start: int, stop: int, step: int) -> Iterator[tuple[int, int]]:
+    """The blocks [lo, hi) of `step` covering start..stop (the last one may be shorter)."""
     for lo in range(start, stop, step):
         yield lo, min(lo + step, stop)
 
 
-def _alloc(
+def alloc(
     et: ElemType,
     rng: np.random.Generator | None,
     order: Sequence[str],
@@ -206,22 +207,23 @@ class CpuOp:
         )
 
 
-_GEMM_GRID = {
+# The gemm-like ops' tilings (also the fused ops': they tile their anchor's implicit GEMM).
+GEMM_GRID: dict[str, tuple[tuple[int, ...], ...]] = {
     "exhaustive": ((16, 32, 64, 128, 256, 512),) * 2 + ((16, 32, 64, 128, 256, 512, 1024),),
     "full": ((16, 32, 64, 128, 256),) * 2 + ((16, 64, 256, 1024),),
 }
-_GEMM_QUICK = (
+GEMM_QUICK = (
     (32, 32, 32), (64, 64, 32), (64, 64, 64), (128, 64, 128),
     (64, 128, 128), (128, 128, 64), (128, 128, 256), (256, 256, 256),
 )  # fmt: skip
 
 
-def _tile_bytes(mb: int, nb: int, kb: int) -> int:
+def tile_bytes(mb: int, nb: int, kb: int) -> int:
     """Generous bound on one tile's temporaries (gathered operands, indices, accumulators)."""
     return 24 * (mb * kb + kb * nb + mb * nb)
 
 
-def _sum(parts: Iterable[np.ndarray]) -> np.ndarray:
+def sum_tiles(parts: Iterable[np.ndarray]) -> np.ndarray:
     """The sum of a non-empty stream of partial tiles, accumulated in the first one."""
     it = iter(parts)
     total = next(it)
@@ -230,7 +232,7 @@ def _sum(parts: Iterable[np.ndarray]) -> np.ndarray:
     return total
 
 
-def _gemm_tile(
+def gemm_tile(
     a: np.ndarray,
     b: np.ndarray,
     kb: int,
@@ -241,9 +243,9 @@ def _gemm_tile(
     n1: int,
 ) -> np.ndarray:
     """a[m0:m1, :] @ b[:, n0:n1], one K block at a time, accumulated in `acc`."""
-    return _sum(
+    return sum_tiles(
         a[m0:m1, k0:k1].astype(acc, copy=False) @ b[k0:k1, n0:n1].astype(acc, copy=False)
-        for k0, k1 in _ranges(0, a.shape[1], kb)
+        for k0, k1 in block_ranges(0, a.shape[1], kb)
     )
 
 
@@ -254,8 +256,8 @@ class GemmOp(CpuOp):
     """C[g] = A[g] @ B[g]: M x K times K x N, G times; transA/B/O only change memory order."""
 
     prefix = "cpu:v1"
-    grid = _GEMM_GRID
-    quick = _GEMM_QUICK
+    grid = GEMM_GRID
+    quick = GEMM_QUICK
 
     def __init__(self, problem: Any) -> None:
         self.tin, self.tout = elem_types(problem.data_type, problem.out_data_type)
@@ -272,14 +274,14 @@ class GemmOp(CpuOp):
         es, os_ = np.dtype(self.tin.storage).itemsize, np.dtype(self.tout.storage).itemsize
         data = g * (m * k + k * n) * es + g * m * n * os_ + 4 * max(m * k, k * n) * g
         ref = 8 * g * (m * k + k * n) + 8 * g * m * n * 3  # float64 operands, result, compare
-        return data + ref + _tile_bytes(min(m, 512), min(n, 512), min(k, 1024))
+        return data + ref + tile_bytes(min(m, 512), min(n, 512), min(k, 1024))
 
     def setup(self, rng: np.random.Generator) -> None:
         ta, tb, to = self.trans
         d = {"G": self.g, "M": self.m, "N": self.n, "K": self.k}
-        self.a = _alloc(self.tin, rng, "GKM" if ta else "GMK", "GMK", d)
-        self.b = _alloc(self.tin, rng, "GNK" if tb else "GKN", "GKN", d)
-        self.c = _alloc(self.tout, None, "GNM" if to else "GMN", "GMN", d)
+        self.a = alloc(self.tin, rng, "GKM" if ta else "GMK", "GMK", d)
+        self.b = alloc(self.tin, rng, "GNK" if tb else "GKN", "GKN", d)
+        self.c = alloc(self.tout, None, "GNM" if to else "GMN", "GMN", d)
         self.outputs = [self.c]
         ref_t = np.int64 if self.tin.is_int else np.float64
         self._refs = [np.matmul(self.a.astype(ref_t), self.b.astype(ref_t))]
@@ -287,9 +289,9 @@ class GemmOp(CpuOp):
     def run_blocked(self, blocks: Blocks) -> None:
         mb, nb, kb = blocks
         for a, b, c in zip(self.a, self.b, self.c, strict=True):
-            for m0, m1 in _ranges(0, self.m, mb):
-                for n0, n1 in _ranges(0, self.n, nb):
-                    acc = _gemm_tile(a, b, kb, self.acc, m0, m1, n0, n1)
+            for m0, m1 in block_ranges(0, self.m, mb):
+                for n0, n1 in block_ranges(0, self.n, nb):
+                    acc = gemm_tile(a, b, kb, self.acc, m0, m1, n0, n1)
                     c[m0:m1, n0:n1] = self.tout.store(acc)
 
 
@@ -335,13 +337,14 @@ class ConvOp(CpuOp):
     """
 
     prefix = "cpu:v1"
-    grid = _GEMM_GRID
-    quick = _GEMM_QUICK
+    grid = GEMM_GRID
+    quick = GEMM_QUICK
 
     def __init__(self, p: Any) -> None:
-        self.direction = _DIRECTIONS.get(str(p.direction).lower())
-        if self.direction is None:
+        direction = _DIRECTIONS.get(str(p.direction).lower())
+        if direction is None:
             raise TunerError(f"cpu tuner cannot run conv direction {p.direction!r}")
+        self.direction: str = direction
         if int(p.spatial_dim or 2) != 2:
             raise TunerError("cpu tuner runs 2-D convolutions only")
         self.tin, self.tout = elem_types(p.data_type, p.out_data_type or None)
@@ -395,7 +398,7 @@ class ConvOp(CpuOp):
         es, os_ = np.dtype(self.tin.storage).itemsize, np.dtype(self.tout.storage).itemsize
         index = 8 * (self.cyx + self.p)
         m, n, k = (min(d, cap) for d, cap in zip(self.dims, (512, 512, 1024), strict=True))
-        tile = _tile_bytes(m * (self.y * self.x if self.direction == "bwd" else 1), n, k)
+        tile = tile_bytes(m * (self.y * self.x if self.direction == "bwd" else 1), n, k)
         gen = 4 * max(nx, nw, ny)  # random numbers are drawn as float32 first
         if self.direction == "fwd":
             data = (nx + nw) * es + ny * os_ + nxp * es + nw * 4 + ny * os_
@@ -419,9 +422,9 @@ class ConvOp(CpuOp):
         grad = rng if self.direction != "fwd" else None
         wsrc = rng if self.direction != "wrw" else None
         # x: input (N,G,C,H,W); w: filter (G,K,C,Y,X); dy / out: output (N,G,K,Ho,Wo)
-        self.xin = _alloc(self.tin if src else self.tout, src, self.in_order, _ACT, act_in)
-        self.fil = _alloc(self.tin if wsrc else self.tout, wsrc, self.fil_order, _FIL, fil)
-        self.yout = _alloc(self.tin if grad else self.tout, grad, self.out_order, _ACT, act_out)
+        self.xin = alloc(self.tin if src else self.tout, src, self.in_order, _ACT, act_in)
+        self.fil = alloc(self.tin if wsrc else self.tout, wsrc, self.fil_order, _FIL, fil)
+        self.yout = alloc(self.tin if grad else self.tout, grad, self.out_order, _ACT, act_out)
         self.outputs = [{"fwd": self.yout, "bwd": self.xin, "wrw": self.fil}[self.direction]]
         hp, wp, y, x = self.hp, self.wp, np.arange(self.y), np.arange(self.x)
         c = np.arange(self.cg)
@@ -500,13 +503,13 @@ class ConvOp(CpuOp):
         wm = np.ascontiguousarray(self.fil, dtype=self.acc).reshape(self.g, self.kg, self.cyx)
         out = np.empty((self.g, self.kg, self.p), self.tout.storage)
         for g in range(self.g):
-            for n0, n1 in _ranges(0, self.p, nb):
+            for n0, n1 in block_ranges(0, self.p, nb):
                 cols = self.col_off[n0:n1]
-                for m0, m1 in _ranges(0, self.kg, mb):
-                    acc = _sum(
+                for m0, m1 in block_ranges(0, self.kg, mb):
+                    acc = sum_tiles(
                         wm[g, m0:m1, k0:k1]
                         @ xp[g][self.row_off[k0:k1, None] + cols].astype(self.acc, copy=False)
-                        for k0, k1 in _ranges(0, self.cyx, kb)
+                        for k0, k1 in block_ranges(0, self.cyx, kb)
                     )
                     out[g, m0:m1, n0:n1] = self.tout.store(acc)
         view = out.reshape(self.g, self.kg, self.n, self.ho, self.wo).transpose(2, 0, 1, 3, 4)
@@ -519,11 +522,11 @@ class ConvOp(CpuOp):
         wt = wt.reshape(self.g, self.cyx, self.kg)
         dxp = np.zeros((self.g, self.n * self.cg * self.hp * self.wp), self.acc)
         for g in range(self.g):
-            for n0, n1 in _ranges(0, self.p, nb):
+            for n0, n1 in block_ranges(0, self.p, nb):
                 cols = self.col_off[n0:n1]
-                for c0, c1 in _ranges(0, self.cg, mb):
+                for c0, c1 in block_ranges(0, self.cg, mb):
                     rows = (c0 * taps, c1 * taps)
-                    acc = _gemm_tile(wt[g], dy[g], kb, self.acc, *rows, n0, n1)
+                    acc = gemm_tile(wt[g], dy[g], kb, self.acc, *rows, n0, n1)
                     acc = acc.reshape(c1 - c0, taps, n1 - n0)
                     for t in range(taps):  # col2im: unique indices within one tap
                         idx = (self.c_off[c0:c1] + self.tap_off[t])[:, None] + cols
@@ -536,13 +539,13 @@ class ConvOp(CpuOp):
         xp, dy = self._padded(), self._dy()
         out = np.empty((self.g, self.kg, self.cyx), self.tout.storage)
         for g in range(self.g):
-            for m0, m1 in _ranges(0, self.kg, mb):
-                for n0, n1 in _ranges(0, self.cyx, nb):
+            for m0, m1 in block_ranges(0, self.kg, mb):
+                for n0, n1 in block_ranges(0, self.cyx, nb):
                     rows = self.row_off[n0:n1, None]
-                    acc = _sum(
+                    acc = sum_tiles(
                         dy[g, m0:m1, k0:k1]
                         @ xp[g][rows + self.col_off[k0:k1]].astype(self.acc, copy=False).T
-                        for k0, k1 in _ranges(0, self.p, kb)
+                        for k0, k1 in block_ranges(0, self.p, kb)
                     )
                     out[g, m0:m1, n0:n1] = self.tout.store(acc)
         self.fil[...] = out.reshape(self.g, self.kg, self.cg, self.y, self.x)
@@ -605,15 +608,15 @@ class AttentionOp(CpuOp):
     def setup(self, rng: np.random.Generator) -> None:
         tq, tk, tv, to = self.trans
         d = {"G": self.gq, "H": self.gkv, "Q": self.sq, "K": self.sk, "D": self.dqk, "V": self.dv}
-        self.q = _alloc(self.tin, rng, "GDQ" if tq else "GQD", "GQD", d)
-        self.k = _alloc(self.tin, rng, "HDK" if tk else "HKD", "HKD", d)
-        self.v = _alloc(self.tin, rng, "HVK" if tv else "HKV", "HKV", d)
+        self.q = alloc(self.tin, rng, "GDQ" if tq else "GQD", "GQD", d)
+        self.k = alloc(self.tin, rng, "HDK" if tk else "HKD", "HKD", d)
+        self.v = alloc(self.tin, rng, "HVK" if tv else "HKV", "HKV", d)
         self.scale = self.bias = None
         if self.with_scale:
-            self.scale = _alloc(self.tin, rng, "GQK", "GQK", d, 0.25, 1.0)
+            self.scale = alloc(self.tin, rng, "GQK", "GQK", d, 0.25, 1.0)
         if self.with_bias:
-            self.bias = _alloc(self.tin, rng, "GKQ" if self.trans_bias else "GQK", "GQK", d)
-        self.o = _alloc(self.tout, None, "GVQ" if to else "GQV", "GQV", d)
+            self.bias = alloc(self.tin, rng, "GKQ" if self.trans_bias else "GQK", "GQK", d)
+        self.o = alloc(self.tout, None, "GVQ" if to else "GQV", "GQV", d)
         self.lse = np.empty((self.gq, self.sq), np.float32)
         self.outputs = [self.o] + ([self.lse] if self.return_lse else [])
         self._refs = self._reference()
@@ -646,11 +649,11 @@ class AttentionOp(CpuOp):
         f32 = np.float32
         for h in range(self.gq):
             kh = self.kv_head(h)
-            for q0, q1 in _ranges(0, self.sq, qb):
+            for q0, q1 in block_ranges(0, self.sq, qb):
                 qt = self.q[h, q0:q1].astype(f32)
                 splits = (
                     self._split(h, kh, qt, q0, q1, s0, s1, kvb)
-                    for s0, s1 in _ranges(0, self.sk, self.split_len)
+                    for s0, s1 in block_ranges(0, self.sk, self.split_len)
                 )
                 o_all, lse_all = next(splits)
                 for o_s, lse_s in splits:  # merge split_kv partials by their log-sum-exp
@@ -669,7 +672,7 @@ class AttentionOp(CpuOp):
         m = np.full(q1 - q0, -np.inf, f32)
         den = np.zeros(q1 - q0, f32)
         acc = np.zeros((q1 - q0, self.dv), f32)
-        for j0, j1 in _ranges(s0, s1, kvb):
+        for j0, j1 in block_ranges(s0, s1, kvb):
             if self.causal and j0 > q1 - 1:
                 break  # every later key block is masked for every query in this block
             s = qt @ self.k[kh, j0:j1].astype(f32).T
@@ -690,21 +693,3 @@ class AttentionOp(CpuOp):
         seen = den > 0
         safe = np.where(seen, den, f32(1))
         return acc / safe[:, None], np.where(seen, m + np.log(safe), f32(-np.inf))
-
-
-OPS: dict[str, Callable[[Any], CpuOp]] = {
-    "gemm": GemmOp,
-    "conv": ConvOp,
-    "attention": AttentionOp,
-}
-
-
-def make_op(problem: Any) -> CpuOp:
-    """The CPU op for a problem, or a TunerError for one the CPU tuner cannot run."""
-    from mlirtuna.tuners.cpu.fused import FUSED_OPS  # the fused ops build on this module
-
-    op = getattr(problem, "op", None)
-    make = OPS.get(op) or FUSED_OPS.get(op)
-    if make is None:
-        raise TunerError(f"cpu tuner cannot run op {op}")
-    return make(problem)

@@ -1,9 +1,11 @@
-"""A fusion module's tuning key as rocMLIR computes it: perfRunner's pipeline, run on a build.
+"""A fusion module for the tool: the tuning key rocMLIR gives it, and the file it is tuned from.
 
-`rocmlir-gen -fut NAME -arch CHIP --clone-harness FILE | rocmlir-opt -migraphx-to-tosa |
-rocmlir-driver -host-pipeline highlevel -kernel-pipeline highlevel -targets CHIP |
-rocmlir-gen --emit-tuning-key -`; the rocmlir-opt stage only when the module's RUN line lowers
-MIGraphX that way (catalog.read_problem calls it when `import --op fusion` names a build).
+The tuning key comes from the rocMLIR build through perfRunner's pipeline (`rocmlir-gen -fut NAME
+-arch CHIP --clone-harness FILE | rocmlir-opt -migraphx-to-tosa | rocmlir-driver -host-pipeline
+highlevel -kernel-pipeline highlevel -targets CHIP | rocmlir-gen --emit-tuning-key -`; the
+rocmlir-opt stage only when the module's RUN line lowers MIGraphX that way). Fusion modules
+travel in the database: for a job, the module is written into the job's temporary directory under
+its file name (module_path) and named on the tool's command line.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import subprocess
 from pathlib import Path
 
 from mlirtuna.errors import UserError
+from mlirtuna.problems import Problem
+from mlirtuna.problems.fusion import FusionProblem
 
 KEY_TIMEOUT_S = 120
 
@@ -54,3 +58,18 @@ def emit_tuning_key(path: Path, text: str, build_dir: str, arch: str) -> str:
             raise UserError(f"{path}: {Path(stage[0]).name} exited {done.returncode}: {tail[0]}")
         data = done.stdout
     return (data or b"").decode(errors="replace")
+
+
+def module_path(out: Path, problem: FusionProblem) -> Path:
+    """Where a fusion module is written for the tool: a directory of its own (E2's --test_dir
+    tunes every *.mlir of it). The name ends in .mlir whatever the file was called."""
+    name = Path(problem.file_name).name
+    return out.parent / "module" / (name if name.endswith(".mlir") else f"{name}.mlir")
+
+
+def write_module(out: Path, problem: Problem) -> None:
+    """A fusion problem's module, written where the tool's command line will name it."""
+    if isinstance(problem, FusionProblem):
+        module = module_path(out, problem)
+        module.parent.mkdir()
+        module.write_text(problem.module_text, encoding="utf-8")

@@ -1,0 +1,66 @@
+"""Two-stage jobs' artifacts (E4): what `--compile-only DIR` leaves, and merging several.
+
+A compile-only directory holds `index.json` (its table of contents: the target it was compiled
+for and one entry per problem, with the rocMLIR commit that compiled it) and a `problems/`
+folder per problem hash. `--benchmark-artifacts DIR` benchmarks every problem its index lists.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from mlirtuna.errors import TunerError
+from mlirtuna.tuners.rocmlir.process import last_error_line
+
+INDEX = "index.json"  # a --compile-only directory's table of contents
+# What every bundle of one --benchmark-artifacts call must share: they were compiled for the
+# same target, space and flags (their problem hashes are computed from these).
+_INDEX_HEADER = ("arch", "numCUs", "numChiplets", "tuningSpace", "rocmlirGenFlags")
+# What the tool says when it refuses a bundle of another commit (no retry can help).
+_COMMIT_MISMATCH_RE = re.compile(r"commit.*mismatch|mismatch.*commit", re.IGNORECASE)
+
+
+def read_index(directory: Path) -> dict[str, Any]:
+    """A --compile-only directory's index.json; TunerError when it is missing or unreadable."""
+    path = directory / INDEX
+    try:
+        index: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        problems = index["problems"]
+        if not isinstance(problems, dict):
+            raise TypeError("problems is not an object")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise TunerError(f"{path}: not a tuningRunner --compile-only index: {e}") from None
+    return index
+
+
+def index_commits(directory: Path) -> set[str]:
+    """The rocMLIR commits that compiled the problems of a --compile-only directory."""
+    return {str(p.get("commitId", "")) for p in read_index(directory)["problems"].values()}
+
+
+def merge_artifacts(sources: list[Path], dest: Path) -> None:
+    """Several --compile-only directories moved into one, whose index.json lists every problem:
+    one --benchmark-artifacts call then benchmarks them all (one tool start-up, not K)."""
+    indexes = [read_index(src) for src in sources]
+    header = {k: indexes[0].get(k) for k in _INDEX_HEADER}
+    for src, index in zip(sources, indexes, strict=True):
+        other = {k: index.get(k) for k in _INDEX_HEADER}
+        if other != header:
+            raise TunerError(f"{src / INDEX} was compiled for {other}, not {header}")
+    (dest / "problems").mkdir(parents=True, exist_ok=True)
+    merged = {**header, "lastRunId": max(i.get("lastRunId", 0) for i in indexes), "problems": {}}
+    for src, index in zip(sources, indexes, strict=True):
+        for digest, entry in index["problems"].items():
+            shutil.move(src / "problems" / digest, dest / "problems" / digest)
+            merged["problems"][digest] = entry
+    (dest / INDEX).write_text(json.dumps(merged, indent=2), encoding="utf-8")
+
+
+def commit_refused(stderr: str) -> bool:
+    """Whether the tool's error is a bundle of another commit (E4 without
+    --allow-commit-mismatch)."""
+    return bool(_COMMIT_MISMATCH_RE.search(last_error_line(stderr)))

@@ -1,0 +1,215 @@
+"""Running the tool: one subprocess, an argument list, a scrubbed environment, a process group.
+
+The tool runs as an argument list (never a shell: config strings are data), in a new session
+so that a timeout kills the whole pipeline it starts (rocmlir-gen | rocmlir-tuning-driver,
+verification). Its output is read as it comes by a thread per pipe, and only its tail kept: a
+tool printing gigabytes (a runaway log, a crash loop) costs a bounded amount of worker memory,
+never the worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import io
+import os
+import re
+import signal
+import subprocess
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, cast
+
+from mlirtuna.defaults import ENV_DB, ENV_DB_PASSWORD
+from mlirtuna.errors import TunerError, TunerTimeout
+
+STDERR_TAIL_LINES = 40
+STDOUT_KEEP_BYTES = 1 << 20  # --help and the banner lines are far smaller
+STDERR_KEEP_BYTES = 256 << 10
+# Environment variables a tool never gets: the database URL and password reach only mlirtuna.
+SECRET_ENV = (ENV_DB, ENV_DB_PASSWORD, "PGPASSWORD", "MYSQL_PWD")
+# Any line of rocmlir-tuning-driver's output as E4 logs it with --debug,
+# "<perfConfig>\t<ns|N/A|Discarded>" (read from a batch's stderr as it arrives). (?<!\S): a match
+# starts only where a word does; without it every position inside a long perf config is tried
+# again, quadratic in its length (0.3 s for a batch's stderr).
+_DRIVER_RE = re.compile(
+    rb"(?<!\S)(\S+)\t(Discarded|N/A|[-+0-9.eE]+|nan|inf)[ \t\r]*$", re.MULTILINE
+)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finished run of the tool: its status, the tails of its output, when it ran."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    start: dt.datetime
+    end: dt.datetime
+
+
+def now() -> dt.datetime:
+    """The time in UTC (runs are timed with aware datetimes)."""
+    return dt.datetime.now(dt.UTC)
+
+
+def scrubbed_env() -> dict[str, str]:
+    """This process's environment without the database's URL and password."""
+    return {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+
+
+def start(
+    argv: list[str], cwd: Path, env: dict[str, str], stdin: str | None = None, driver: bool = False
+) -> tuple[subprocess.Popen[bytes], TailReader, TailReader]:
+    """Start the tool, its stdout and stderr read by threads; `stdin`: text fed to it;
+    `driver`: keep stderr's driver lines (TailReader)."""
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group: a timeout kills all of it
+        )
+    except OSError as e:
+        raise TunerError(f"cannot run {argv[0]} {argv[1]}: {e}") from e
+    if proc.stdin is not None:
+        # The tool reads all of stdin before it starts (load_configs_from_stdin); a few
+        # configs fit in the pipe's buffer, so this write does not wait for the tool.
+        with contextlib.suppress(BrokenPipeError), proc.stdin:
+            proc.stdin.write((stdin or "").encode())
+    return (
+        proc,
+        TailReader(_buffered(proc.stdout), STDOUT_KEEP_BYTES),
+        TailReader(_buffered(proc.stderr), STDERR_KEEP_BYTES, driver),
+    )
+
+
+def _buffered(pipe: IO[bytes] | None) -> io.BufferedReader | None:
+    # Popen's pipes are BufferedReaders (the default bufsize), which typeshed types as IO[bytes];
+    # TailReader needs their read1.
+    return cast("io.BufferedReader | None", pipe)
+
+
+def run(
+    argv: list[str], cwd: Path, env: dict[str, str], timeout: float | None, kill_grace_s: float
+) -> Run:
+    """Run the tool to its end; TunerTimeout (its whole group killed) past `timeout` s."""
+    began = now()
+    proc, out, err = start(argv, cwd, env)
+    try:
+        proc.wait(timeout=timeout)
+        out.join()
+        err.join()
+    except subprocess.TimeoutExpired:
+        stop(proc, (out, err), kill_grace_s)
+        raise TunerTimeout(
+            f"tuningRunner ran past the job timeout of {timeout:g} s; "
+            "killed its whole process group",
+            detail=tail(err.text()),
+        ) from None
+    except BaseException:
+        stop(proc, (out, err), kill_grace_s)  # e.g. KeyboardInterrupt: never leave a pipeline
+        raise
+    return Run(proc.returncode, out.text(), err.text(), began, now())
+
+
+def stop(proc: subprocess.Popen[bytes], readers: Sequence[TailReader], kill_grace_s: float) -> None:
+    """SIGTERM the process group, SIGKILL it after the grace period."""
+    _signal_group(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=kill_grace_s)
+    _signal_group(proc.pid, signal.SIGKILL)  # also children that outlived their parent
+    proc.wait()
+    for reader in readers:
+        # Something outside the group may still hold a pipe; do not wait for it forever.
+        reader.join(kill_grace_s)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone already
+        os.killpg(pgid, sig)
+
+
+def tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:
+    """The last lines of the tool's output: what an error's detail keeps."""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def stderr_block(stderr: str) -> str:
+    """The stderr tail as a titled block, appended to what a job keeps as the tool's output."""
+    last = tail(stderr)
+    if not last:
+        return ""
+    return f"\n--- tuningRunner stderr (last {STDERR_TAIL_LINES} lines) ---\n{last}\n"
+
+
+def last_error_line(stderr: str) -> str:
+    """The line that says what went wrong: E3's first "ERROR:" line (later ones only summarise),
+    else the last line naming an error (a Python traceback ends with it), else the last line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    logged = [line for line in lines if line.startswith("ERROR:")]
+    if logged:
+        return logged[0]
+    errors = [line for line in lines if "Error" in line or "ERROR" in line]
+    return (errors or lines or [""])[-1]
+
+
+def read_tail(path: Path, keep: int) -> str:
+    """The last `keep` bytes of a file the tool wrote, as text (a cut character becomes U+FFFD)."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(f.tell() - keep, 0))
+        return f.read().decode("utf-8", errors="replace")
+
+
+class TailReader:
+    """Reads a pipe to its end in a thread of its own, keeping only the last `keep` bytes.
+    With `driver`, it also keeps every driver line (`<perfConfig>\t<verdict>`) in order as it
+    reads, so none is lost to the trimming and none is searched for twice."""
+
+    def __init__(self, pipe: io.BufferedReader | None, keep: int, driver: bool = False) -> None:
+        self.keep, self.data, self.dropped = keep, bytearray(), 0
+        self.pipe = pipe
+        self.driver: list[tuple[str, str]] | None = [] if driver else None
+        self._partial = b""
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        if self.pipe is None:
+            return
+        with contextlib.suppress(OSError, ValueError), self.pipe:  # ValueError: closed by a stop
+            while chunk := self.pipe.read1(64 << 10):
+                self.data += chunk
+                if self.driver is not None:
+                    self._collect(chunk, self.driver)
+                if len(self.data) > 2 * self.keep:  # trim in bulk, not on every chunk
+                    self.dropped += len(self.data) - self.keep
+                    del self.data[: len(self.data) - self.keep]
+
+    def _collect(self, chunk: bytes, driver: list[tuple[str, str]]) -> None:
+        text = self._partial + chunk
+        end = text.rfind(b"\n") + 1  # only whole lines: the rest comes with the next chunk
+        self._partial = text[end:]
+        driver.extend(  # list.extend is atomic: the poller reads it from another thread
+            [
+                (pc.decode(errors="replace"), v.decode())
+                for pc, v in _DRIVER_RE.findall(text, 0, end)
+            ]
+        )
+
+    def join(self, timeout: float | None = None) -> None:
+        self.thread.join(timeout)
+        if self.thread.is_alive() and self.pipe is not None:
+            with contextlib.suppress(OSError):
+                self.pipe.close()
+
+    def text(self) -> str:
+        data = bytes(self.data[-self.keep :])
+        # A cut may split a character: "replace" turns its stray bytes into U+FFFD.
+        return data.decode("utf-8", errors="replace")

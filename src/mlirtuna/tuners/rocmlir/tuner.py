@@ -1,0 +1,274 @@
+"""RocmlirTuner: builds the tool's command line per era and mode, and runs it (see the package
+docstring for what each era gets and why)."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mlirtuna.defaults import ENV_ROCMLIR_BUILD, ENV_ROCMLIR_PYTHON
+from mlirtuna.errors import TunerError, Unsupported, UserError
+from mlirtuna.problems import Problem
+from mlirtuna.problems.fusion import FusionProblem
+from mlirtuna.tuners.base import BatchItem, Compiled, TuneContext, TuneOutcome
+from mlirtuna.tuners.rocmlir import batch, eras, process
+from mlirtuna.tuners.rocmlir.artifacts import INDEX, commit_refused, index_commits
+from mlirtuna.tuners.rocmlir.eras import E2_LIKE, Era, detect_era, tool_space
+from mlirtuna.tuners.rocmlir.fusionkey import module_path, write_module
+from mlirtuna.tuners.rocmlir.outcome import failure, read_outcome
+
+if TYPE_CHECKING:
+    from mlirtuna.tuners.base import SplitTuner
+
+HELP_TIMEOUT_S = 120.0
+# The tool's own per-config --timeout fires first, so it can stop its pipeline and say so;
+# our kill of the whole process group at ctx.timeout_s is the backstop.
+TOOL_TIMEOUT_FRACTION = 0.9
+
+
+class RocmlirTuner:
+    """Tunes with rocMLIR's tuningRunner.py from a build dir (arg, or $MLIRTUNA_ROCMLIR_BUILD)."""
+
+    name = "rocmlir"
+
+    def __init__(
+        self, build_dir: str | None = None, *, python: str | None = None, kill_grace_s: float = 5.0
+    ) -> None:
+        build = build_dir or os.environ.get(ENV_ROCMLIR_BUILD)
+        if not build:
+            raise UserError(
+                f"no rocMLIR build dir: pass --mlir-build-dir DIR or set {ENV_ROCMLIR_BUILD}"
+            )
+        self.build_dir = Path(build).resolve()
+        self.script = self.build_dir / "bin" / "tuningRunner.py"
+        if not self.script.is_file():
+            raise UserError(
+                f"{self.script} not found: point --mlir-build-dir or {ENV_ROCMLIR_BUILD} "
+                "at a rocMLIR build directory"
+            )
+        # The real script needs numpy/pandas/tqdm from the ROCm image's python, which is not
+        # necessarily the one running mlirtuna; MITuna runs `python3` too.
+        self.python = python or os.environ.get(ENV_ROCMLIR_PYTHON) or "python3"
+        self.kill_grace_s = kill_grace_s
+        self._era: Era | None = None
+
+    # -- era ------------------------------------------------------------------------------
+
+    @property
+    def era(self) -> Era:
+        """Read once per instance from `tuningRunner.py --help`.
+
+        Both eras probe the machine before parsing arguments (E2: rocm_agent_enumerator and
+        `git rev-parse` in the cwd; E3: rocm-smi), so even --help fails where no GPU is visible.
+        """
+        if self._era is None:
+            argv = [self.python, str(self.script), "--help"]
+            run = self._run(argv, process.scrubbed_env(), HELP_TIMEOUT_S)
+            if run.returncode != 0:
+                raise TunerError(
+                    f"{self.script} --help failed with status {run.returncode}",
+                    detail=process.tail(run.stderr),
+                )
+            self._era = detect_era(run.stdout)
+        return self._era
+
+    # -- tuning ---------------------------------------------------------------------------
+
+    def tune(self, problem: Problem, ctx: TuneContext) -> TuneOutcome:
+        era = self.era
+        self._check_context(ctx, era)
+        with tempfile.TemporaryDirectory(prefix="mlirtuna-rocmlir-") as tmp:
+            out = Path(tmp) / "tuning.tsv"
+            write_module(out, problem)
+            argv = self.command(problem, ctx, out)
+            run = self._run(argv, self._env(ctx, era), ctx.timeout_s)
+            return read_outcome(problem, ctx, out, run, self.two_stage(ctx))
+
+    def command(
+        self, problem: Problem, ctx: TuneContext, out: Path, *, batch: bool = False
+    ) -> list[str]:
+        """The argument list for one config, or with `batch` for a list of configs of the
+        problem's op read from stdin (`-c -`). Values are joined with `=` so that a config that
+        starts with `-` (every gemm one) and `--device=0` are never taken for flags."""
+        era = self.era
+        argv = [
+            *self._base_argv(problem, ctx, out, batch=batch),
+            f"--output={out}",
+            "--debug",
+        ]
+        if problem.op == "attention":
+            argv.append("--verify-mode=none")  # see the package docstring
+        if era.name in E2_LIKE:
+            argv += ["--tflops", "--rocmlir_gen_flags=--device=0"]
+        else:
+            argv.append(f"--gpus={ctx.gpu_id}")
+        argv += eras.setting_flags(ctx, era)
+        if "--timeout" in era.flags and ctx.timeout_s:
+            argv.append(f"--timeout={max(1, math.floor(ctx.timeout_s * TOOL_TIMEOUT_FRACTION))}")
+        if "--abort-on-error" in era.flags and not batch:  # a batch goes on past a failure
+            argv.append("--abort-on-error")
+        if self.two_stage(ctx):
+            argv.append(f"--two-stage-topk={ctx.topk}")
+        return argv
+
+    def _base_argv(
+        self, problem: Problem, ctx: TuneContext, out: Path, *, batch: bool = False
+    ) -> list[str]:
+        """The tool, the op, the config (with `batch`: a list on stdin) and the space: what
+        every mode's command starts with."""
+        if batch:
+            config = "--configs-file=-"
+        elif not isinstance(problem, FusionProblem):
+            config = f"--config={problem.canonical()}"
+        elif self.era.name == "E2":  # E2 reads fusion modules from a directory only
+            config = f"--test_dir={module_path(out, problem).parent}"
+        else:
+            config = f"--config={module_path(out, problem)}"
+        return [
+            self.python,
+            str(self.script),
+            f"--op={problem.op}",
+            config,
+            f"--tuning-space={tool_space(ctx)}",
+            f"--mlir-build-dir={self.build_dir}",
+        ]
+
+    # -- two-stage jobs (E4): compile here, benchmark on a GPU host -----------------------
+
+    def check_split(self) -> None:
+        """Unsupported unless this build's tuningRunner can split compiling and benchmarking."""
+        if not eras.can_split(self.era):
+            raise Unsupported(
+                f"{self.script} ({self.era.name}) has no --compile-only/--benchmark-artifacts: "
+                "two-stage jobs need an E4 tuningRunner"
+            )
+
+    def compile(self, problem: Problem, ctx: TuneContext, dest: Path) -> Compiled:
+        """`--compile-only DEST` for the session's target (no GPU here): the bundle directory
+        and the commit that built it. The target comes from the context, i.e. the session."""
+        self.check_split()
+        eras.check_space(ctx, self.era)
+        if isinstance(problem, FusionProblem):
+            module = module_path(dest.parent / "tuning.tsv", problem)
+            module.parent.mkdir(exist_ok=True)
+            module.write_text(problem.module_text, encoding="utf-8")
+        argv = [
+            *self._base_argv(problem, ctx, dest.parent / "tuning.tsv"),
+            f"--compile-only={dest}",
+            f"--target-arch={ctx.arch}",
+            f"--target-num-cu={ctx.num_cu}",
+            f"--target-num-chiplets={ctx.num_chiplets}",
+        ]
+        run = self._run(argv, process.scrubbed_env(), ctx.timeout_s)
+        if run.returncode != 0:
+            raise failure(run)
+        commits = index_commits(dest)
+        if len(commits) != 1:
+            raise TunerError(f"{dest / INDEX}: expected one commitId, found {sorted(commits)}")
+        return Compiled(dest, commits.pop(), process.stderr_block(run.stderr))
+
+    def benchmark(self, problem: Problem, ctx: TuneContext, artifacts: Path) -> TuneOutcome:
+        """`--benchmark-artifacts ARTIFACTS` on this worker's GPU, with the same flags (session
+        settings, top-k, timeouts) and the same reading of the output as a one-stage run."""
+        era = self.era
+        self.check_split()
+        self._check_context(ctx, era)
+        with tempfile.TemporaryDirectory(prefix="mlirtuna-rocmlir-") as tmp:
+            out = Path(tmp) / "tuning.tsv"
+            write_module(out, problem)
+            argv = [*self.command(problem, ctx, out), f"--benchmark-artifacts={artifacts}"]
+            run = self._run(argv, self._env(ctx, era), ctx.timeout_s)
+            if run.returncode != 0 and commit_refused(run.stderr):
+                why = process.last_error_line(run.stderr)
+                raise Unsupported(f"tuningRunner refused the bundle: {why}")
+            return read_outcome(problem, ctx, out, run, self.two_stage(ctx))
+
+    def benchmark_many(
+        self, problems: Sequence[Problem], ctx: TuneContext, artifacts: Path
+    ) -> Iterator[BatchItem]:
+        """Several problems' bundles, merged into `artifacts` (merge_artifacts), benchmarked in
+        one `--benchmark-artifacts` call: each outcome as its row appears (as tune_many)."""
+        self.check_split()
+        for index, got in self.tune_many(problems, ctx, (f"--benchmark-artifacts={artifacts}",)):
+            if isinstance(got, TunerError) and commit_refused(f"{got}\n{got.detail or ''}"):
+                why = process.last_error_line(got.detail or str(got))
+                raise Unsupported(f"tuningRunner refused the bundles: {why}")
+            yield index, got
+
+    def two_stage(self, ctx: TuneContext) -> bool:
+        """Whether the tool re-measures the top k itself (E4's --two-stage-topk)."""
+        return ctx.topk > 1 and "--two-stage-topk" in self.era.flags
+
+    def _check_context(self, ctx: TuneContext, era: Era) -> None:
+        if ctx.gpu_id < 0:
+            raise TunerError("the rocmlir tuner needs a GPU; this worker has none (gpu_id -1)")
+        eras.check_space(ctx, era)
+
+    def _env(self, ctx: TuneContext, era: Era) -> dict[str, str]:
+        env = process.scrubbed_env()
+        pinned = env.get("ROCR_VISIBLE_DEVICES") or env.get("HIP_VISIBLE_DEVICES")
+        if era.name in E2_LIKE and not pinned:
+            env["ROCR_VISIBLE_DEVICES"] = str(ctx.gpu_id)
+        return env
+
+    def _run(self, argv: list[str], env: dict[str, str], timeout: float | None) -> process.Run:
+        return process.run(argv, self.build_dir, env, timeout, self.kill_grace_s)
+
+    # -- a batch: one tool call for several configs (E3, E4) ------------------------------
+
+    def can_batch(self) -> bool:
+        """Whether this build tunes a list of configs in one call, writing each config's row
+        as it finishes (E3, E4; E2 writes its file only at the end)."""
+        return eras.can_batch(self.era)
+
+    def batchable(self, problem: Problem) -> bool:
+        """Whether this problem can be one config of a batch (fusion: a module file per call)."""
+        return problem.op in batch.BATCH_OPS and self.can_batch()
+
+    def tune_many(
+        self, problems: Sequence[Problem], ctx: TuneContext, extra: Sequence[str] = ()
+    ) -> Iterator[BatchItem]:
+        """Tune problems of one op in one tool call (`-c -`, the configs on stdin): yields
+        (index, outcome or error) for each problem as its row and `.debug` rows appear, while
+        the tool runs. Each config keeps the per-config `--timeout`; the call as a whole may run
+        `ctx.timeout_s` per config. A config the tool failed (`.state`) gets its error; when the
+        tool stops early (killed, crashed, timed out), the config it was on gets the failure and
+        the ones it never started a NotRun error: nothing is wrong with them. `extra`: flags
+        added to the call (benchmark_many's --benchmark-artifacts)."""
+        era = self.era
+        self._check_context(ctx, era)
+        ops = {p.op for p in problems}
+        if len(ops) != 1 or not all(self.batchable(p) for p in problems):
+            raise TunerError(f"tune_many: one batchable op per call, not {sorted(ops)}")
+        total = ctx.timeout_s * len(problems) if ctx.timeout_s else None
+        with tempfile.TemporaryDirectory(prefix="mlirtuna-rocmlir-") as tmp:
+            out = Path(tmp) / "tuning.tsv"
+            argv = [*self.command(problems[0], ctx, out, batch=True), *extra]
+            configs = "".join(f"{p.canonical()}\n" for p in problems)
+            start = process.now()
+            # Only E4's driver prints Discarded; its lines are matched to each config's rows.
+            driver = era.name == "E4"
+            env = self._env(ctx, era)
+            proc, stdout, stderr = process.start(argv, self.build_dir, env, configs, driver)
+            tail = batch.BatchTail(out, problems, stderr.driver)
+            try:
+                yield from batch.follow(
+                    proc, tail, ctx, (stdout, stderr), start, total,
+                    two_stage=self.two_stage(ctx), kill_grace_s=self.kill_grace_s,
+                )  # fmt: skip
+                stdout.join(self.kill_grace_s)
+                stderr.join(self.kill_grace_s)
+            finally:
+                if proc.poll() is None:  # stopped early: the caller gave up, or an alarm
+                    process.stop(proc, (stdout, stderr), self.kill_grace_s)
+            run = process.Run(proc.returncode, stdout.text(), stderr.text(), start, process.now())
+            yield from batch.unfinished(tail, run, out)
+
+
+if TYPE_CHECKING:
+    # mypy proves RocmlirTuner is everything the worker finds by isinstance.
+    _SPLIT: type[SplitTuner] = RocmlirTuner
