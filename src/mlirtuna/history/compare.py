@@ -175,14 +175,6 @@ def add_measured(db: Database, session_id: int, side: Side, wanted: dict[str, st
                     side.measured[(tv, pc)] = Entry(pc, tf, stats.rel_noise(ns, iqr, n))
 
 
-def load_side(spec: str, op: str | None, db: Callable[[], Database]) -> Side:
-    """A session id (the database is opened only then) or a .tsv path."""
-    winners.check_op(op)
-    if is_session(spec):
-        return session_side(db(), int(spec), op)
-    return tsv_side(spec, op)
-
-
 def session_side(db: Database, session_id: int, op: str | None) -> Side:
     info = sessions.get(db, session_id)
     winner = sa.and_(Candidate.job_id == Result.job_id, Candidate.perf_config == Result.perf_config)

@@ -110,12 +110,6 @@ def _session_row(s: OrmSession, session_id: int) -> TuningSession:
     return row
 
 
-def tuned_elsewhere(db: Database, session_id: int) -> dict[int, Tuned]:
-    """Problems with a counted result in a session equivalent to this one."""
-    with db.session() as s:
-        return _counted_results(s, _equivalent_ids(s, _session_row(s, session_id)))
-
-
 # -- copying results (one transaction with the load) --------------------------------------------
 
 
