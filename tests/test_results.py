@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from support.clitools import cli
 
 from mlirtuna import catalog, queue, sessions
-from mlirtuna.db.models import Result
+from mlirtuna.db.models import COMPLETED, NEW, Job, Problem, Result
 from mlirtuna.history import winners
 from mlirtuna.problems import ExpandOptions, parse
 from mlirtuna.queue import Claimant, jobs
@@ -135,6 +135,30 @@ def test_imported_results_count_zero_candidates_and_op_filter(db):
     (row,) = winners.winners(db, sid, op="gemm")
     assert row.candidates == 0 and row.kernel_time is None
     assert winners.winners(db, sid, op="conv") == []
+
+
+def test_a_requeued_job_hides_its_winner_until_it_completes_again(db, db_url, tmp_path):
+    """One winners rule (winners.counted) for `results` as for export: a job put back to new
+    by a requeue is being redone, its old result is not a winner meanwhile."""
+    sid = new_session(db)
+    tune(db, tmp_path, sid, [gemm(64), gemm(128)])
+    with db.session() as s:
+        job_id, vector = s.execute(
+            sa.select(Job.id, Problem.test_vector)
+            .join(Problem, Problem.id == Job.problem_id)
+            .where(Job.session_id == sid)
+            .order_by(Job.id)
+            .limit(1)
+        ).one()
+        s.execute(sa.update(Job).where(Job.id == job_id).values(state=NEW))
+    assert [r.test_vector for r in winners.winners(db, sid)] == sorted(
+        {gemm(64), gemm(128)} - {vector}
+    )
+    listed = cli(db_url, "results", "--session", str(sid), "--json").json()
+    assert [r["test_vector"] for r in listed] == [r.test_vector for r in winners.winners(db, sid)]
+    with db.session() as s:
+        s.execute(sa.update(Job).where(Job.id == job_id).values(state=COMPLETED))
+    assert len(winners.winners(db, sid)) == 2
 
 
 def test_cli_results_csv_and_json(db, db_url, tmp_path):

@@ -179,7 +179,7 @@ def session_side(db: Database, session_id: int, op: str | None) -> Side:
     info = sessions.get(db, session_id)
     winner = sa.and_(Candidate.job_id == Result.job_id, Candidate.perf_config == Result.perf_config)
     stmt = (
-        sa.select(
+        winners.counted_results(
             Problem.test_vector,
             Result.perf_config,
             Result.tflops,
@@ -189,10 +189,8 @@ def session_side(db: Database, session_id: int, op: str | None) -> Side:
             Candidate.time_iqr,
             Candidate.samples,
         )
-        .join(Problem, Problem.id == Result.problem_id)
-        .outerjoin(Job, Job.id == Result.job_id)
         .outerjoin(Candidate, winner)
-        .where(Result.session_id == session_id, winners.counted())
+        .where(Result.session_id == session_id)
     )
     if op is not None:
         stmt = stmt.where(Problem.op == op)

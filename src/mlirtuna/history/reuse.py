@@ -81,7 +81,7 @@ def _counted_results(s: OrmSession, session_ids: Iterable[int]) -> dict[int, Tun
     if not ids:
         return {}
     stmt = (
-        sa.select(
+        winners.counted_results(
             Result.id,
             Result.session_id,
             Result.problem_id,
@@ -93,8 +93,7 @@ def _counted_results(s: OrmSession, session_ids: Iterable[int]) -> dict[int, Tun
             Result.duration_s,
             Result.key_suffix,
         )
-        .outerjoin(Job, Job.id == Result.job_id)
-        .where(Result.session_id.in_(ids), winners.counted())
+        .where(Result.session_id.in_(ids))
         .order_by(Result.session_id, Result.id)
     )
     out: dict[int, Tuned] = {}
