@@ -10,7 +10,7 @@ import re
 
 import pytest
 from support.clitools import cli
-from test_results import gemm, new_session
+from support.results import gemm, new_session
 
 from mlirtuna import catalog, sessions
 from mlirtuna.db.models import Candidate

@@ -62,7 +62,7 @@ class Session:
     retired_at: str | None = None
     run_spec: dict[str, Any] | None = None  # what `mlirtuna run` was asked (flow.py)
     topk: int = DEFAULT_TOPK
-    split: str | None = None  # "compile,benchmark": two-stage jobs (bundles.py)
+    split: str | None = None  # "compile,benchmark": two-stage jobs (queue/bundles.py)
     artifact_store: str | None = None
     keep_artifacts: bool = False
 
