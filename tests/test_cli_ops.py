@@ -10,7 +10,7 @@ import sys
 
 import pytest
 from support.clitools import cli, subprocess_env
-from test_results import gemm, new_session, tune
+from support.results import gemm, new_session, tune
 from test_run import two_job_session
 
 from mlirtuna import catalog, queue

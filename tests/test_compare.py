@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from support.clitools import cli
-from test_results import gemm, new_session, put_results, tune
+from support.results import gemm, new_session, put_results, tune
 
 from mlirtuna import catalog
 from mlirtuna.errors import InputError, UserError

@@ -8,7 +8,7 @@ import re
 import sqlalchemy as sa
 from support.clitools import cli
 from support.perfrunner_reader import read_tuning_db
-from test_results import FULL, gemm, m_of, new_session, put_results, tune
+from support.results import FULL, gemm, m_of, new_session, put_results, tune
 
 from mlirtuna.db.models import NEW, Job, Result
 from mlirtuna.history import export, tuningdb

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from conftest import DATA
 from support.clitools import cli
 from support.perfrunner_reader import read_tuning_db
-from test_results import gemm
+from support.results import gemm
 
 from mlirtuna.db.models import Problem, Result, TuningSession
 from mlirtuna.history import export, tsvimport

@@ -11,7 +11,7 @@ import time
 import pytest
 import sqlalchemy as sa
 from support.clitools import cli
-from test_results import gemm, new_session
+from support.results import gemm, new_session
 from test_rocmlir_tuner import fake_build
 from test_rocmlir_worker import rocmlir_session, work
 from threadpoolctl import threadpool_info

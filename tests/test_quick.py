@@ -10,7 +10,7 @@ import re
 
 import pytest
 from support.clitools import cli
-from test_results import gemm, new_session
+from support.results import gemm, new_session
 
 from mlirtuna import catalog, sessions
 from mlirtuna.db.models import Candidate
@@ -77,7 +77,7 @@ def test_set_cover_is_minimal_on_hand_made_cases(covers):
 def test_set_cover_beats_greedy_where_greedy_is_wrong():
     covers = HAND_MADE[0]
     assert set(quick.set_cover(covers).configs) == {"left", "right"}
-    assert len(quick._greedy(covers, quick._columns(covers), None)) == 3
+    assert len(quick.greedy(covers, quick.columns(covers), None)) == 3
 
 
 def test_set_cover_is_minimal_on_random_cases_against_brute_force():
@@ -261,7 +261,7 @@ def test_quick_list_from_sessions_json_inc_and_stored(db, tmp_path):
     inc = tmp_path / "QuickTuningPerfconfigs.inc"
     r = cli(url, "quick-list", "--session", str(sid), "--threshold", "0.9", "-o", str(inc))
     assert r.code == 0 and "initParametersF32GemmGfx942" in inc.read_text()
-    stored = quick.load_space(db, "farm", "gfx942")
+    stored = sessions.load_quick_list(db, "farm", "gfx942")
     assert stored[("gemm", "f16")] == ("v4:h",)
     listing = cli(url, "quick-list", "--stored", "--format", "json")
     assert {(x["name"], x["data_type"]) for x in listing.json()} == {

@@ -1,102 +1,17 @@
-"""The winners table of a session (`mlirtuna results`), and the helpers the results tests share:
-sessions tuned through the real queue (claim + fenced record) or filled with result rows."""
+"""The winners table of a session (`mlirtuna results`)."""
 
 from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Callable, Iterable
 
 import sqlalchemy as sa
 from support.clitools import cli
+from support.results import gemm, m_of, new_session, put_results, tune
 
-from mlirtuna import catalog, queue, sessions
-from mlirtuna.db.models import Result
+from mlirtuna.db.models import COMPLETED, NEW, Job, Problem
 from mlirtuna.history import winners
-from mlirtuna.problems import ExpandOptions, parse
-from mlirtuna.queue import Claimant, jobs
-from mlirtuna.sessions import SessionSpec
-from mlirtuna.tuners.base import Candidate as Cand
-from mlirtuna.tuners.base import TuneOutcome
-
-FULL = "gfx942:sramecc+:xnack-"
-
-
-def gemm(m: int, n: int = 64, k: int = 32, t: str = "f32") -> str:
-    """A canonical gemm test vector."""
-    return parse(
-        "gemm", f"-t {t} -transA false -transB false -g 1 -m {m} -n {n} -k {k}"
-    ).canonical()
-
-
-def new_session(
-    db,
-    *,
-    arch: str = "gfx942",
-    arch_full: str = FULL,
-    num_cu: int = 304,
-    num_chiplets: int = 8,
-    space: str = "full",
-    mlir_v: str = "abc123",
-) -> int:
-    spec = SessionSpec(
-        tuner="sleep",
-        arch=arch,
-        arch_full=arch_full,
-        num_cu=num_cu,
-        num_chiplets=num_chiplets,
-        tuning_space=space,
-        mlir_v=mlir_v,
-        rocm_v="6.4",
-        docker="",
-    )
-    return sessions.create(db, spec).id
-
-
-def tune(
-    db,
-    tmp_path,
-    session_id: int,
-    vectors: Iterable[str],
-    perf: Callable[[str], str] = lambda tv: "v4:best",
-    ns: Callable[[str], float] = lambda tv: 1e5,
-) -> None:
-    """The real path: import, load jobs, claim each, record a winner plus one invalid candidate."""
-    vectors = list(vectors)
-    path = tmp_path / f"configs-{session_id}"
-    path.write_text("".join(v + "\n" for v in vectors))
-    tag = f"s{session_id}"
-    catalog.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag=tag)
-    jobs.load(db, session_id, tag=tag)
-    by_vector = {parse("gemm", v).canonical(): parse("gemm", v) for v in vectors}
-    while (lease := queue.claim(db, session_id, Claimant("test", 0), 60)) is not None:
-        with db.session() as s:
-            tv = catalog.load_problem(s, lease.problem_id).canonical()
-        time = ns(tv)
-        winner = Cand(perf(tv), time, by_vector[tv].flops() / time / 1e3)
-        invalid = Cand("v4:bad", error="not applicable (rocmlir-tuning-driver: N/A)")
-        assert queue.record(db, lease, TuneOutcome([winner, invalid], winner))
-
-
-def put_results(db, session_id: int, winners: dict[str, tuple[str, float | None]]) -> None:
-    """Result rows without a job (as import-tsv makes them): {vector: (perf_config, tflops)}."""
-    with db.session() as s:
-        ids, _ = catalog.ensure_problems(s, "gemm", [parse("gemm", v) for v in winners])
-        s.execute(
-            sa.insert(Result.__table__),
-            [
-                {"session_id": session_id, "problem_id": ids[v], "perf_config": pc, "tflops": tf}
-                for v, (pc, tf) in winners.items()
-            ],
-        )
-
-
-def m_of(tv: str) -> str:
-    """A perf config that differs per problem: pc<M>."""
-    return "pc" + tv.split(" -m ")[1].split()[0]
-
-
-# --- tests ---------------------------------------------------------------------------------------
+from mlirtuna.problems import parse
 
 
 def test_winners_of_the_real_path_with_candidate_counts(db, tmp_path):
@@ -135,6 +50,30 @@ def test_imported_results_count_zero_candidates_and_op_filter(db):
     (row,) = winners.winners(db, sid, op="gemm")
     assert row.candidates == 0 and row.kernel_time is None
     assert winners.winners(db, sid, op="conv") == []
+
+
+def test_a_requeued_job_hides_its_winner_until_it_completes_again(db, db_url, tmp_path):
+    """One winners rule (winners.counted) for `results` as for export: a job put back to new
+    by a requeue is being redone, its old result is not a winner meanwhile."""
+    sid = new_session(db)
+    tune(db, tmp_path, sid, [gemm(64), gemm(128)])
+    with db.session() as s:
+        job_id, vector = s.execute(
+            sa.select(Job.id, Problem.test_vector)
+            .join(Problem, Problem.id == Job.problem_id)
+            .where(Job.session_id == sid)
+            .order_by(Job.id)
+            .limit(1)
+        ).one()
+        s.execute(sa.update(Job).where(Job.id == job_id).values(state=NEW))
+    assert [r.test_vector for r in winners.winners(db, sid)] == sorted(
+        {gemm(64), gemm(128)} - {vector}
+    )
+    listed = cli(db_url, "results", "--session", str(sid), "--json").json()
+    assert [r["test_vector"] for r in listed] == [r.test_vector for r in winners.winners(db, sid)]
+    with db.session() as s:
+        s.execute(sa.update(Job).where(Job.id == job_id).values(state=COMPLETED))
+    assert len(winners.winners(db, sid)) == 2
 
 
 def test_cli_results_csv_and_json(db, db_url, tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from support.clitools import cli
-from test_results import gemm, new_session, put_results, tune
+from support.results import gemm, new_session, put_results, tune
 
 from mlirtuna import catalog
 from mlirtuna.db.models import Job, Result

@@ -20,7 +20,7 @@ from support.webfarm import Farm, make
 
 from mlirtuna import catalog, queue
 from mlirtuna.db import Database
-from mlirtuna.db.models import Candidate, FusionConfig, Job, Result
+from mlirtuna.db.models import COMPLETED, NEW, Candidate, FusionConfig, Job, Result
 from mlirtuna.errors import DatabaseError
 from mlirtuna.history import compare, winners
 from mlirtuna.queue import jobs
@@ -97,6 +97,21 @@ def test_winners_page_filters_sorts_and_pages_on_the_server(client, db, farm):
     assert facets == {"ops": ["gemm"], "data_types": ["f16", "f32"], "tags": ["web"]}
     bad = get(client, f"/api/sessions/{farm.cpu_a}/winners?sort=nonsense", 400)
     assert "unknown sort" in bad["error"]
+
+
+def test_winners_page_hides_a_requeued_jobs_result_until_it_completes(client, db, farm):
+    """The dashboard lists the winners `mlirtuna results` lists (winners.counted)."""
+    job_id = jobs.list_jobs(db, farm.cpu_a)[0].id
+    with db.session() as s:
+        s.execute(sa.update(Job).where(Job.id == job_id).values(state=NEW))
+    page = get(client, f"/api/sessions/{farm.cpu_a}/winners")
+    assert page["total"] == 2 == len(winners.winners(db, farm.cpu_a))
+    assert {r["job_id"] for r in page["rows"]} == {
+        j.id for j in jobs.list_jobs(db, farm.cpu_a) if j.id != job_id
+    }
+    with db.session() as s:
+        s.execute(sa.update(Job).where(Job.id == job_id).values(state=COMPLETED))
+    assert get(client, f"/api/sessions/{farm.cpu_a}/winners")["total"] == 3
 
 
 def test_distributions_and_errors(client, db, farm):
@@ -191,7 +206,7 @@ def test_stale_heartbeat_is_flagged_before_the_lease_expires(db, db_url, farm):
     sid = farm.cpu_a
     with db.session() as s:  # one job of a finished session back in the queue, to be held
         first = s.scalar(sa.select(sa.func.min(Job.id)).where(Job.session_id == sid))
-        s.execute(sa.update(Job).where(Job.id == first).values(state="new"))
+        s.execute(sa.update(Job).where(Job.id == first).values(state=NEW))
     lease = queue.claim(db, sid, queue.Claimant("node7", 3, 4242), lease_s=3600)
     assert lease is not None
     ro = open_read_only(db_url)

@@ -194,7 +194,7 @@ def test_session_winners_sort_filter_and_plots(page, site):
     assert sum(times[0]["y"]) == jobs.counts(site.db, sid)[sid]["completed"]
     page.tab.select_option("#filters select[name=data_type]", "")
     page.tab.wait_for_function(
-        f"() => document.querySelector('#winners').dataset.total === '{len(winners)}'"
+        f"() => document.querySelector('#winners').dataset.total === '{len(best)}'"
     )
     page.shot("session")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -18,6 +19,7 @@ from mlirtuna.db.models import (
     Attempt,
     Candidate,
     Job,
+    QuickList,
     Result,
     TuningSession,
 )
@@ -27,6 +29,9 @@ from mlirtuna.errors import NotFound, UserError
 TUNERS = ("rocmlir", "cpu", "sleep")
 ENV_BUILD_DIR = ENV_ROCMLIR_BUILD
 CPU_SPACES = ("quick", "full", "greedy", "exhaustive")
+#: A session tuning over a stored quick list (history/quick.py makes them) says `list:NAME`.
+LIST_PREFIX = "list:"
+_LIST_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,48}$")
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,7 @@ class Session:
     retired_at: str | None = None
     run_spec: dict[str, Any] | None = None  # what `mlirtuna run` was asked (flow.py)
     topk: int = DEFAULT_TOPK
-    split: str | None = None  # "compile,benchmark": two-stage jobs (bundles.py)
+    split: str | None = None  # "compile,benchmark": two-stage jobs (queue/bundles.py)
     artifact_store: str | None = None
     keep_artifacts: bool = False
 
@@ -135,10 +140,8 @@ def check_tuner(spec: str) -> None:
 def detect(spec: SessionSpec) -> SessionSpec:
     """Fill what the flags left open from this machine; never guess what can't be read."""
     check_tuner(spec.tuner)
-    if spec.tuning_space.startswith("list:"):
-        from mlirtuna.history import quick
-
-        quick.check_name(spec.tuning_space.partition(":")[2])
+    if spec.tuning_space.startswith(LIST_PREFIX):
+        check_quick_list_name(spec.tuning_space.partition(":")[2])
     elif spec.tuning_space not in TUNING_SPACES:
         raise UserError(
             f"unknown tuning space {spec.tuning_space!r} "
@@ -176,7 +179,7 @@ def _check_settings(spec: SessionSpec, build_dir: str | None) -> None:
         value = getattr(spec, name)
         if value is not None and value <= 0:
             raise UserError(f"{flag} {value}: expected a positive number")
-    listed = spec.tuning_space.startswith("list:")  # a stored quick list (quick.py)
+    listed = spec.tuning_space.startswith(LIST_PREFIX)  # a stored quick list
     if spec.tuner == "cpu" and spec.tuning_space not in CPU_SPACES and not listed:
         raise UserError(
             f"the cpu tuner has no tuning space {spec.tuning_space!r} "
@@ -302,14 +305,36 @@ def create(db: Database, spec: SessionSpec, run_spec: dict[str, Any] | None = No
 
 
 def _check_list(db: Database, spec: SessionSpec) -> None:
-    from mlirtuna.history import quick
-
-    name = quick.list_name(spec.tuning_space)
-    if name is not None and not quick.load_space(db, name, spec.arch or ""):
+    name = quick_list_name(spec.tuning_space)
+    if name is not None and not load_quick_list(db, name, spec.arch or ""):
         raise UserError(
             f"no quick list {name!r} for {spec.arch}: make one with "
             f"`mlirtuna quick-list --session … --name {name}`"
         )
+
+
+# -- the list:NAME tuning space: what a session and its workers read of a stored quick list ----
+# (history/quick.py builds and stores the lists; it sits above this module and imports it.)
+
+
+def check_quick_list_name(name: str) -> str:
+    if not _LIST_NAME_RE.match(name):
+        raise UserError(f"bad quick list name {name!r}: letters, digits, _ . - (at most 48)")
+    return name
+
+
+def quick_list_name(tuning_space: str) -> str | None:
+    """NAME of a `list:NAME` tuning space, else None."""
+    return tuning_space[len(LIST_PREFIX) :] if tuning_space.startswith(LIST_PREFIX) else None
+
+
+def load_quick_list(db: Database, name: str, arch: str) -> dict[tuple[str, str], tuple[str, ...]]:
+    """{(op, data type): perf configs} of the stored quick list NAME for this arch."""
+    with db.session() as s:
+        rows = s.scalars(sa.select(QuickList).where(QuickList.name == name, QuickList.arch == arch))
+        return {
+            (r.op, r.data_type): tuple(pc for pc in r.perf_configs.splitlines() if pc) for r in rows
+        }
 
 
 def _host(tuner: str) -> str:

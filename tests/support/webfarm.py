@@ -18,7 +18,7 @@ from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.worker import Worker, WorkerSettings
 
-FAKE = Path(__file__).parent / "fake_rocmlir"
+FAKE = Path(__file__).resolve().parent.parent / "fake_rocmlir"  # tests/fake_rocmlir
 GEMMS = (
     "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 32 -n 64 -k 32\n"
     "-t f16 -out_datatype f16 -transA false -transB true -g 1 -m 64 -n 32 -k 32\n"

@@ -102,9 +102,17 @@ def _global(
 
 
 def _register() -> None:
-    from mlirtuna.cli import dbcmd, jobscmd, problemscmd, quickcmd, sessioncmd, workercmd
+    from mlirtuna.cli import (
+        dbcmd,
+        jobscmd,
+        problemscmd,
+        quickcmd,
+        runcmd,
+        sessioncmd,
+        workercmd,
+    )
 
-    for module in (problemscmd, jobscmd, workercmd, quickcmd):
+    for module in (problemscmd, jobscmd, workercmd, runcmd, quickcmd):
         module.register(app)
     app.add_typer(dbcmd.app, name="db")
     app.add_typer(sessioncmd.app, name="session")

@@ -1,4 +1,5 @@
-"""What every command shares: the database handle, output helpers, common option parsing.
+"""What every command shares: the database handle, output helpers, parsing of shared options
+(the option declarations themselves are in options.py).
 
 Start-up: the command modules import this one and nothing heavy; the database layer
 (SQLAlchemy, Alembic), Rich and the API modules are imported inside the functions that use them,
@@ -15,9 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import click
-import typer
 
-from mlirtuna.defaults import ENV_ROCMLIR_BUILD
 from mlirtuna.errors import MlirtunaError, UserError
 
 if TYPE_CHECKING:
@@ -161,10 +160,6 @@ def output_format(as_json: bool, as_csv: bool) -> str:
     return "json" if as_json else "csv" if as_csv else "table"
 
 
-def csv_opt():
-    return typer.Option(False, "--csv", help="Print CSV (a header line, then one line a row).")
-
-
 def split_list(value: str | None, flag: str) -> tuple[str, ...] | None:
     if value is None:
         return None
@@ -185,25 +180,6 @@ def expand_options(
         layouts=split_list(layout, "--layout"),
         expand=not no_expand,
     )
-
-
-def mlir_build_dir_opt():
-    """--mlir-build-dir, shared by every command that may run or describe rocMLIR."""
-    return typer.Option(
-        None, "--mlir-build-dir", envvar=ENV_ROCMLIR_BUILD, show_envvar=True,
-        help="rocMLIR build dir (holds bin/tuningRunner.py; its git commit becomes mlir_v).",
-    )  # fmt: skip
-
-
-def batch_opt():
-    """--batch K, shared by `worker` and `run`."""
-    return typer.Option(
-        1, "--batch", metavar="K",
-        help="Claim up to K jobs at once. rocmlir on E3/E4 builds tunes them in one "
-        "tuningRunner.py call (start-up paid once; each job recorded as its row appears); "
-        "fusion problems, E2/E2.5 builds take one call per job, other tuners tune a claimed "
-        "batch in turn.",
-    )  # fmt: skip
 
 
 def check_batch(batch: int) -> None:

@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from mlirtuna.cli import common
-from mlirtuna.cli.problemscmd import data_type_opt, direction_opt, layout_opt, no_expand_opt
+from mlirtuna.cli import common, options
 from mlirtuna.errors import UserError
 
 if TYPE_CHECKING:
@@ -25,10 +24,10 @@ def load(
     tag: str = typer.Option(None, "--tag", help="The problems imported with this tag."),
     file: str = typer.Option(None, "--file", help="The problems of this config list (needs --op)."),
     all_: bool = typer.Option(False, "--all", help="Every problem in the database."),
-    data_type: str = data_type_opt(),
-    direction: str = direction_opt(),
-    layout: str = layout_opt(),
-    no_expand: bool = no_expand_opt(),
+    data_type: str = options.data_type_opt(),
+    direction: str = options.direction_opt(),
+    layout: str = options.layout_opt(),
+    no_expand: bool = options.no_expand_opt(),
     skip_tuned: bool = typer.Option(
         False,
         "--skip-tuned",
@@ -104,7 +103,7 @@ def list_(
     limit: int = typer.Option(DEFAULT_LIST_LIMIT, "--limit", help="At most this many, by id."),
     all_: bool = typer.Option(False, "--all", help="Every job (no --limit)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    as_csv: bool = common.csv_opt(),
+    as_csv: bool = options.csv_opt(),
 ) -> None:
     """List a session's jobs, with each error's first line (the first 50 unless --all)."""
     from mlirtuna.queue import jobs
@@ -221,7 +220,7 @@ def status(
     session: int = typer.Option(None, "--session", help="Only this session."),
     watch: bool = typer.Option(False, "--watch", help="Refresh every 2 s until Ctrl-C."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    as_csv: bool = common.csv_opt(),
+    as_csv: bool = options.csv_opt(),
 ) -> None:
     """Job counts by state, per session (a two-stage session also per stage)."""
     from mlirtuna.queue import jobs

@@ -4,34 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from mlirtuna.cli import common
+from mlirtuna.cli import common, options
 
 OP_HELP = "conv, gemm, attention, gemm_gemm, conv_gemm or fusion (.mlir files / directories)."
-
-
-def data_type_opt():
-    return typer.Option(
-        None,
-        "--data-type",
-        help="Comma-separated rocMLIR types to expand over "
-        "(f32,f16,bf16,i8,fp8…) [default: perfRunner's].",
-    )
-
-
-def direction_opt():
-    return typer.Option(
-        None, "--direction", help="Conv directions to expand over: fwd,bwd,wrw [default: all]."
-    )
-
-
-def layout_opt():
-    return typer.Option(
-        None, "--layout", help="Conv layouts to expand over: NCHW,NHWC [default: both]."
-    )
-
-
-def no_expand_opt():
-    return typer.Option(False, "--no-expand", help="Import each line as written.")
 
 
 def import_(
@@ -40,13 +15,13 @@ def import_(
         ..., metavar="FILE...", help="rocMLIR config lists (fusion: .mlir modules or dirs)."
     ),
     op: str = typer.Option(..., "--op", help=OP_HELP),
-    data_type: str = data_type_opt(),
-    direction: str = direction_opt(),
-    layout: str = layout_opt(),
-    no_expand: bool = no_expand_opt(),
+    data_type: str = options.data_type_opt(),
+    direction: str = options.direction_opt(),
+    layout: str = options.layout_opt(),
+    no_expand: bool = options.no_expand_opt(),
     tag: str = typer.Option(None, "--tag", help="Label the problems, for `jobs load --tag`."),
     as_json: bool = typer.Option(False, "--json", help="Print {lines, problems, new, existing}."),
-    mlir_build_dir: str = common.mlir_build_dir_opt(),
+    mlir_build_dir: str = options.mlir_build_dir_opt(),
     arch: str = typer.Option(
         None, "--arch", help="Fusion with a build: the chip rocmlir-gen keys for [gfx942]."
     ),

@@ -1,4 +1,4 @@
-"""`mlirtuna quick-list`: quick-tuning lists from the farm's history (logic in quick.py)."""
+"""`mlirtuna quick-list`: quick-tuning lists from the farm's history (logic in history/quick.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from mlirtuna.cli import common
 from mlirtuna.defaults import DEFAULT_QUICK_THRESHOLD
 from mlirtuna.errors import UserError
 
-if TYPE_CHECKING:  # quick.py pulls in the database layer and the solver: load it when run
+if TYPE_CHECKING:  # history/quick.py pulls in the database layer and the solver: load it when run
     from mlirtuna.history import quick
 
 FORMATS = ("list", "json", "inc")

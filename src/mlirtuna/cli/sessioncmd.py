@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from mlirtuna.cli import common
+from mlirtuna.cli import common, options
 from mlirtuna.defaults import DEFAULT_TOPK, DEFAULT_TUNING_SPACE
 from mlirtuna.errors import UserError
 
@@ -39,7 +39,7 @@ def new(
     reason: str = typer.Option("", "--reason", help="Why this tuning is run."),
     ticket: str = typer.Option("", "--ticket", help="Ticket or issue id."),
     docker: str = typer.Option(None, "--docker", help="Docker image [from the environment]."),
-    mlir_build_dir: str = common.mlir_build_dir_opt(),
+    mlir_build_dir: str = options.mlir_build_dir_opt(),
     rep: int = typer.Option(None, "--rep", help="E4: benchmark time budget per candidate, ms."),
     warmup: int = typer.Option(None, "--warmup", help="E4: warm-up time budget, ms."),
     gpu_run_timeout: int = typer.Option(
@@ -114,7 +114,7 @@ def new(
 def list_(
     ctx: typer.Context,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    as_csv: bool = common.csv_opt(),
+    as_csv: bool = options.csv_opt(),
 ) -> None:
     """List sessions."""
     from mlirtuna import sessions

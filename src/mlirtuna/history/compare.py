@@ -175,19 +175,11 @@ def add_measured(db: Database, session_id: int, side: Side, wanted: dict[str, st
                     side.measured[(tv, pc)] = Entry(pc, tf, stats.rel_noise(ns, iqr, n))
 
 
-def load_side(spec: str, op: str | None, db: Callable[[], Database]) -> Side:
-    """A session id (the database is opened only then) or a .tsv path."""
-    winners.check_op(op)
-    if is_session(spec):
-        return session_side(db(), int(spec), op)
-    return tsv_side(spec, op)
-
-
 def session_side(db: Database, session_id: int, op: str | None) -> Side:
     info = sessions.get(db, session_id)
     winner = sa.and_(Candidate.job_id == Result.job_id, Candidate.perf_config == Result.perf_config)
     stmt = (
-        sa.select(
+        winners.counted_results(
             Problem.test_vector,
             Result.perf_config,
             Result.tflops,
@@ -197,10 +189,8 @@ def session_side(db: Database, session_id: int, op: str | None) -> Side:
             Candidate.time_iqr,
             Candidate.samples,
         )
-        .join(Problem, Problem.id == Result.problem_id)
-        .outerjoin(Job, Job.id == Result.job_id)
         .outerjoin(Candidate, winner)
-        .where(Result.session_id == session_id, winners.counted())
+        .where(Result.session_id == session_id)
     )
     if op is not None:
         stmt = stmt.where(Problem.op == op)

@@ -226,7 +226,7 @@ def winner_rows(
     perfRunner's fusion lookup searches); see _one_per_key for two problems with one key."""
     rank = {x.id: i for i, x in enumerate(chosen)}
     stmt = (
-        sa.select(
+        winners.counted_results(
             Result.session_id,
             Result.problem_id,
             Problem.op,
@@ -241,10 +241,8 @@ def winner_rows(
             Problem.op,
             Result.key_suffix,
         )
-        .join(Problem, Problem.id == Result.problem_id)
         .outerjoin(FusionConfig, FusionConfig.id == Problem.id)
-        .outerjoin(Job, Job.id == Result.job_id)
-        .where(Result.session_id.in_(list(rank)), winners.counted())
+        .where(Result.session_id.in_(list(rank)))
     )
     if op is not None:
         stmt = stmt.where(Problem.op == op)

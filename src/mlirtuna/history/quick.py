@@ -34,8 +34,6 @@ from mlirtuna.problems import parse
 GREEDY_ABOVE = 2_000_000
 ILP_TIME_LIMIT_S = 120
 BUDGETS = (1, 2, 4, 8, 16)
-LIST_PREFIX = "list:"
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,48}$")
 
 
 @dataclass(frozen=True, order=True)
@@ -178,23 +176,23 @@ def set_cover(covers: Mapping[int, set[str]], max_size: int | None = None) -> Co
     """
     coverable = {p: c for p, c in covers.items() if c}
     empty = sorted(p for p, c in covers.items() if not c)
-    columns = _columns(coverable)
+    cols = columns(coverable)
     pairs = sum(len(c) for c in coverable.values())
     if not coverable:
         return Cover([], empty, "nothing to cover")
     if pairs > GREEDY_ABOVE:
         chosen, method = (
-            _greedy(coverable, columns, max_size),
+            greedy(coverable, cols, max_size),
             (f"greedy ({pairs} covering pairs > {GREEDY_ABOVE}: too large for the ILP)"),
         )
     else:
-        chosen, method = _ilp(coverable, columns, max_size)
+        chosen, method = _ilp(coverable, cols, max_size)
     ordered = _order(chosen, coverable)
     covered = {p for p, c in coverable.items() if c & set(ordered)}
     return Cover(ordered, sorted(empty + [p for p in coverable if p not in covered]), method)
 
 
-def _columns(covers: Mapping[int, set[str]]) -> dict[str, frozenset[int]]:
+def columns(covers: Mapping[int, set[str]]) -> dict[str, frozenset[int]]:
     """{config: problems it covers}, one config per distinct set (the first by name)."""
     cols: dict[str, set[int]] = {}
     for p, cs in covers.items():
@@ -235,10 +233,10 @@ def _ilp(
             + [(-inf, float(max_size), list(range(n)), [1.0] * n)],
         )
     # Start from the greedy cover: a run stopped by the time limit is then never worse.
-    greedy = _greedy(covers, cols, max_size)
-    start = [index[c] for c in greedy]
+    start_cover = greedy(covers, cols, max_size)
+    start = [index[c] for c in start_cover]
     if max_size is not None:
-        picked = set(greedy)
+        picked = set(start_cover)
         start += [n + i for i, p in enumerate(problems) if cols_cover(cols, picked, p)]
     h.setSolution(len(start), np.array(start, dtype=np.int32), np.ones(len(start)))
     h.run()
@@ -250,7 +248,7 @@ def _ilp(
     if chosen and h.getInfo().primal_solution_status == 2:  # a feasible incumbent
         gap = h.getInfo().mip_gap
         return chosen, f"ilp (HiGHS, stopped at {ILP_TIME_LIMIT_S} s, gap {gap:.1%})"
-    return greedy, f"greedy (HiGHS: {h.modelStatusToString(status)})"
+    return start_cover, f"greedy (HiGHS: {h.modelStatusToString(status)})"
 
 
 def cols_cover(cols: Mapping[str, frozenset[int]], picked: set[str], problem: int) -> bool:
@@ -306,7 +304,7 @@ def _add_rows(h, rows: list[tuple[float, float, list[int], list[float]]]) -> Non
     )
 
 
-def _greedy(
+def greedy(
     covers: Mapping[int, set[str]], cols: Mapping[str, frozenset[int]], max_size: int | None
 ) -> list[str]:
     left, chosen = set(covers), []
@@ -566,18 +564,12 @@ def _put_lookup(text: str, section: str, key: str, entry: str) -> str:
     return text[:at] + entry + "\n\n" + text[at:]
 
 
-# -- stored lists and the list: tuning space -----------------------------------------------------
-
-
-def check_name(name: str) -> str:
-    if not _NAME_RE.match(name):
-        raise UserError(f"bad quick list name {name!r}: letters, digits, _ . - (at most 48)")
-    return name
+# -- stored lists (sessions.py reads them for a list:NAME tuning space) -------------------------
 
 
 def store(db: Database, name: str, lists: Sequence[GroupList], session_ids: Sequence[int]) -> int:
     """Save (replace) the lists of NAME, one row per (arch, op, data type); one transaction."""
-    check_name(name)
+    sessions.check_quick_list_name(name)
     now = utcnow()
     with db.session() as s:
         for gl in lists:
@@ -602,25 +594,6 @@ def store(db: Database, name: str, lists: Sequence[GroupList], session_ids: Sequ
                 )
             )
     return len(lists)
-
-
-def list_name(tuning_space: str) -> str | None:
-    """NAME of a `list:NAME` tuning space, else None."""
-    return tuning_space[len(LIST_PREFIX) :] if tuning_space.startswith(LIST_PREFIX) else None
-
-
-def exists(db: Database, name: str) -> bool:
-    with db.session() as s:
-        return s.scalar(sa.select(sa.func.count()).where(QuickList.name == name)) > 0
-
-
-def load_space(db: Database, name: str, arch: str) -> dict[tuple[str, str], tuple[str, ...]]:
-    """{(op, data type): perf configs} of the stored list NAME for this arch."""
-    with db.session() as s:
-        rows = s.scalars(sa.select(QuickList).where(QuickList.name == name, QuickList.arch == arch))
-        return {
-            (r.op, r.data_type): tuple(pc for pc in r.perf_configs.splitlines() if pc) for r in rows
-        }
 
 
 def stored(db: Database) -> list[dict[str, Any]]:

@@ -81,7 +81,7 @@ def _counted_results(s: OrmSession, session_ids: Iterable[int]) -> dict[int, Tun
     if not ids:
         return {}
     stmt = (
-        sa.select(
+        winners.counted_results(
             Result.id,
             Result.session_id,
             Result.problem_id,
@@ -93,8 +93,7 @@ def _counted_results(s: OrmSession, session_ids: Iterable[int]) -> dict[int, Tun
             Result.duration_s,
             Result.key_suffix,
         )
-        .outerjoin(Job, Job.id == Result.job_id)
-        .where(Result.session_id.in_(ids), winners.counted())
+        .where(Result.session_id.in_(ids))
         .order_by(Result.session_id, Result.id)
     )
     out: dict[int, Tuned] = {}
@@ -108,12 +107,6 @@ def _session_row(s: OrmSession, session_id: int) -> TuningSession:
     if row is None:
         raise UserError(f"no session {session_id}: `mlirtuna session list` shows them")
     return row
-
-
-def tuned_elsewhere(db: Database, session_id: int) -> dict[int, Tuned]:
-    """Problems with a counted result in a session equivalent to this one."""
-    with db.session() as s:
-        return _counted_results(s, _equivalent_ids(s, _session_row(s, session_id)))
 
 
 # -- copying results (one transaction with the load) --------------------------------------------

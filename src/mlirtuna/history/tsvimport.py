@@ -1,4 +1,5 @@
-"""import-tsv: existing tuning DBs (.tsv) into sessions and results, so history can be compared.
+"""`mlirtuna import-tsv` (this module was history.py): existing tuning DBs (.tsv) into sessions
+and results, so history can be compared.
 
 Rules (docs: rocmlir-interfaces §1d, §2a, §5):
 - Layouts: legacy 3-column, E2 v2 (4/5 columns), MITuna's `(tuna)` export, E3 v3; one file may
@@ -51,7 +52,7 @@ from mlirtuna.history import tuningdb
 TUNER = "imported"
 DEFAULT_TUNING_SPACE = "exhaustive"
 DEFAULT_NUM_CHIPLETS = 1
-# Column widths of the session and result tables (models.py).
+# Column widths of the session and result tables (db/models.py).
 _QUOTED_RE = re.compile(r"'([^']+)'|\"([^\"]+)\"")
 _LIMITS = {"arch": 32, "arch_full": 128, "tuning space": 16, "commitId": 64, "perfConfig": 255}
 

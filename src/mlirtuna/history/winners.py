@@ -1,7 +1,9 @@
 """The winners of a session, as people and scripts read them (`mlirtuna results`).
 
-Also the one definition, shared by export and compare, of which result rows count: those whose
-job completed, and imported ones (they have no job at all).
+Also the one rule of which result rows count (`counted`: the job completed, or the row was
+imported and has no job) and the one query every reader of winners starts from
+(`counted_results`: `mlirtuna results`, export, compare, reuse and the dashboard's winners page),
+so that no reader can list a winner the others hide.
 """
 
 from __future__ import annotations
@@ -65,23 +67,43 @@ def counted() -> ColumnElement[bool]:
     return sa.or_(Result.job_id.is_(None), Job.state == COMPLETED)
 
 
+def counted_results(*columns: Any) -> sa.Select[Any]:
+    """SELECT `columns` FROM result JOIN problem LEFT JOIN job WHERE counted().
+
+    Callers add their own filters (session, op), joins (fusion_config, candidates) and order.
+    """
+    return (
+        sa.select(*columns)
+        .select_from(Result)
+        .join(Problem, Problem.id == Result.problem_id)
+        .outerjoin(Job, Job.id == Result.job_id)
+        .where(counted())
+    )
+
+
+def tried_per_job(session_id: int) -> sa.Subquery:
+    """(job_id, n): how many candidates each job of the session tried, grouped once."""
+    return (
+        sa.select(Candidate.job_id, sa.func.count().label("n"))
+        .where(Candidate.session_id == session_id)
+        .group_by(Candidate.job_id)
+        .subquery()
+    )
+
+
 def check_op(op: str | None) -> None:
     if op is not None and op not in OPS:
         raise UserError(f"unknown op {op!r} (known: {', '.join(OPS)})")
 
 
 def winners(db: Database, session_id: int, op: str | None = None) -> list[Winner]:
-    """Every winner of a session with its candidate count: one query, counts grouped per job."""
+    """Every counted winner of a session with its candidate count: one query, counts grouped
+    per job."""
     check_op(op)
     sessions.get(db, session_id)  # NotFound with a hint, rather than an empty table
-    tried = (
-        sa.select(Candidate.job_id, sa.func.count().label("n"))
-        .where(Candidate.session_id == session_id)
-        .group_by(Candidate.job_id)
-        .subquery()
-    )
+    tried = tried_per_job(session_id)
     stmt = (
-        sa.select(
+        counted_results(
             Result.problem_id,
             Problem.op,
             catalog.label_column(),  # a fusion module shows as file @function: key
@@ -92,7 +114,6 @@ def winners(db: Database, session_id: int, op: str | None = None) -> list[Winner
             Result.winner_margin,
             Result.winner_noise,
         )
-        .join(Problem, Problem.id == Result.problem_id)
         .outerjoin(FusionConfig, FusionConfig.id == Problem.id)
         .outerjoin(tried, tried.c.job_id == Result.job_id)
         .where(Result.session_id == session_id)

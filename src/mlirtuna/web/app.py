@@ -19,6 +19,7 @@ from sqlalchemy.engine import URL
 from mlirtuna import __version__
 from mlirtuna.db import Database, resolve_url
 from mlirtuna.errors import DatabaseError, NotFound, UserError
+from mlirtuna.web import routes
 
 HERE = Path(__file__).parent
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8765
@@ -61,16 +62,7 @@ def open_read_only(url: str | URL | None) -> Database:
     return db
 
 
-def plotly_js() -> Path:
-    """plotly.js as the plotly Python package ships it: served by the app, no CDN needed."""
-    import plotly
-
-    return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-
-
 def create_app(db: Database, poll_ms: int = POLL_MS) -> FastAPI:
-    from mlirtuna.web import routes
-
     app = FastAPI(
         title="mlirtuna dashboard",
         version=__version__,

@@ -1,6 +1,6 @@
 """Looking into one session or one problem: paged winners, distributions, grouped errors, trends
 of a problem across sessions and every candidate of a tuning. Used by the dashboard (and open to
-scripts); `results.winners` stays the one full list the CLI prints and exports.
+scripts); `history.winners.winners` stays the one full list the CLI prints and exports.
 
 Filtering, sorting and paging happen in the database; distributions are binned here from one
 column, never from whole rows.
@@ -32,7 +32,7 @@ from mlirtuna.db.models import (
     TuningSession,
 )
 from mlirtuna.errors import NotFound, UserError
-from mlirtuna.history.winners import check_op
+from mlirtuna.history import winners
 from mlirtuna.web.farm import clamp_page
 
 WINNER_SORTS = (
@@ -105,27 +105,22 @@ class WinnersPage:
 def winners_page(
     db: Database, session_id: int, where: WinnerFilter, offset: int = 0, limit: int = 50
 ) -> WinnersPage:
-    """One page of a session's winners, filtered and sorted in the database."""
-    check_op(where.op)
+    """One page of a session's counted winners (winners.counted_results), filtered and sorted
+    in the database."""
+    winners.check_op(where.op)
     if where.sort not in WINNER_SORTS:
         raise UserError(f"unknown sort {where.sort!r} (known: {', '.join(WINNER_SORTS)})")
     sessions.get(db, session_id)
     offset, limit = clamp_page(offset, limit)
-    tried = (
-        sa.select(Candidate.job_id, sa.func.count().label("n"))
-        .where(Candidate.session_id == session_id)
-        .group_by(Candidate.job_id)
-        .subquery()
-    )
+    tried = winners.tried_per_job(session_id)
     data_type = _data_type().label("data_type")
     n = sa.func.coalesce(tried.c.n, 0).label("candidates")
     conditions = _winner_conditions(session_id, where, data_type)
-    base = _with_configs(
-        sa.select(Result.problem_id).join(Problem, Problem.id == Result.problem_id),
-        Result.problem_id,
-    ).where(*conditions)
+    base = _with_configs(winners.counted_results(Result.problem_id), Result.problem_id).where(
+        *conditions
+    )
     rows_stmt = _with_configs(
-        sa.select(
+        winners.counted_results(
             Result.problem_id,
             Problem.op,
             data_type,
@@ -137,9 +132,7 @@ def winners_page(
             Result.job_id,
             Result.winner_margin,
             Result.winner_noise,
-        )
-        .join(Problem, Problem.id == Result.problem_id)
-        .outerjoin(tried, tried.c.job_id == Result.job_id),
+        ).outerjoin(tried, tried.c.job_id == Result.job_id),
         Result.problem_id,
     ).where(*conditions)
     key = {

@@ -7,6 +7,7 @@ scripts and monitoring read (docs/dashboard.md lists them).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
@@ -18,7 +19,6 @@ from mlirtuna.errors import UserError
 from mlirtuna.history import compare
 from mlirtuna.queue import jobs
 from mlirtuna.web import explore, farm
-from mlirtuna.web.app import plotly_js
 
 api = APIRouter(prefix="/api")
 pages = APIRouter()
@@ -200,6 +200,13 @@ def page_compare(
         if value and not value.isdigit():
             raise UserError(f"compare takes session ids, not {value!r} (import a .tsv first)")
     return _page(request, "compare.html", a=a or "", b=b or "", threshold=threshold)
+
+
+def plotly_js() -> Path:
+    """plotly.js as the plotly Python package ships it: served by the app, no CDN needed."""
+    import plotly
+
+    return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 
 
 @pages.get("/assets/plotly.min.js", include_in_schema=False)

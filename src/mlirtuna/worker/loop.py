@@ -239,10 +239,8 @@ class Worker:
 
 def _quick_lists(db: Database, session: sessions.Session) -> QuickLists | None:
     """The stored quick list of a `list:NAME` session, read once per worker (None otherwise)."""
-    from mlirtuna.history import quick
-
-    name = quick.list_name(session.tuning_space)
-    return quick.load_space(db, name, session.arch) if name is not None else None
+    name = sessions.quick_list_name(session.tuning_space)
+    return sessions.load_quick_list(db, name, session.arch) if name is not None else None
 
 
 def role_stage(session: sessions.Session, role: str) -> str:

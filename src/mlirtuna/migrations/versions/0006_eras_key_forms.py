@@ -4,6 +4,8 @@ Revision ID: 0006
 Revises: 0009
 """
 
+import re
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -40,8 +42,6 @@ def upgrade() -> None:
 def _fill_families(table_name: str) -> None:
     """Rows written before this revision get their family too (one UPDATE per distinct perf
     config: a history repeats few of them)."""
-    from mlirtuna.keys import perf_config_family
-
     conn = op.get_bind()
     table = sa.table(table_name, sa.column("perf_config"), sa.column("perf_family"))
     configs = conn.execute(sa.select(table.c.perf_config).distinct()).scalars().all()
@@ -51,6 +51,33 @@ def _fill_families(table_name: str) -> None:
             .where(table.c.perf_config == perf_config)
             .values(perf_family=perf_config_family(perf_config or ""))
         )
+
+
+# A frozen copy of keys.perf_config_family as it stood when this revision was written: a
+# migration must do tomorrow what it did the day it was written, whatever keys.py becomes.
+_NAMED_RE = re.compile(r"^(gemm|attn):[A-Za-z]\w*=")
+_VERSIONED_RE = re.compile(r"^(?:(gemm|attn):)?v(\d+):")
+_CPU_RE = re.compile(r"^cpu:")
+
+
+def perf_config_family(perf_config: str) -> str:
+    """v1 (positional, no prefix), v2 …, attn:vN, gemm:vN, gemm:named / attn:named, cpu; ""
+    for E2's "None" or an empty string; "other" for anything else."""
+    text = perf_config.strip()
+    if not text or text == "None":
+        return ""
+    if _CPU_RE.match(text):
+        return "cpu"
+    named = _NAMED_RE.match(text)
+    if named:
+        return f"{named.group(1)}:named"
+    versioned = _VERSIONED_RE.match(text)
+    if versioned:
+        prefix, version = versioned.group(1), versioned.group(2)
+        return f"{prefix}:v{version}" if prefix else f"v{version}"
+    if re.fullmatch(r"-?\d+(,-?\d+)+", text):
+        return "v1"
+    return "other"
 
 
 def downgrade() -> None:
