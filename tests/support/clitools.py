@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from mlirtuna.cli import app
 
-SRC = str(Path(__file__).parent.parent / "src")
+SRC = str(Path(__file__).resolve().parent.parent.parent / "src")
 
 
 @dataclass

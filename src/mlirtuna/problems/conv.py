@@ -211,7 +211,7 @@ _TYPES = {t: _types(t) for t in DATA_TYPES}
 
 
 @lru_cache(maxsize=1024)
-def _layout_error(layout: str) -> str | None:
+def layout_error(layout: str) -> str | None:
     """Why a layout string is not one perfRunner can map, or None. Cached: files repeat them."""
     letters = set(layout)
     if len(letters) != len(layout) or not letters <= set("NCHWG01"):
@@ -226,7 +226,7 @@ def _layout_error(layout: str) -> str | None:
 def _layouts_error(*layouts: str) -> str | None:
     """The message for the first bad one of (filter, input, output) layouts, or None."""
     for flag, layout in zip(LAYOUT_FLAGS, layouts, strict=True):
-        error = _layout_error(layout)
+        error = layout_error(layout)
         if error:
             return f"{flag}: bad layout {layout!r}: {error}"
     return None
@@ -300,8 +300,8 @@ def _resolved(options: ExpandOptions) -> tuple[tuple[str, ...], tuple[str, ...],
     )
     layouts = tuple(dict.fromkeys(x.upper() for x in options.layouts or DEFAULT_LAYOUTS))
     for layout in layouts:
-        if _layout_error(layout):
-            raise UserError(f"bad layout {layout!r}: {_layout_error(layout)}")
+        if layout_error(layout):
+            raise UserError(f"bad layout {layout!r}: {layout_error(layout)}")
     return types, directions, layouts
 
 

@@ -24,7 +24,7 @@ from itertools import product
 from typing import ClassVar
 
 from mlirtuna.errors import InputError, UserError
-from mlirtuna.problems.conv import _layout_error, check_shape, out_size
+from mlirtuna.problems.conv import check_shape, layout_error, out_size
 from mlirtuna.problems.flags import (
     Columns,
     ExpandOptions,
@@ -96,7 +96,7 @@ class ConvGemmProblem(Columns):
     def __post_init__(self) -> None:
         check_name("-t", self.data_type, DATA_TYPES)
         for flag, name in LAYOUT_FLAGS:
-            error = _layout_error(getattr(self, name))
+            error = layout_error(getattr(self, name))
             if error:
                 raise InputError(f"{flag}: bad layout {getattr(self, name)!r}: {error}")
         SIZE_FLAGS.check(self)
@@ -163,8 +163,8 @@ def _resolved(options: ExpandOptions) -> tuple[tuple[str, ...], tuple[str, ...]]
     types = option_values("conv_gemm data type", options.data_types, _TYPE_NAMES, DATA_TYPES)
     layouts = tuple(dict.fromkeys(x.upper() for x in options.layouts or DEFAULT_LAYOUTS))
     for layout in layouts:
-        if _layout_error(layout):
-            raise UserError(f"bad layout {layout!r}: {_layout_error(layout)}")
+        if layout_error(layout):
+            raise UserError(f"bad layout {layout!r}: {layout_error(layout)}")
     return types, layouts
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -24,8 +25,9 @@ from mlirtuna.db.text import cut_text as _cut
 from mlirtuna.keys import perf_config_family
 from mlirtuna.queue import sql
 from mlirtuna.queue.claim import Lease
-from mlirtuna.tuners import base
-from mlirtuna.tuners.base import TuneOutcome
+
+if TYPE_CHECKING:  # annotations only: `status` and `jobs` need no tuner code loaded
+    from mlirtuna.tuners.base import Candidate, TuneOutcome
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +143,7 @@ def _candidate_arrays(lease: Lease, outcome: TuneOutcome) -> dict[str, list]:
     return {f"a_{k}": [r[k] for r in rows] for k in sql.CANDIDATE_TYPES}
 
 
-def _candidate_columns(c: base.Candidate) -> dict[str, object]:
+def _candidate_columns(c: Candidate) -> dict[str, object]:
     return {
         "perf_config": c.perf_config,
         "kernel_time": c.kernel_time_ns,
@@ -152,7 +154,7 @@ def _candidate_columns(c: base.Candidate) -> dict[str, object]:
     }
 
 
-def _spread_columns(c: base.Candidate) -> dict[str, object]:
+def _spread_columns(c: Candidate) -> dict[str, object]:
     """The candidate row's statistics columns (None where the tuner measured no spread)."""
     sp = c.spread
     return {
