@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from support.clitools import mlirtuna_argv, run_cli, subprocess_env
-from test_rocmlir_tuner import fake_build
+from support.rocmlir import fake_build
 
 from mlirtuna import catalog, queue, sessions
 from mlirtuna.db.models import Attempt, Candidate, Job, Result

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from support.perfrunner_keys import read_key
-from test_rocmlir_tuner import ARCH_FULL
-from test_rocmlir_worker import build, work  # noqa: F401 (build is a fixture)
+from support.rocmlir import ARCH_FULL, quiet_build, work  # noqa: F401 (the build fixture)
 
 from mlirtuna import catalog, sessions
 from mlirtuna.db.models import COMPLETED, Candidate, FusionConfig, Job, Result
@@ -24,7 +23,7 @@ DOT_ADD = FUSION / "mixr-gemm" / "mixr-gemm-add.e2e.mlir"
 
 
 @pytest.mark.parametrize("layout", ["new", "old"])
-def test_keys_from_rocmlir_gen_in_both_layouts(build, monkeypatch, layout):  # noqa: F811
+def test_keys_from_rocmlir_gen_in_both_layouts(build, monkeypatch, layout):
     monkeypatch.setenv("FAKE_ROCMLIR_KEY_LAYOUT", layout)
     for path in sorted(FUSION.glob("*/*.mlir")):
         emitted = fusionkey.emit_tuning_key(path, path.read_text(), str(build), "gfx942")
@@ -41,7 +40,7 @@ def test_keys_from_rocmlir_gen_in_both_layouts(build, monkeypatch, layout):  # n
             )
 
 
-def test_a_failing_key_pipeline_is_one_clear_error(build, tmp_path):  # noqa: F811
+def test_a_failing_key_pipeline_is_one_clear_error(build, tmp_path):
     bad = tmp_path / "bad.mlir"
     bad.write_text("module {\n  func.func @f(%arg0: tensor<2xf32>) -> tensor<2xf32> {\n"
                    "    return %arg0 : tensor<2xf32>\n  }\n}\n")  # fmt: skip
@@ -50,7 +49,7 @@ def test_a_failing_key_pipeline_is_one_clear_error(build, tmp_path):  # noqa: F8
 
 
 @pytest.mark.parametrize("era", ["E2", "E3"])
-def test_rocmlir_tuner_tunes_a_fusion_module(db, build, monkeypatch, era):  # noqa: F811
+def test_rocmlir_tuner_tunes_a_fusion_module(db, build, monkeypatch, era):
     monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", era)
     catalog.import_modules(db, [str(CASE_4), str(DOT_ADD)], tag="fx")
     sess = sessions.create(
