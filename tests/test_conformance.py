@@ -389,7 +389,7 @@ def test_fakes_report_hip_and_rocminfo_cu_counts_apart():
 def test_real_perfrunner_reads_an_mlirtuna_export(tmp_path):
     """perfRunner.read_tuning_db of the real scripts finds every problem `mlirtuna export` wrote."""
     from support.clitools import cli
-    from test_results import FULL, m_of, new_session, tune
+    from support.results import FULL, m_of, new_session, tune
 
     from mlirtuna.db import Database
 
