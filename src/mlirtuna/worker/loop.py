@@ -247,15 +247,17 @@ class Worker:
         self.runner.heartbeat.add(held)
         deadline = time.monotonic() + self.settings.batch_wait_s
         while len(held) < limit and not self.stop_requested.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0 or self.runner.retrying(
+            compiling = not self.runner.retrying(
                 lambda: jobs.is_drained(self.db, self.settings.session_id, [COMPILE])
-            ):
-                break
-            self.stop_requested.wait(min(BATCH_POLL_S, left))
+            )
+            if compiling:
+                self.stop_requested.wait(min(BATCH_POLL_S, max(deadline - time.monotonic(), 0)))
+            # One more claim after compiling ended: its last bundles are claimable by then.
             more = self._claim_batch(limit - len(held))
             self.runner.heartbeat.add(more)
             held += more
+            if not compiling or time.monotonic() >= deadline:
+                break
         return held
 
     def _claim_batch(self, limit: int) -> list[Lease]:
