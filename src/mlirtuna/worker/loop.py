@@ -134,6 +134,14 @@ class Worker:
                 idle = min(idle * 2, POLL_MAX_S)
                 continue
             idle, said_idle = POLL_MIN_S, False
+            if self.stop_requested.is_set() and self.batch > 1:
+                # Told to stop while it claimed (or waited for a prefetch): not begun, so back.
+                for lease in leases:
+                    self.runner.heartbeat.drop(lease)
+                self.runner.give_back(leases, "given back by a stopping worker")
+                if prepared is not None:
+                    prepared.discard()
+                break
             if self.batch == 1:
                 self.runner.work(leases[0], self._one)
                 continue
