@@ -136,6 +136,7 @@ class Plan:
     costs: Costs
     timeout_s: float | None  # per scenario; None: from the costs
     kinds: tuple[str, ...] = KINDS  # which rows: one-stage, batched, two-stage
+    gpu_flags: tuple[str, ...] = ()  # two-stage GPU workers' --batch-wait S / --no-prefetch
 
     def longest_call_s(self, batch: int) -> float:
         c = self.costs
@@ -277,7 +278,8 @@ def worker_argvs(sid: int, plan: Plan, scenario: Scenario) -> dict[str, list[str
     """Each worker process by name: one per GPU slot, then the compile workers."""
     base = [sys.executable, "-m", "mlirtuna", "worker", "--session", str(sid)]
     batch = ["--batch", str(scenario.batch)] if scenario.batch > 1 else []
-    argvs = {f"gpu{g}": [*base, "--gpus", str(g), *batch] for g in range(plan.gpus)}
+    extra = list(plan.gpu_flags) if scenario.split and scenario.batch > 1 else []
+    argvs = {f"gpu{g}": [*base, "--gpus", str(g), *batch, *extra] for g in range(plan.gpus)}
     for i in range(scenario.compile_workers):
         argvs[f"compile{i}"] = [*base, "--role", "compile"]
     return argvs
@@ -759,7 +761,15 @@ def options():
     add("--no-diagnostic", action="store_true", help="leave out the two-stage row whose GPU "
         "calls have no start-up (it tells the start-up's cost from the queue's)")  # fmt: skip
     add("--timeout", type=float, help="seconds per scenario (default: 3x one-stage's + 60)")
+    add("--batch-wait", type=float, help="two-stage GPU workers' --batch-wait S (default: "
+        "the worker's; 0 with --no-prefetch: the behaviour before issue 24)")  # fmt: skip
+    add("--no-prefetch", action="store_true", help="two-stage GPU workers' --no-prefetch")
     return p.parse_args()
+
+
+def gpu_flags(args) -> tuple[str, ...]:
+    flags = () if args.batch_wait is None else ("--batch-wait", str(args.batch_wait))
+    return (*flags, "--no-prefetch") if args.no_prefetch else flags
 
 
 def pick(value, real, smoke, is_smoke: bool):
@@ -782,7 +792,7 @@ def main() -> None:
         raise SystemExit(f"--kinds: a subset of {','.join(KINDS)}, not {args.kinds!r}")
     problems, gpus = pick(args.problems, 32, 4, smoke), pick(args.gpus, 4, 2, smoke)
     plans = [
-        Plan(b, problems, gpus, space, costs, args.timeout, kinds)
+        Plan(b, problems, gpus, space, costs, args.timeout, kinds, gpu_flags(args))
         for b in common.backends(args.backends)
     ]
     counts = pick(args.compile_workers, "0,2,8,feed", "1", smoke).split(",")
@@ -821,7 +831,9 @@ def header(plans: Sequence[Plan], batch: int) -> str:
             f", one process each), the stand-in tuningRunner in era E4 with start-up "
             f"{c.startup_s:g} s per call, compile {c.compile_ms:g} ms and benchmark "
             f"{c.bench_ms:g} ms per candidate (so {c.compile_s:.2f} s and {c.bench_s:.2f} s per "
-            f"problem); batched GPU workers `--batch {batch}`. Costs are sleeps: the CPUs only "
+            f"problem); batched GPU workers `--batch {batch}"
+            f"{''.join(' ' + f for f in plan.gpu_flags)}`. "
+            "Costs are sleeps: the CPUs only "
             "pay for mlirtuna, the database and the stand-in's Python start-up.",
             "Slot busy = the union of the slot's benchmarking stretches (GPU log) over its "
             "window, first claim to the end of its last attempt (database clock). Wall = first "
