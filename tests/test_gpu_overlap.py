@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from support.clitools import run_cli
 from test_rocmlir_tuner import fake_build
 from test_two_stage import count, problems, session, states, work
 
 from mlirtuna.db.models import BENCHMARK, RUNNING, Attempt, Bundle, Job, Result
 from mlirtuna.queue import jobs
-from mlirtuna.worker import Worker, WorkerSettings
+from mlirtuna.worker import Worker, WorkerSettings, supervisor
 
 BENCH_MS = "50"  # per candidate; `quick` has 8 in the stand-in: 0.4 s per bundle
 
@@ -194,3 +195,18 @@ def test_a_stopping_worker_gives_its_prefetched_jobs_back(db, tmp_path, build, m
     assert outcomes == ["released"] * 4
     assert count(db, Bundle, Bundle.complete.is_(True)) == 4  # kept for whoever takes them
     assert work(db, sid, build, "gpu", batch=4).stats.completed == 4
+
+
+def test_batch_wait_and_prefetch_reach_every_worker_process():
+    settings = WorkerSettings(session_id=1, batch=4, batch_wait_s=0.5, prefetch=False)
+    argv = supervisor.worker_argv(settings, supervisor.Slot(0))
+    at = argv.index("--batch-wait")
+    assert argv[at + 1] == "0.5" and "--no-prefetch" in argv
+    default = supervisor.worker_argv(WorkerSettings(session_id=1, batch=4), supervisor.Slot(0))
+    assert "--batch-wait" not in default and "--no-prefetch" not in default
+
+
+def test_a_negative_batch_wait_is_refused(db_url):
+    run = run_cli(db_url, "worker", "--session", "1", "--batch", "4", "--batch-wait", "-1")
+    assert run.code == 2
+    assert run.stderr.strip().splitlines() == ["error: --batch-wait -1: give 0 or more seconds"]
