@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from support.clitools import run_cli
 from test_rocmlir_tuner import fake_build
-from test_two_stage import count, problems, session, states, work
+from test_two_stage import count, problems, session, states, work, worker_settings
 
 from mlirtuna.db.models import BENCHMARK, RUNNING, Attempt, Bundle, Job, Result
 from mlirtuna.queue import jobs
@@ -49,20 +49,19 @@ def stretches(tmp_path: Path) -> list[dict]:
 
 
 def gpu_settings(sid: int, build: Path, **changes) -> WorkerSettings:
-    settings = WorkerSettings(
-        session_id=sid,
-        tuner="rocmlir",
-        gpu_id=0,
-        until_empty=True,
-        mlir_build_dir=str(build),
-        max_retries=1,
-        backoff_s=0,
-        job_timeout_s=60,
-        batch=4,
-    )
-    for key, value in changes.items():
-        setattr(settings, key, value)
-    return settings
+    return worker_settings(sid, build, "gpu", **{"batch": 4, **changes})
+
+
+def while_compiling(db, sid: int, build: Path, settings: WorkerSettings) -> Worker:
+    """Run a GPU worker while a compile worker (a thread) compiles the session's problems."""
+    compiler = threading.Thread(target=work, args=(db, sid, build, "compile"), daemon=True)
+    compiler.start()
+    try:
+        gpu = Worker(db, settings)
+        gpu.run()
+    finally:
+        compiler.join(120)
+    return gpu
 
 
 def benchmark_jobs(db, sid: int) -> list:
@@ -97,13 +96,7 @@ def test_a_gpu_worker_waits_for_a_full_batch_while_compiles_run(db, tmp_path, bu
     problems(db, tmp_path, 4)
     sid = session(db, build)
     monkeypatch.setenv("FAKE_TUNINGRUNNER_COMPILE_MS", "40")  # 0.3 s per compile call
-    compiler = threading.Thread(target=work, args=(db, sid, build, "compile"), daemon=True)
-    compiler.start()
-    try:
-        gpu = Worker(db, gpu_settings(sid, build, batch_wait_s=120))
-        gpu.run()
-    finally:
-        compiler.join(120)
+    gpu = while_compiling(db, sid, build, gpu_settings(sid, build, batch_wait_s=120))
     assert gpu.stats.completed == 4
     assert states(db, sid) == {("compile", "completed"): 4, ("benchmark", "completed"): 4}
     # The bundles came one by one, yet one call held all four.
@@ -116,13 +109,7 @@ def test_without_the_wait_a_call_takes_what_is_ready(db, tmp_path, build, monkey
     problems(db, tmp_path, 4)
     sid = session(db, build)
     monkeypatch.setenv("FAKE_TUNINGRUNNER_COMPILE_MS", "100")  # 0.8 s per compile call
-    compiler = threading.Thread(target=work, args=(db, sid, build, "compile"), daemon=True)
-    compiler.start()
-    try:
-        gpu = Worker(db, gpu_settings(sid, build, batch_wait_s=0, prefetch=False))
-        gpu.run()
-    finally:
-        compiler.join(120)
+    gpu = while_compiling(db, sid, build, gpu_settings(sid, build, batch_wait_s=0, prefetch=False))
     assert gpu.stats.completed == 4
     assert len(benchmark_calls(tmp_path)) > 1
 

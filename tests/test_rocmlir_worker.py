@@ -9,13 +9,14 @@ import pytest
 import sqlalchemy as sa
 from support.clitools import run_cli
 from test_rocmlir_tuner import ARCH_FULL, ATTN, CONV, GEMM, expected, fake_build, pid_alive
+from test_two_stage import worker_settings
 
 from mlirtuna import catalog, sessions
 from mlirtuna.db.models import Candidate, Job, Result
 from mlirtuna.problems import ExpandOptions, parse
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
-from mlirtuna.worker import Worker, WorkerSettings
+from mlirtuna.worker import Worker
 
 LINES = {"gemm": GEMM, "conv": CONV, "attention": ATTN}
 
@@ -47,19 +48,7 @@ def rocmlir_session(db, tmp_path, op: str, space: str = "quick") -> int:
 
 
 def work(db, sid, build, **changes) -> Worker:
-    settings = WorkerSettings(
-        session_id=sid,
-        tuner="rocmlir",
-        gpu_id=0,
-        until_empty=True,
-        mlir_build_dir=str(build),
-        max_retries=1,
-        backoff_s=0,
-        job_timeout_s=60,
-    )
-    for key, value in changes.items():
-        setattr(settings, key, value)
-    worker = Worker(db, settings)
+    worker = Worker(db, worker_settings(sid, build, "gpu", **changes))
     worker.run()
     return worker
 

@@ -67,6 +67,12 @@ def session(db, build, split: str | None = SPLIT, **spec) -> int:
 
 
 def work(db, sid, build, role: str = "gpu", **changes) -> Worker:
+    worker = Worker(db, worker_settings(sid, build, role, **changes))
+    worker.run()
+    return worker
+
+
+def worker_settings(sid, build, role: str = "gpu", **changes) -> WorkerSettings:
     settings = WorkerSettings(
         session_id=sid,
         tuner="rocmlir",
@@ -80,9 +86,7 @@ def work(db, sid, build, role: str = "gpu", **changes) -> Worker:
     )
     for key, value in changes.items():
         setattr(settings, key, value)
-    worker = Worker(db, settings)
-    worker.run()
-    return worker
+    return settings
 
 
 def states(db, sid) -> dict[tuple[str, str], int]:
