@@ -12,7 +12,12 @@ Definitions (the same for every scenario):
 - slot busy share: the union of the slot's benchmarking stretches inside its window / window;
 - wall: the farm's window, from the first claim of any job to the end of the last attempt;
 - farm share: all slots' benchmarking / (G x wall), idle ramp-up and tail included;
-- ceiling: the share the costs alone allow a slot that never waits for anything;
+- ceiling: the mean slot busy share that a farm which never waits for anything reaches: each
+  slot takes its even share of the problems (problems / G, the first slots one more) in calls of
+  K (the last one partial: the tail), pays the tool's start-up per call, (one-stage) the compiles,
+  and the in-call gaps the run measured (per bundle: from a call's start + start-up to its first
+  benchmarking stretch, and between its stretches; the stand-in's own work per problem). The
+  capacity table's ceiling, computed before any run, has no in-call gaps;
 - where a slot's window went: benchmarking, the tool's start-up (and one-stage compiles) as the
   costs say from the tool calls it made, the rest of the time it held a job (mlirtuna, Python,
   bundles: the farm's own overhead), and the time it held no job.
@@ -107,12 +112,19 @@ class Scenario:
             wanted += ["--split", "--role"]
         return wanted
 
-    def ceiling(self, costs: Costs) -> float:
-        """The busy share a slot reaches when it never waits: start-up and compiles idle it."""
-        per_call_idle = self.gpu_startup(costs)
-        per_call_idle += 0 if self.split else self.batch * costs.compile_s
-        busy = self.batch * costs.bench_s
-        return busy / (busy + per_call_idle)
+    def ceiling(self, costs: Costs, problems: int, gpus: int, gap_s: float = 0.0) -> float:
+        """The mean slot busy share when no slot ever waits: each slot's even share of the
+        problems in calls of K (the last one partial), a start-up per call, `gap_s` per bundle
+        inside a call, and (one-stage) every problem's compiles."""
+        shares = []
+        for g in range(min(gpus, problems)):
+            n = problems // gpus + (1 if g < problems % gpus else 0)
+            calls = math.ceil(n / self.batch)
+            busy = n * costs.bench_s
+            idle = calls * self.gpu_startup(costs) + n * gap_s
+            idle += 0 if self.split else n * costs.compile_s
+            shares.append(busy / (busy + idle))
+        return sum(shares) / len(shares) if shares else float("nan")
 
 
 @dataclass(frozen=True)
@@ -124,6 +136,7 @@ class Plan:
     costs: Costs
     timeout_s: float | None  # per scenario; None: from the costs
     kinds: tuple[str, ...] = KINDS  # which rows: one-stage, batched, two-stage
+    gpu_flags: tuple[str, ...] = ()  # two-stage GPU workers' --batch-wait S / --no-prefetch
 
     def longest_call_s(self, batch: int) -> float:
         c = self.costs
@@ -179,6 +192,10 @@ class Outcome:
     gpu_workers_cpu_s: float = float("nan")  # the GPU worker processes' own CPU
     gpu_tools_cpu_s: float = float("nan")  # their tool calls' CPU
     note: str = ""
+    in_call_gap_s: float = 0.0  # per bundle benchmarked: the tool's own time inside a call
+
+    def ceiling(self, plan: Plan) -> float:
+        return self.scenario.ceiling(plan.costs, plan.problems, plan.gpus, self.in_call_gap_s)
 
 
 # -- the farm: build, environment, CLI ---------------------------------------------------------
@@ -261,7 +278,8 @@ def worker_argvs(sid: int, plan: Plan, scenario: Scenario) -> dict[str, list[str
     """Each worker process by name: one per GPU slot, then the compile workers."""
     base = [sys.executable, "-m", "mlirtuna", "worker", "--session", str(sid)]
     batch = ["--batch", str(scenario.batch)] if scenario.batch > 1 else []
-    argvs = {f"gpu{g}": [*base, "--gpus", str(g), *batch] for g in range(plan.gpus)}
+    extra = list(plan.gpu_flags) if scenario.split and scenario.batch > 1 else []
+    argvs = {f"gpu{g}": [*base, "--gpus", str(g), *batch, *extra] for g in range(plan.gpus)}
     for i in range(scenario.compile_workers):
         argvs[f"compile{i}"] = [*base, "--role", "compile"]
     return argvs
@@ -452,9 +470,10 @@ def read_gpu_log(path: Path) -> tuple[dict[int, list[tuple[float, float]]], int]
     return stretches, candidates
 
 
-def tool_calls(path: Path) -> dict[int, int]:
-    """Tool invocations per GPU id (`--gpus N`; compile-only calls have none), --help left out."""
-    calls: dict[int, int] = {}
+def tool_calls(path: Path) -> dict[int, list[float]]:
+    """The start times of the tool invocations per GPU id (`--gpus N`; compile-only calls have
+    none), --help left out, in order."""
+    calls: dict[int, list[float]] = {}
     if path.exists():
         for line in path.read_text().splitlines():
             argv = json.loads(line)["argv"]
@@ -465,8 +484,25 @@ def tool_calls(path: Path) -> dict[int, int]:
                 if arg == "--gpus" and i + 1 < len(argv):
                     value = argv[i + 1]
                 if value is not None:
-                    calls[int(value)] = calls.get(int(value), 0) + 1
-    return calls
+                    calls.setdefault(int(value), []).append(float(json.loads(line)["time"]))
+    return {g: sorted(starts) for g, starts in calls.items()}
+
+
+def in_call_gaps(
+    starts: Sequence[float], stretches: Sequence[tuple[float, float]], startup_s: float
+) -> float:
+    """Seconds a slot's calls spent neither starting up nor benchmarking between their first and
+    last stretch: from a call's start + start-up to its first stretch, then between stretches."""
+    total, call, prev_end = 0.0, -1, 0.0
+    for a, b in sorted(stretches):
+        owner = max((i for i, t in enumerate(starts) if t <= a), default=-1)
+        if owner < 0:
+            continue
+        if owner != call:
+            call, prev_end = owner, starts[owner] + startup_s
+        total += max(a - prev_end, 0.0)
+        prev_end = max(prev_end, b)
+    return total
 
 
 def measure(db: Database, sid: int, logs: Path, plan: Plan, scenario: Scenario) -> Outcome:
@@ -491,9 +527,13 @@ def measure(db: Database, sid: int, logs: Path, plan: Plan, scenario: Scenario) 
     lo, hi = min(a for _, a, _ in times), max(b for _, _, b in times)
     out.wall_s = hi - lo
     calls = tool_calls(logs / TOOL_LOG)
+    startup = scenario.gpu_startup(plan.costs)
+    gaps = sum(in_call_gaps(calls.get(g, []), stretches.get(g, []), startup) for g in calls)
+    bundles = sum(len(v) for v in stretches.values())
+    out.in_call_gap_s = gaps / bundles if bundles else 0.0
     for g in range(plan.gpus):
         held = [(a, b) for gpu, a, b in times if gpu == g]
-        out.slots[g] = slot_time(held, stretches.get(g, []), calls.get(g, 0), plan, scenario)
+        out.slots[g] = slot_time(held, stretches.get(g, []), len(calls.get(g, [])), plan, scenario)
     busy_all = sum(union_within(stretches.get(g, []), lo, hi) for g in range(plan.gpus))
     out.farm_share = busy_all / (plan.gpus * out.wall_s) if out.wall_s > 0 else float("nan")
     return out
@@ -549,7 +589,7 @@ def result_row(o: Outcome, plan: Plan) -> list[object]:
         *(pct(t.share if t else None) for t in slots),
         pct(mean([t.share for t in known])),
         pct(o.farm_share),
-        pct(sc.ceiling(plan.costs)),
+        pct(o.ceiling(plan)),
         "-" if math.isnan(rate) else f"{rate:.0f}",
         o.note,
     ]
@@ -616,7 +656,7 @@ def capacity_rows(plan: Plan, scenarios: Sequence[Scenario]) -> list[list[object
                 f"{demand:.3f}",
                 f"{supply / demand:.2f}",
                 math.ceil(plan.gpus * per_compile / per_bench),
-                pct(sc.ceiling(c)),
+                pct(sc.ceiling(c, plan.problems, plan.gpus)),
                 workers_for_95(plan, sc),
             ]
         )
@@ -626,7 +666,7 @@ def capacity_rows(plan: Plan, scenarios: Sequence[Scenario]) -> list[list[object
 def workers_for_95(plan: Plan, sc: Scenario) -> str:
     """Compile workers that keep the slots >= 95 % busy, or why no number of them can."""
     c = plan.costs
-    if sc.ceiling(c) < 0.95:
+    if sc.ceiling(c, plan.problems, plan.gpus) < 0.95:
         k_min = math.ceil(19 * sc.gpu_startup(c) / c.bench_s)  # K b / (s + K b) >= 0.95
         return f"none: start-up caps it; needs K >= {k_min}"
     return str(math.ceil(0.95 * plan.gpus * (c.startup_s + c.compile_s) / c.bench_s))
@@ -721,7 +761,15 @@ def options():
     add("--no-diagnostic", action="store_true", help="leave out the two-stage row whose GPU "
         "calls have no start-up (it tells the start-up's cost from the queue's)")  # fmt: skip
     add("--timeout", type=float, help="seconds per scenario (default: 3x one-stage's + 60)")
+    add("--batch-wait", type=float, help="two-stage GPU workers' --batch-wait S (default: "
+        "the worker's; 0 with --no-prefetch: the behaviour before issue 24)")  # fmt: skip
+    add("--no-prefetch", action="store_true", help="two-stage GPU workers' --no-prefetch")
     return p.parse_args()
+
+
+def gpu_flags(args) -> tuple[str, ...]:
+    flags = () if args.batch_wait is None else ("--batch-wait", str(args.batch_wait))
+    return (*flags, "--no-prefetch") if args.no_prefetch else flags
 
 
 def pick(value, real, smoke, is_smoke: bool):
@@ -744,7 +792,7 @@ def main() -> None:
         raise SystemExit(f"--kinds: a subset of {','.join(KINDS)}, not {args.kinds!r}")
     problems, gpus = pick(args.problems, 32, 4, smoke), pick(args.gpus, 4, 2, smoke)
     plans = [
-        Plan(b, problems, gpus, space, costs, args.timeout, kinds)
+        Plan(b, problems, gpus, space, costs, args.timeout, kinds, gpu_flags(args))
         for b in common.backends(args.backends)
     ]
     counts = pick(args.compile_workers, "0,2,8,feed", "1", smoke).split(",")
@@ -783,16 +831,21 @@ def header(plans: Sequence[Plan], batch: int) -> str:
             f", one process each), the stand-in tuningRunner in era E4 with start-up "
             f"{c.startup_s:g} s per call, compile {c.compile_ms:g} ms and benchmark "
             f"{c.bench_ms:g} ms per candidate (so {c.compile_s:.2f} s and {c.bench_s:.2f} s per "
-            f"problem); batched GPU workers `--batch {batch}`. Costs are sleeps: the CPUs only "
+            f"problem); batched GPU workers `--batch {batch}"
+            f"{''.join(' ' + f for f in plan.gpu_flags)}`. "
+            "Costs are sleeps: the CPUs only "
             "pay for mlirtuna, the database and the stand-in's Python start-up.",
             "Slot busy = the union of the slot's benchmarking stretches (GPU log) over its "
             "window, first claim to the end of its last attempt (database clock). Wall = first "
             "claim of any job to the end of the last attempt (two-stage: a compile and a benchmark "
             "job per problem). Farm busy = all benchmarking / "
-            "(slots x wall), ramp-up and tail included. Ceiling = the share the costs allow a "
-            "slot that never waits: K x bench / (start-up + K x (compile + bench)) one-stage, "
-            "K x bench / (start-up + K x bench) two-stage. Candidates/s = candidates benchmarked "
-            "/ wall. Machine CPU busy: all cores, from loading the jobs to the drained session.",
+            "(slots x wall), ramp-up and tail included. Ceiling = the mean slot busy of a farm "
+            "that never waits: each slot's even share of the problems in calls of K (the last "
+            "one partial: the tail), a start-up per call, the compiles (one-stage) and the "
+            "in-call gaps this run measured (the stand-in's own time per bundle between a "
+            "call's start-up and its benchmarking stretches). Candidates/s = candidates "
+            "benchmarked / wall. Machine CPU busy: all cores, from loading the jobs to the "
+            "drained session.",
             "Where the windows went: the tool's start-up (+ compiles, one-stage) is what the "
             "costs charge for the tool calls each slot made (the stand-in's call log); the "
             "rest is the remaining time the slot held a job (mlirtuna's claim, record and "

@@ -16,21 +16,12 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from support.clitools import cli, mlirtuna_argv, run_cli, subprocess_env
-from support.rocmlir import ARCH_FULL, fake_build
+from support.rocmlir import ARCH_FULL, fake_build, work
+from support.twostage import COMMIT, SPLIT, count, gemm, problems, session, states
 
-from mlirtuna import catalog, queue, sessions
+from mlirtuna import queue, sessions
 from mlirtuna.db.models import Attempt, Bundle, BundleChunk, Candidate, Job, Result
-from mlirtuna.problems import ExpandOptions
 from mlirtuna.queue import Claimant, bundles, jobs
-from mlirtuna.sessions import SessionSpec
-from mlirtuna.worker import Worker, WorkerSettings
-
-COMMIT = "0123456789abcdef0123456789abcdef01234567"  # the stand-in's default commitId
-SPLIT = "compile,benchmark"
-
-
-def gemm(m: int) -> str:
-    return f"-t f32 -out_datatype f32 -transA false -transB false -g 1 -m {m} -n 64 -k 128"
 
 
 @pytest.fixture
@@ -38,62 +29,6 @@ def build(tmp_path, monkeypatch):
     build = fake_build(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E4")
     return build
-
-
-def problems(db, tmp_path, n: int) -> None:
-    path = tmp_path / "gemm-configs"
-    path.write_text("".join(gemm(64 * (i + 1)) + "\n" for i in range(n)))
-    catalog.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag="g")
-
-
-def session(db, build, split: str | None = SPLIT, **spec) -> int:
-    sess = sessions.create(
-        db,
-        SessionSpec(
-            tuner="rocmlir",
-            arch_full=ARCH_FULL,
-            num_cu=304,
-            num_chiplets=8,
-            tuning_space="quick",
-            rocm_v="6.4",
-            mlir_v=COMMIT,
-            mlir_build_dir=str(build),
-            split=split,
-            **spec,
-        ),
-    )
-    jobs.load(db, sess.id, tag="g")
-    return sess.id
-
-
-def work(db, sid, build, role: str = "gpu", **changes) -> Worker:
-    settings = WorkerSettings(
-        session_id=sid,
-        tuner="rocmlir",
-        gpu_id=0 if role == "gpu" else -1,
-        role=role,
-        until_empty=True,
-        mlir_build_dir=str(build),
-        max_retries=1,
-        backoff_s=0,
-        job_timeout_s=60,
-    )
-    for key, value in changes.items():
-        setattr(settings, key, value)
-    worker = Worker(db, settings)
-    worker.run()
-    return worker
-
-
-def states(db, sid) -> dict[tuple[str, str], int]:
-    with db.session() as s:
-        rows = s.execute(sa.select(Job.stage, Job.state).where(Job.session_id == sid)).all()
-    return dict(collections.Counter((r.stage, r.state) for r in rows))
-
-
-def count(db, model, *where) -> int:
-    with db.session() as s:
-        return s.scalar(sa.select(sa.func.count()).select_from(model).where(*where)) or 0
 
 
 def recorded(db, sid) -> dict[int, tuple]:

@@ -7,6 +7,7 @@ DEFAULT_TUNING_SPACE = "full"  # tuningRunner E3's default
 DEFAULT_LEASE_S = 120.0
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_BACKOFF_S = 10.0
+DEFAULT_BATCH_WAIT_S = 2.0  # a GPU worker's wait for a full batch of bundles: ~ one tool start-up
 DEFAULT_QUICK_THRESHOLD = 0.93  # quickTuningGen.py's --th and tuning_eval's coverage threshold
 DEFAULT_TOPK = 3  # candidates re-measured after the search (1: keep the search's winner)
 

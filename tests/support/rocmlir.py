@@ -147,11 +147,20 @@ def rocmlir_session(db, tmp_path, op: str, space: str = "quick") -> int:
     return sess.id
 
 
-def work(db, sid, build, **changes) -> Worker:
+def work(db, sid, build, role: str = "gpu", **changes) -> Worker:
+    """Run one in-process worker of `role` over the session until it is empty."""
+    worker = Worker(db, worker_settings(sid, build, role, **changes))
+    worker.run()
+    return worker
+
+
+def worker_settings(sid, build, role: str = "gpu", **changes) -> WorkerSettings:
+    """A rocmlir worker's settings for tests: the GPU 0 (a compile worker: none), one retry."""
     settings = WorkerSettings(
         session_id=sid,
         tuner="rocmlir",
-        gpu_id=0,
+        gpu_id=0 if role == "gpu" else -1,
+        role=role,
         until_empty=True,
         mlir_build_dir=str(build),
         max_retries=1,
@@ -160,6 +169,4 @@ def work(db, sid, build, **changes) -> Worker:
     )
     for key, value in changes.items():
         setattr(settings, key, value)
-    worker = Worker(db, settings)
-    worker.run()
-    return worker
+    return settings

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 import typer
 
 from mlirtuna.cli import common, options
-from mlirtuna.defaults import DEFAULT_BACKOFF_S, DEFAULT_LEASE_S
+from mlirtuna.defaults import DEFAULT_BACKOFF_S, DEFAULT_BATCH_WAIT_S, DEFAULT_LEASE_S
+from mlirtuna.errors import UserError
 
 if TYPE_CHECKING:
     from mlirtuna.worker import WorkerSettings, supervisor
@@ -39,6 +40,19 @@ def worker(
     ),
     max_jobs: int = typer.Option(None, "--max-jobs", help="Exit after this many jobs."),
     batch: int = options.batch_opt(),
+    batch_wait: float = typer.Option(
+        DEFAULT_BATCH_WAIT_S,
+        "--batch-wait",
+        metavar="SECONDS",
+        help="A --split session's GPU worker with --batch K: wait up to this long for K ready "
+        "bundles while compile jobs are still open (about one tool start-up).",
+    ),
+    prefetch: bool = typer.Option(
+        True,
+        "--prefetch/--no-prefetch",
+        help="A --split session's GPU worker with --batch K: claim and unpack the next batch "
+        "while the current call benchmarks.",
+    ),
     lease: float = typer.Option(
         DEFAULT_LEASE_S, "--lease", help="Lease seconds; a heartbeat renews it every third of that."
     ),
@@ -75,6 +89,8 @@ def worker(
     from mlirtuna.worker import WorkerSettings, role_stage, session_tuner, supervisor
 
     common.check_batch(batch)
+    if batch_wait < 0:
+        raise UserError(f"--batch-wait {batch_wait:g}: give 0 or more seconds")
     if not common.state(ctx).debug:
         logging.getLogger("mlirtuna").setLevel(logging.INFO)  # one line per job: a worker's log
     db = common.database(ctx, wait_s=wait_for_db)
@@ -91,6 +107,8 @@ def worker(
         until_empty=until_empty,
         max_jobs=max_jobs,
         batch=batch,
+        batch_wait_s=batch_wait,
+        prefetch=prefetch,
         mlir_build_dir=mlir_build_dir,
         cpu_mem_limit=int(cpu_mem_limit),
         role=role,

@@ -69,12 +69,9 @@ class Heartbeat:
     @contextlib.contextmanager
     def hold_many(self, leases: list[Lease]) -> Iterator[dict[int, threading.Event]]:
         """Renew all these leases until the block ends (or `drop` ends one earlier); yields
-        each job's `lost` event by job id."""
-        lost = {lease.job_id: threading.Event() for lease in leases}
-        with self._cv:
-            self._held.update({lease.job_id: (lease, lost[lease.job_id]) for lease in leases})
-            self._claims += 1
-            self._cv.notify_all()
+        each job's `lost` event by job id. A lease already held (`add`: claimed ahead, e.g.
+        prefetched) keeps its event, so a loss seen before the block still counts."""
+        lost = self.add(leases)
         try:
             yield lost
         finally:
@@ -82,6 +79,26 @@ class Heartbeat:
                 for lease in leases:
                     self.drop_locked(lease)
                 self._cv.notify_all()
+
+    def add(self, leases: list[Lease]) -> dict[int, threading.Event]:
+        """Start renewing these leases now, until `drop` (or a `hold_many` of them ends); each
+        job's `lost` event by job id (the existing one for a lease already held)."""
+        with self._cv:
+            for lease in leases:
+                if not self._holds(lease):
+                    self._held[lease.job_id] = (lease, threading.Event())
+            self._claims += 1
+            self._cv.notify_all()
+            return {lease.job_id: self._held[lease.job_id][1] for lease in leases}
+
+    def renew_now(self, leases: list[Lease]) -> None:
+        """Renew these held leases at once (not at the next interval): a lease lost meanwhile
+        has its `lost` event set on return."""
+        with self._cv:
+            held = [self._held[lease.job_id] for lease in leases if self._holds(lease)]
+        for lease, lost in held:
+            if not lost.is_set():
+                self.renew(lease, lost)
 
     def drop(self, lease: Lease) -> None:
         """Stop renewing one lease (its job is recorded, failed or given back)."""

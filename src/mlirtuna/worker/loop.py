@@ -6,11 +6,14 @@ Stopping: the first SIGINT/SIGTERM lets the current job finish, the second gives
 (state new, no retry counted).
 
 With `--batch K` it claims up to K jobs at once (queue.claim_many) and hands them to the runner
-as one batch.
+as one batch. A split session's GPU worker waits, up to `batch_wait_s`, for a full batch while
+compile jobs are still open (the leases it holds meanwhile are renewed), and claims and unpacks
+batch N+1 while call N benchmarks (prefetch.py).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -27,6 +30,7 @@ from mlirtuna.queue import Claimant, Lease, jobs
 from mlirtuna.queue.wakeup import Wakeup
 from mlirtuna.tuners.base import Tuner
 from mlirtuna.worker import stages
+from mlirtuna.worker.prefetch import Prefetch
 from mlirtuna.worker.runner import (
     Finish,
     GiveBack,
@@ -42,6 +46,7 @@ log = logging.getLogger(__name__)
 # Idle polling: short, jittered and growing to a cap; never seconds-long random sleeps.
 POLL_MIN_S, POLL_MAX_S = 0.1, 2.0
 SWEEP_S = 5.0  # how often a busy worker looks for expired leases
+BATCH_POLL_S = 0.1  # claims again this often while it waits for a full batch
 
 
 class Worker:
@@ -64,6 +69,7 @@ class Worker:
         self._next_sweep = 0.0
         self.wakeup = Wakeup(db, settings.session_id)
         self.batch = self._batch_size()
+        self._prefetch: Prefetch | None = None
 
     @property
     def session(self) -> sessions.Session:
@@ -99,10 +105,18 @@ class Worker:
             self.wakeup.close()
 
     def _run(self) -> WorkerStats:
+        try:
+            return self._loop()
+        finally:
+            if self._prefetch is not None:  # stopping: the next batch goes back untouched
+                prefetch, self._prefetch = self._prefetch, None
+                prefetch.give_back()
+
+    def _loop(self) -> WorkerStats:
         idle = POLL_MIN_S
         said_idle = False  # an idle stretch is announced once, not at every poll
         while not self.stop_requested.is_set() and not self._enough():
-            leases = self._claim()
+            leases, prepared = self._next()
             if not leases:
                 if self.settings.until_empty and self.runner.retrying(
                     lambda: jobs.is_drained(self.db, self.settings.session_id, [self.claim_stage])
@@ -120,11 +134,37 @@ class Worker:
                 idle = min(idle * 2, POLL_MAX_S)
                 continue
             idle, said_idle = POLL_MIN_S, False
+            if self.stop_requested.is_set() and self.batch > 1:
+                # Told to stop while it claimed (or waited for a prefetch): not begun, so back.
+                for lease in leases:
+                    self.runner.heartbeat.drop(lease)
+                self.runner.give_back(leases, "given back by a stopping worker")
+                if prepared is not None:
+                    prepared.discard()
+                break
             if self.batch == 1:
                 self.runner.work(leases[0], self._one)
-            else:
-                self.runner.work_batch(leases, self._many)
+                continue
+            if self._prefetching and not self.stop_requested.is_set():
+                self._prefetch = Prefetch(
+                    self.runner, functools.partial(self._claim, len(leases)), self.stop_requested
+                )
+            self.runner.work_batch(leases, functools.partial(self._many, prepared=prepared))
         return self.stats
+
+    def _next(self) -> tuple[list[Lease], stages.Prepared | None]:
+        """The next batch: the prefetched one (less the jobs whose lease was lost), else
+        claimed now."""
+        if self._prefetch is not None:
+            prefetch, self._prefetch = self._prefetch, None
+            leases, prepared = prefetch.take()
+            if leases:
+                return leases, prepared
+        return self._claim(), None
+
+    @property
+    def _prefetching(self) -> bool:
+        return self.claim_stage == BENCHMARK and self.batch > 1 and self.settings.prefetch
 
     def _one(self, lease: Lease) -> Finish:
         """One job's work by its stage: tune, or a split session's compile or benchmark."""
@@ -132,10 +172,13 @@ class Worker:
             return self.runner.tune_job(lease)
         return stages.run(self.runner, lease)
 
-    def _many(self, leases: list[Lease]) -> Generator[Settled, None, None]:
-        """A batch's work: a split session's bundles in one benchmark call, else tuned."""
+    def _many(
+        self, leases: list[Lease], prepared: stages.Prepared | None = None
+    ) -> Generator[Settled, None, None]:
+        """A batch's work: a split session's bundles (`prepared`: unpacked ahead) in one
+        benchmark call, else tuned."""
         if leases[0].stage == BENCHMARK:
-            return stages.benchmark(self.runner, leases)
+            return stages.benchmark(self.runner, leases, prepared)
         return self.runner.tune_batch(leases)
 
     def _enough(self) -> bool:
@@ -145,7 +188,9 @@ class Worker:
         return self.stats.completed + self.stats.failed + self.stats.lost
 
     # -- claiming ------------------------------------------------------------------------------
-    def _claim(self) -> list[Lease]:
+    def _claim(self, in_flight: int = 0) -> list[Lease]:
+        """Claim the next job, or batch (`in_flight`: jobs of a batch still running, which
+        count against --max-jobs). Expired leases are swept first when due."""
         # Expired leases are swept every SWEEP_S seconds and whenever nothing is claimable: a
         # dead worker's job comes back within its lease + SWEEP_S, and a busy queue does not pay
         # for a sweep on every claim.
@@ -153,7 +198,10 @@ class Worker:
         swept = now >= self._next_sweep
         if swept:
             self._sweep(now)
-        claim = self._claim_once if self.batch == 1 else self._claim_batch
+
+        def claim() -> list[Lease]:
+            return self._claim_once() if self.batch == 1 else self._claim_full(in_flight)
+
         leases = claim()
         if not leases and not swept:
             self._sweep(now)
@@ -192,12 +240,37 @@ class Worker:
         lease = self.runner.retrying(attempt)
         return [lease] if lease is not None else []
 
-    def _claim_batch(self) -> list[Lease]:
-        # As _claim_once: the same tokens for every try, and a look for what a try whose reply
-        # was lost took.
+    def _claim_full(self, in_flight: int) -> list[Lease]:
+        """Up to K jobs. A split session's GPU worker that got fewer while compile jobs are
+        still open claims again every BATCH_POLL_S until it holds K, compiling ends, or
+        `batch_wait_s` have passed; the heartbeat renews what it holds meanwhile."""
         limit = self.batch
         if self.settings.max_jobs is not None:
-            limit = max(1, min(limit, self.settings.max_jobs - self._done()))
+            limit = min(limit, self.settings.max_jobs - self._done() - in_flight)
+            if limit < 1:
+                return []
+        held = self._claim_batch(limit)
+        if self.claim_stage != BENCHMARK or not held:
+            return held
+        self.runner.heartbeat.add(held)
+        deadline = time.monotonic() + self.settings.batch_wait_s
+        while len(held) < limit and not self.stop_requested.is_set():
+            compiling = not self.runner.retrying(
+                lambda: jobs.is_drained(self.db, self.settings.session_id, [COMPILE])
+            )
+            if compiling:
+                self.stop_requested.wait(min(BATCH_POLL_S, max(deadline - time.monotonic(), 0)))
+            # One more claim after compiling ended: its last bundles are claimable by then.
+            more = self._claim_batch(limit - len(held))
+            self.runner.heartbeat.add(more)
+            held += more
+            if not compiling or time.monotonic() >= deadline:
+                break
+        return held
+
+    def _claim_batch(self, limit: int) -> list[Lease]:
+        # As _claim_once: the same tokens for every try, and a look for what a try whose reply
+        # was lost took.
         tokens = [queue.new_token() for _ in range(limit)]
         tries = 0
 

@@ -26,7 +26,12 @@ from mlirtuna import catalog, machine, queue, sessions, tuners
 from mlirtuna.db import Database, faults
 from mlirtuna.db.faults import first_line
 from mlirtuna.db.models import BENCHMARK
-from mlirtuna.defaults import DEFAULT_BACKOFF_S, DEFAULT_LEASE_S, DEFAULT_MAX_RETRIES
+from mlirtuna.defaults import (
+    DEFAULT_BACKOFF_S,
+    DEFAULT_BATCH_WAIT_S,
+    DEFAULT_LEASE_S,
+    DEFAULT_MAX_RETRIES,
+)
 from mlirtuna.errors import DatabaseError, NotRun, TunerError, Unsupported
 from mlirtuna.problems import Problem
 from mlirtuna.queue import AlsoInTransaction, Lease, bundles
@@ -63,6 +68,11 @@ class WorkerSettings:
     until_empty: bool = False
     max_jobs: int | None = None
     batch: int = 1  # jobs claimed at once (rocmlir E3/E4: tuned in one tool call)
+    # A split session's GPU worker with --batch K: how long it waits for K ready bundles while
+    # compile jobs are still open (about one tool start-up), and whether it claims and unpacks
+    # the next batch while the current call benchmarks.
+    batch_wait_s: float = DEFAULT_BATCH_WAIT_S
+    prefetch: bool = True
     mlir_build_dir: str | None = None
     cpu_mem_limit: int = 4 << 30
     machine_name: str = field(default_factory=machine.machine_name)
@@ -80,6 +90,7 @@ class WorkerStats:
     failed: int = 0
     lost: int = 0  # leases lost before recording (another worker took the job over)
     released: int = 0
+    prefetched: int = 0  # batches claimed and unpacked while the previous call benchmarked
 
 
 class GiveBack(BaseException):
@@ -322,14 +333,15 @@ class Runner:
                     pending.pop(lease.job_id)
         except GiveBack:
             self.stop_requested.set()
-            self._give_back(pending.values(), "given back by a stopping worker")
+            self.give_back(pending.values(), "given back by a stopping worker")
         except DatabaseError:
-            self._give_back(pending.values(), "the worker stopped on a database error")
+            self.give_back(pending.values(), "the worker stopped on a database error")
             raise
         finally:
             self.current = None
 
-    def _give_back(self, leases: Iterable[Lease], why: str) -> None:
+    def give_back(self, leases: Iterable[Lease], why: str) -> None:
+        """Release these jobs (state new, no retry counted), one try each."""
         # One try each: a database that is away must not hold a stopping worker; the leases
         # bring the jobs back then.
         for lease in list(leases):

@@ -96,23 +96,65 @@ def compile_job(runner: Runner, lease: Lease) -> Finish:
     return finish
 
 
-def benchmark(runner: Runner, leases: list[Lease]) -> Generator[Settled, None, None]:
-    """(lease, outcome, error, final) for each of these benchmark jobs, as each is known: their
-    bundles fetched, checked and unpacked into one artifacts directory, then benchmarked on this
-    worker's GPU. A job whose bundle is missing, damaged or of another commit fails at once."""
-    tmp = Path(tempfile.mkdtemp(prefix="mlirtuna-benchmark-"))
+@dataclasses.dataclass
+class Prepared:
+    """A batch of benchmark jobs made ready for the tool: each bundle fetched, checked and
+    unpacked under `tmp`, or why it cannot be benchmarked. Made ahead of its call by the GPU
+    worker's prefetch (loop.py) while the previous call benchmarks, or just before its call."""
+
+    tmp: Path
+    failed: list[Settled]  # (lease, None, why, final True): bundle missing, damaged, foreign
+    ready: list[tuple[Lease, Problem, Path]]
+
+    @property
+    def leases(self) -> list[Lease]:
+        return [s[0] for s in self.failed] + [lease for lease, _, _ in self.ready]
+
+    def without(self, gone: set[int]) -> Prepared:
+        """The same batch less the jobs (by id) it no longer holds."""
+        return Prepared(
+            self.tmp,
+            [s for s in self.failed if s[0].job_id not in gone],
+            [r for r in self.ready if r[0].job_id not in gone],
+        )
+
+    def discard(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def prepare(runner: Runner, leases: list[Lease]) -> Prepared:
+    """These benchmark jobs' bundles fetched, checked and unpacked (a fresh temporary
+    directory; `Prepared.discard` removes it)."""
+    prepared = Prepared(Path(tempfile.mkdtemp(prefix="mlirtuna-benchmark-")), [], [])
     try:
-        ready: list[tuple[Lease, Problem, Path]] = []
         for lease in leases:
             problem = runner.problem(lease)
-            got = _unpacked(runner, lease, tmp / f"job-{lease.job_id}")
+            got = _unpacked(runner, lease, prepared.tmp / f"job-{lease.job_id}")
             if isinstance(got, str):
-                yield lease, None, got, True
+                prepared.failed.append((lease, None, got, True))
             else:
-                ready.append((lease, problem, got))
+                prepared.ready.append((lease, problem, got))
+    except BaseException:
+        prepared.discard()
+        raise
+    return prepared
+
+
+def benchmark(
+    runner: Runner, leases: list[Lease], prepared: Prepared | None = None
+) -> Generator[Settled, None, None]:
+    """(lease, outcome, error, final) for each of these benchmark jobs, as each is known: their
+    bundles fetched, checked and unpacked into one artifacts directory (`prepared`: done
+    ahead, for exactly these leases), then benchmarked on this worker's GPU. A job whose bundle
+    is missing, damaged or of another commit fails at once."""
+    try:
+        if prepared is None:
+            prepared = prepare(runner, leases)
+        yield from prepared.failed
+        ready = prepared.ready
         if not ready:
             return
-        artifacts = tmp / "artifacts"
+        artifacts = prepared.tmp / "artifacts"
         merge_artifacts([directory for _, _, directory in ready], artifacts)
         if len(ready) == 1:
             lease, problem, _ = ready[0]
@@ -135,7 +177,8 @@ def benchmark(runner: Runner, leases: list[Lease]) -> Generator[Settled, None, N
             lambda problems, ctx: split_tuner(runner).benchmark_many(problems, ctx, artifacts),
         )
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if prepared is not None:
+            prepared.discard()
 
 
 def split_tuner(runner: Runner) -> SplitTuner:
@@ -165,4 +208,4 @@ def _unpacked(runner: Runner, lease: Lease, dest: Path) -> Path | str:
     return dest
 
 
-__all__ = ["benchmark", "compile_job", "run", "split_tuner"]
+__all__ = ["Prepared", "benchmark", "compile_job", "prepare", "run", "split_tuner"]

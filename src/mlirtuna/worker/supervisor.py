@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mlirtuna import machine
-from mlirtuna.defaults import ENV_DB
+from mlirtuna.defaults import DEFAULT_BATCH_WAIT_S, ENV_DB
 from mlirtuna.errors import UserError
 from mlirtuna.worker.runner import WorkerSettings
 
@@ -79,6 +79,10 @@ def worker_argv(settings: WorkerSettings, slot: Slot) -> list[str]:
         argv += ["--max-jobs", str(settings.max_jobs)]
     if settings.batch != 1:
         argv += ["--batch", str(settings.batch)]
+    if settings.batch_wait_s != DEFAULT_BATCH_WAIT_S:
+        argv += ["--batch-wait", str(settings.batch_wait_s)]
+    if not settings.prefetch:
+        argv.append("--no-prefetch")
     if settings.mlir_build_dir:
         argv += ["--mlir-build-dir", settings.mlir_build_dir]
     if settings.role != "gpu":

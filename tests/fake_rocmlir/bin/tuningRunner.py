@@ -21,7 +21,8 @@ Environment:
   FAKE_GPU_ARCH (gfx942:sramecc+:xnack-), FAKE_GPU_NUM_CU (304), FAKE_GPU_NUM_CHIPLETS (8),
   FAKE_GPU_COUNT (8, the GPU ids E3's --gpus accepts), FAKE_TUNINGRUNNER_COMMIT (commitId),
   FAKE_TUNINGRUNNER_DELAY (seconds to sleep per config),
-  FAKE_TUNINGRUNNER_LOG=path: append {"argv", "cwd", "env"} as one JSON line per invocation,
+  FAKE_TUNINGRUNNER_LOG=path: append {"argv", "cwd", "env", "time"} as one JSON line per
+    invocation (time: when it started, time.time()),
   FAKE_TUNINGRUNNER_CHILD_PIDFILE=path: where "hang" writes its child's pid,
   FAKE_TUNINGRUNNER_IGNORE_SIGTERM=1: "hang" ignores SIGTERM (so only SIGKILL stops it),
   FAKE_TUNINGRUNNER_FAULT: fail | hang | none | garbage | wrong_arch | empty | crash_partial
@@ -1334,7 +1335,8 @@ def log_invocation(argv: list[str]) -> None:
     secrets = ("MLIRTUNA_DB", "MLIRTUNA_DB_PASSWORD", "PGPASSWORD", "MYSQL_PWD")
     env.update({k: "<set>" for k in secrets if k in os.environ})
     with open(path, "a") as f:
-        f.write(json.dumps({"era": ERA, "argv": argv, "cwd": os.getcwd(), "env": env}) + "\n")
+        entry = {"era": ERA, "argv": argv, "cwd": os.getcwd(), "env": env, "time": time.time()}
+        f.write(json.dumps(entry) + "\n")
 
 
 def spew_stderr(total: int) -> None:
