@@ -20,9 +20,17 @@ from support.webfarm import Farm, make
 
 from mlirtuna import catalog, queue
 from mlirtuna.db import Database
-from mlirtuna.db.models import COMPLETED, NEW, Candidate, FusionConfig, Job, Result
+from mlirtuna.db.models import (
+    COMPLETED,
+    NEW,
+    Candidate,
+    FusionConfig,
+    Job,
+    Result,
+    TuningSession,
+)
 from mlirtuna.errors import DatabaseError
-from mlirtuna.history import compare, winners
+from mlirtuna.history import compare, perffields, winners
 from mlirtuna.queue import jobs
 from mlirtuna.web.app import create_app, open_read_only
 
@@ -324,3 +332,75 @@ def test_a_fusion_problem_shows_its_module_and_key(client, db):
     page = get(client, f"/problems/{pid}")
     assert f"<code>{key}</code>" in page and 'id="module"' in page
     assert "func.func" in page  # the module's text itself, escaped into the page
+
+
+def _candidates_of(db: Database, sid: int, pid: int):
+    with db.session() as s:
+        return s.execute(
+            sa.select(
+                Candidate.perf_config, Candidate.tflops, Candidate.kernel_time,
+                Candidate.time_min, Candidate.time_iqr, Candidate.samples,
+                Candidate.remeasured, Candidate.error,
+            ).where(Candidate.session_id == sid, Candidate.problem_id == pid)
+        ).all()  # fmt: skip
+
+
+def test_candidate_table_sorts_filters_and_pages_on_the_server(client, db, farm):
+    pid = farm.problems[0]
+    rows = _candidates_of(db, farm.gpu, pid)
+    url = f"/api/problems/{pid}/table?session={farm.gpu}"
+    page = get(client, f"{url}&limit=500")
+    assert page["total"] == len(rows) == len(page["rows"]) > 3
+    by_config = {r.perf_config: r for r in rows}
+    for row in page["rows"]:
+        r = by_config[row["perf_config"]]
+        assert (row["kernel_time"], row["time_min"], row["time_iqr"], row["samples"]) == (
+            r.kernel_time, r.time_min, r.time_iqr, r.samples
+        )  # fmt: skip
+        assert row["fields"] == perffields.fields(r.perf_config) and row["fields"]
+    assert page["columns"][:3] == ["mPerBlock", "nPerBlock", "kpackPerBlock"]
+    # best first by default; NULL TFlops (invalid candidates) last
+    tflops = [r["tflops"] for r in page["rows"] if r["tflops"] is not None]
+    assert tflops == sorted(tflops, reverse=True)
+    assert page["rows"][-1]["tflops"] is None
+    by_time = get(client, f"{url}&sort=kernel_time&desc=false&show=valid")["rows"]
+    times = [r["kernel_time"] for r in by_time]
+    assert times == sorted(times) and len(times) == sum(r.error is None for r in rows)
+    invalid = get(client, f"{url}&show=invalid")
+    assert invalid["total"] == sum(r.error is not None for r in rows) > 0
+    assert all(r["error"] for r in invalid["rows"])
+    # a substring of the perf config, and pages that add up
+    needle = page["rows"][0]["perf_config"]
+    found = get(client, f"{url}&q={needle}")["rows"]
+    assert [r["perf_config"] for r in found] == [needle]
+    one, two = (get(client, f"{url}&limit=2&offset={o}")["rows"] for o in (0, 2))
+    assert [r["perf_config"] for r in one + two] == [r["perf_config"] for r in page["rows"][:4]]
+    # the winner is marked once; this tool does not re-measure, and the rule says so
+    assert [r["perf_config"] for r in page["rows"] if r["winner"]] == [page["winner"]]
+    assert page["remeasured"] == 0 and "no re-measurement" in page["rule"]
+    # limits are clamped, bad parameters are one clear 400
+    assert len(get(client, f"{url}&limit=100000")["rows"]) == len(rows)
+    assert get(client, f"{url}&offset=-5&limit=0")["offset"] == 0
+    assert "unknown sort" in get(client, f"{url}&sort=nope", 400)["error"]
+    assert "unknown show" in get(client, f"{url}&show=nope", 400)["error"]
+    get(client, f"/api/problems/{pid}/table?session=999", 404)
+
+
+def test_candidate_table_marks_the_remeasured_and_states_the_rule(client, db, farm):
+    pid = farm.problems[0]
+    rows = _candidates_of(db, farm.cpu_a, pid)
+    again = [r for r in rows if r.remeasured]
+    assert again  # the CPU tuner re-measures its top k
+    page = get(client, f"/api/problems/{pid}/table?session={farm.cpu_a}&show=remeasured")
+    assert sorted(r["perf_config"] for r in page["rows"]) == sorted(r.perf_config for r in again)
+    assert all(r["remeasured"] for r in page["rows"]) and page["remeasured"] == len(again)
+    with db.session() as s:
+        topk = s.scalar(sa.select(TuningSession.topk).where(TuningSession.id == farm.cpu_a))
+    n = min(topk, len(again))
+    assert page["rule"] == f"re-measured top {n} side by side; winner by median time"
+    (winner,) = (r for r in page["rows"] if r["winner"])
+    assert winner["perf_config"] == page["winner"]
+    # the winner has the best median among the re-measured
+    assert winner["kernel_time"] == min(r.kernel_time for r in again)
+    scatter = get(client, f"/api/problems/{pid}/candidates?session={farm.cpu_a}")
+    assert sum(c["remeasured"] for c in scatter["valid"]) == len(again)

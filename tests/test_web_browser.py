@@ -232,6 +232,49 @@ def test_problem_trend_history_and_candidates(page, site):
     page.shot("problem")
 
 
+def test_candidate_table_sort_filter_remeasured_and_rule(page, site):
+    pid, sid = site.farm.problems[0], site.farm.cpu_a
+    found = explore.candidates(site.db, sid, pid)
+    every = found.valid + found.invalid
+    again = [c for c in every if c.remeasured]
+    assert again
+    page.open(f"/problems/{pid}?session={sid}")
+    page.tab.wait_for_function(
+        f"() => document.querySelector('#candidates').dataset.total === '{len(every)}'"
+    )
+    head = page.tab.eval_on_selector_all("#candidates thead th", "ths => ths.map(t => t.innerText)")
+    assert head[:4] == ["perf config", "mPerBlock", "nPerBlock", "kPerBlock"]
+    assert "median µs" in head and "spread (IQR) µs" in head and "samples" in head
+    marked = head.index("re-measured")
+    rows = page.rows("#candidates")
+    assert {r[0] for r in rows if r[marked] == "re-measured"} == {c.perf_config for c in again}
+    (winner,) = page.tab.eval_on_selector_all(
+        "#candidates tr.winner", "trs => trs.map(tr => tr.cells[0].innerText)"
+    )
+    assert winner == found.winner
+    rule = page.tab.inner_text("#winner-rule")
+    assert "re-measured top" in rule and "winner by median time" in rule and found.winner in rule
+    # Sort by median time, fastest first: the server answers.
+    page.tab.click("#candidates th[data-sort=kernel_time]")
+    page.tab.wait_for_selector("#candidates th[data-sort=kernel_time]:has-text('▲')")
+    fastest = sorted((c for c in every if c.kernel_time is not None), key=lambda c: c.kernel_time)
+    assert page.rows("#candidates")[0][0] == fastest[0].perf_config
+    # Filter: re-measured only, then a perf-config substring.
+    page.tab.select_option("#cand-filters select[name=show]", "remeasured")
+    page.tab.wait_for_function(
+        f"() => document.querySelector('#candidates').dataset.total === '{len(again)}'"
+    )
+    page.tab.fill("#cand-filters input[name=q]", found.winner)
+    page.tab.wait_for_function("() => document.querySelector('#candidates').dataset.total === '1'")
+    assert page.rows("#candidates")[0][0] == found.winner
+    # The scatter marks the re-measured points.
+    (scatter,) = page.plot("#candidates-plot")
+    symbols = page.tab.eval_on_selector("#candidates-plot", "el => el.data[0].marker.symbol")
+    assert symbols.count("diamond") == sum(c.remeasured for c in found.valid)
+    assert len(symbols) == len(scatter["x"])
+    page.shot("candidate-table")
+
+
 def test_compare_scatter_and_tables(page, site):
     a, b = site.farm.cpu_a, site.farm.cpu_b
     side_a, side_b = compare.load_sides(str(a), str(b), None, lambda: site.db)

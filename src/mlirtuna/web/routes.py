@@ -135,6 +135,25 @@ def api_candidates(request: Request, problem_id: int, session: int) -> dict[str,
     return out
 
 
+@api.get("/problems/{problem_id}/table")
+def api_candidate_table(
+    request: Request,
+    problem_id: int,
+    session: int,
+    q: str | None = Query(None, description="substring of the perf config"),
+    show: str = Query("all", description="all | valid | invalid | remeasured"),
+    sort: str = "tflops",
+    desc: bool = True,
+    offset: int = 0,
+    limit: int = 50,
+) -> dict[str, Any]:
+    """One page of the tuning's candidates (sorted, filtered, paged on the server), with the
+    perf configs' fields, the time statistics, the re-measured and winner marks, and the rule
+    that chose the winner."""
+    where = explore.CandidateFilter(q or None, show, sort, desc)
+    return explore.candidate_page(_db(request), session, problem_id, where, offset, limit).as_dict()
+
+
 @api.get("/compare")
 def api_compare(
     request: Request, a: int, b: int, threshold: str = "5%", limit: int = TABLE_LIMIT

@@ -245,17 +245,21 @@ function problemPage() {
     if (choice.value) loadCandidates(choice.value);
   }).catch(showError);
   choice.onchange = () => loadCandidates(choice.value);
+  const loadTable = candidateTable(id);
 
   async function loadCandidates(sid) {
     try {
+      loadTable(sid);
       const c = await api(`/api/problems/${id}/candidates?session=${sid}`);
-      const isWinner = c.valid.map((v) => v.perf_config === c.winner);
+      const isWinner = c.valid.map((v) => v.perf_config === c.winner && (v.remeasured || !c.valid.some((x) => x.remeasured)));
       Plotly.newPlot($("#candidates-plot"), [{
         type: "scatter", mode: "markers", name: "valid",
         x: c.valid.map((v) => v.perf_config), y: c.valid.map((v) => v.tflops),
-        marker: { size: isWinner.map((w) => (w ? 12 : 7)), color: isWinner.map((w) => (w ? "#c0392b" : "#3b6ea5")) },
-        hovertemplate: "%{x}<br>%{y:.3f} TFlops<extra></extra>",
-      }], { margin: { t: 10, b: 40 }, height: 340, xaxis: { showticklabels: false, title: { text: `${c.valid.length} valid perf configs, best first` } },
+        marker: { size: isWinner.map((w) => (w ? 12 : 7)), color: isWinner.map((w) => (w ? "#c0392b" : "#3b6ea5")),
+          symbol: c.valid.map((v) => (v.remeasured ? "diamond" : "circle")) },
+        customdata: c.valid.map((v) => (v.remeasured ? "re-measured" : "first pass")),
+        hovertemplate: "%{x}<br>%{y:.3g} TFlops · %{customdata}<extra></extra>",
+      }], { margin: { t: 10, b: 40 }, height: 340, xaxis: { showticklabels: false, title: { text: `${c.valid.length} valid perf configs, best first; ◆ re-measured (${c.valid.filter((v) => v.remeasured).length}), red: winner` } },
         yaxis: { title: { text: "TFlops" } } }, PLOT_CONFIG);
       table($("#invalid"), [
         { label: "perf config", key: "perf_config", cls: "vector" },
@@ -266,6 +270,99 @@ function problemPage() {
       showError(err);
     }
   }
+}
+
+// ------------------------------------------------------------------ the candidate table
+// Built with textContent only: no value reaches innerHTML.
+
+// A number with `digits` significant digits ("–" for none): 0.00312, 4.21, 1234.
+function sig(v, digits = 3) {
+  if (v === null || v === undefined || !Number.isFinite(Number(v))) return "–";
+  const x = Number(v);
+  if (x === 0) return "0";
+  return Math.abs(x) >= 10 ** digits ? String(Math.round(x)) : String(Number(x.toPrecision(digits)));
+}
+
+function cell(row, text, cls) {
+  const td = document.createElement("td");
+  if (cls) td.className = cls;
+  td.textContent = text;
+  row.append(td);
+  return td;
+}
+
+function candidateRows(el, page, state) {
+  const us = (ns) => (ns === null || ns === undefined ? null : ns / 1000);
+  const cols = [
+    ["perf config", "perf_config", (r) => r.perf_config, "vector"],
+    ...page.columns.map((f) => [f, null, (r) => (f in r.fields ? String(r.fields[f]) : ""), "n"]),
+    ["TFlops", "tflops", (r) => sig(r.tflops), "n"],
+    ["median µs", "kernel_time", (r) => sig(us(r.kernel_time)), "n"],
+    ["min µs", "time_min", (r) => sig(us(r.time_min)), "n"],
+    ["spread (IQR) µs", "time_iqr", (r) => sig(us(r.time_iqr)), "n"],
+    ["samples", "samples", (r) => (r.samples ?? "–"), "n"],
+    ["re-measured", "remeasured", (r) => (r.remeasured ? "re-measured" : ""), "mark"],
+    ["winner", null, (r) => (r.winner ? "winner" : ""), "mark"],
+    ["error", null, (r) => r.error || "", "vector"],
+  ];
+  const thead = document.createElement("thead"), head = document.createElement("tr");
+  for (const [label, key] of cols) {
+    const th = document.createElement("th");
+    th.textContent = label + (key && state.sort === key ? (state.desc ? " ▼" : " ▲") : "");
+    if (key) th.dataset.sort = key;
+    head.append(th);
+  }
+  thead.append(head);
+  const tbody = document.createElement("tbody");
+  for (const r of page.rows) {
+    const tr = document.createElement("tr");
+    if (r.winner) tr.classList.add("winner");
+    if (r.remeasured) tr.classList.add("remeasured");
+    for (const [, , text, cls] of cols) cell(tr, String(text(r)), cls);
+    tbody.append(tr);
+  }
+  el.replaceChildren(thead, tbody);
+}
+
+function candidateTable(problemId) {
+  const state = { sid: null, sort: "tflops", desc: true, offset: 0, limit: 50 };
+  const form = $("#cand-filters"), el = $("#candidates");
+  async function load() {
+    const params = new URLSearchParams(new FormData(form));
+    for (const [k, v] of [...params]) if (!v) params.delete(k);
+    for (const k of ["sort", "desc", "offset", "limit"]) params.set(k, state[k]);
+    params.set("session", state.sid);
+    try {
+      const page = await api(`/api/problems/${encodeURIComponent(problemId)}/table?${params}`);
+      candidateRows(el, page, state);
+      $("#winner-rule").textContent = `Winner: ${page.winner ?? "none"}. Rule: ${page.rule}.`;
+      const last = Math.min(state.offset + state.limit, page.total);
+      $("#cand-range").textContent = `candidates ${page.total ? state.offset + 1 : 0}–${last} of ${page.total}`;
+      $("#cand-prev").disabled = state.offset === 0;
+      $("#cand-next").disabled = last >= page.total;
+      el.dataset.total = page.total;
+    } catch (err) {
+      showError(err);
+    }
+  }
+  el.addEventListener("click", (ev) => {
+    const th = ev.target.closest("th[data-sort]");
+    if (!th) return;
+    const key = th.dataset.sort;
+    state.desc = state.sort === key ? !state.desc : key === "tflops";
+    state.sort = key;
+    state.offset = 0;
+    load();
+  });
+  let typing = null;
+  form.addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => { state.offset = 0; load(); }, 250);
+  });
+  form.addEventListener("submit", (ev) => ev.preventDefault());
+  $("#cand-prev").onclick = () => { state.offset = Math.max(0, state.offset - state.limit); load(); };
+  $("#cand-next").onclick = () => { state.offset += state.limit; load(); };
+  return (sid) => { state.sid = sid; state.offset = 0; load(); };
 }
 
 // ------------------------------------------------------------------ compare
