@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from support.clitools import cli, mlirtuna_argv, subprocess_env
 from support.webfarm import Farm, make
 
-from mlirtuna import catalog, queue
+from mlirtuna import catalog, queue, sessions
 from mlirtuna.db import Database
 from mlirtuna.db.models import (
     COMPLETED,
@@ -404,3 +404,12 @@ def test_candidate_table_marks_the_remeasured_and_states_the_rule(client, db, fa
     assert winner["kernel_time"] == min(r.kernel_time for r in again)
     scatter = get(client, f"/api/problems/{pid}/candidates?session={farm.cpu_a}")
     assert sum(c["remeasured"] for c in scatter["valid"]) == len(again)
+
+
+def test_farm_rows_say_what_each_session_tunes_and_when(client, db, farm):
+    listed = get(client, "/api/farm")["sessions"]
+    for p in listed:
+        assert p["ops"] == ["gemm"]  # every session of the farm tunes the three GEMMs
+        assert p["session"]["created_at"] == sessions.get(db, p["session"]["id"]).created_at
+        assert "name" in p["session"] and "split" in p["session"]
+    assert get(client, f"/api/sessions/{farm.gpu}")["ops"] == ["gemm"]

@@ -161,10 +161,16 @@ def test_farm_lists_every_session(page, site):
     assert [int(r[0]) for r in rows] == sorted(counts, reverse=True)
     for row in rows:
         c = counts[int(row[0])]
-        assert [int(x) for x in row[3:9]] == [
+        assert [int(x) for x in row[4:10]] == [
             c[s] for s in ("new", "waiting", "running", "completed", "error", "cancelled")
         ]
     assert "gfx942:sramecc+:xnack-" in page.tab.inner_text("#sessions")
+    # Each row says what it tunes and when it was opened: the run's name, its op, its date.
+    by_id = {int(r[0]): r[1] for r in rows}
+    run = sessions.get(site.db, site.run_session)
+    assert run.name.startswith("gemm: ") and run.name in by_id[run.id]
+    for sid, what in by_id.items():
+        assert "gemm" in what and sessions.get(site.db, sid).created_at in what
     page.shot("farm")
 
 

@@ -61,6 +61,17 @@ class RunPlan:
         }
 
 
+RUN_NAME_FILES = 3  # input names a run's session name lists before "+N more"
+
+
+def run_name(op: str, files: list[str]) -> str:
+    """A run's session name, from the op and the input: `gemm: gemm-small, tier1-gemm`."""
+    names = [Path(f).name for f in files]
+    shown = ", ".join(names[:RUN_NAME_FILES])
+    more = f" +{len(names) - RUN_NAME_FILES} more" if len(names) > RUN_NAME_FILES else ""
+    return f"{op}: {shown}{more}"[: sessions.NAME_MAX]
+
+
 def resumed(plan: RunPlan, session: Session) -> RunPlan:
     """`run --session N` without files: exactly what that session's run was asked."""
     spec = session.run_spec
@@ -178,7 +189,8 @@ def prepare(db: Database, plan: RunPlan) -> Prepared:
             tuning_space=plan.tuning_space,
             reason=plan.reason or "mlirtuna run",
             mlir_build_dir=plan.mlir_build_dir,
-            **plan.session_flags,
+            **{"name": run_name(",".join(files_by_op(plan.op, plan.files)), plan.files)}
+            | plan.session_flags,
         ),
         run_spec=plan.spec(tuner),
     )

@@ -8,7 +8,7 @@ database clock, as the queue does, so that no machine's clock matters.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -49,6 +49,7 @@ class SessionProgress:
     done: int  # completed + error + cancelled: nothing more will happen to them
     per_minute: float | None  # None: no job finished in the rate window
     eta_s: float | None
+    ops: list[str] = field(default_factory=list)  # what it tunes (sessions.ops)
 
     @property
     def active(self) -> bool:
@@ -120,11 +121,15 @@ def farm(db: Database, offset: int = 0, limit: int = DEFAULT_PAGE) -> FarmPage:
         ids = [r.id for r in rows]
         counts = _counts(s, ids)
         rates = _finished_recently(s, [i for i in ids if _open(counts[i])], clock)
+    ops = sessions.ops(db, ids)
     return FarmPage(
         now=_iso(clock),
         total_sessions=total,
         offset=offset,
-        sessions=[_progress(Session.from_row(r), counts[r.id], rates.get(r.id)) for r in rows],
+        sessions=[
+            replace(_progress(Session.from_row(r), counts[r.id], rates.get(r.id)), ops=ops[r.id])
+            for r in rows
+        ],
     )
 
 
@@ -133,7 +138,8 @@ def session_progress(db: Database, session_id: int) -> SessionProgress:
     with db.session() as s:
         counts = _counts(s, [session_id])[session_id]
         rates = _finished_recently(s, [session_id] if _open(counts) else [], now(s))
-    return _progress(info, counts, rates.get(session_id))
+    ops = sessions.ops(db, [session_id])[session_id]
+    return replace(_progress(info, counts, rates.get(session_id)), ops=ops)
 
 
 def stage_progress(db: Database, session_id: int) -> dict[str, dict[str, int]]:

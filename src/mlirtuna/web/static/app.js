@@ -65,8 +65,18 @@ function context(s) {
     `<span class="muted">ROCm ${esc(s.rocm_v || "–")} · rocMLIR ${esc(s.mlir_v || "–")} · ${esc(s.tuning_space)} · ${esc(s.tuner)}</span>`;
 }
 
+// What a session tunes and when it was opened: tells the farm's rows apart (every value escaped).
+function sessionWhat(p) {
+  const s = p.session;
+  const name = s.name ? `<b>${esc(s.name)}</b><br>` : "";
+  const ops = (p.ops || []).map(esc).join(", ") || "–";
+  const split = s.split ? ` · <span class="warn-text">split ${esc(s.split)}</span>` : "";
+  return `${name}<span class="ops">${ops}</span> · ${esc(s.created_at)}${split}`;
+}
+
 const SESSION_COLUMNS = [
   { label: "session", html: (p) => `<a href="/sessions/${p.session.id}">${p.session.id}</a>` },
+  { label: "name · op · opened", html: sessionWhat, cls: "what" },
   { label: "context", html: (p) => context(p.session) },
   { label: "reason", html: (p) => `${esc(p.session.reason)}${p.session.ticket ? ` <span class="muted">${esc(p.session.ticket)}</span>` : ""}` },
   { label: "new", html: (p) => p.counts.new, cls: "n" },
