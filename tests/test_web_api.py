@@ -4,6 +4,7 @@ made by real tuning (tests/webfarm.py). Expected values come from the database a
 from __future__ import annotations
 
 import contextlib
+import html
 import os
 import re
 import sqlite3
@@ -32,7 +33,9 @@ from mlirtuna.db.models import (
 from mlirtuna.errors import DatabaseError
 from mlirtuna.history import compare, perffields, winners
 from mlirtuna.queue import jobs
+from mlirtuna.sessions import SessionSpec
 from mlirtuna.web.app import create_app, open_read_only
+from mlirtuna.worker import Worker, WorkerSettings
 
 PAGES = ("/", "/sessions/{a}", "/problems/{p}?session={g}", "/jobs/{j}", "/compare?a={a}&b={b}")
 
@@ -332,6 +335,36 @@ def test_a_fusion_problem_shows_its_module_and_key(client, db):
     page = get(client, f"/problems/{pid}")
     assert f"<code>{key}</code>" in page and 'id="module"' in page
     assert "func.func" in page  # the module's text itself, escaped into the page
+    # Named as people read it (file @function: key), never the hash as the title.
+    assert info["label"].startswith(f"{path.name} @") and info["label"].endswith(f": {key}")
+    title = re.search(r"<title>(.*?)</title>", page, re.S).group(1)
+    assert path.name in title and "sha256:" not in title
+    assert f'<h2 id="label">{html.escape(info["label"])}</h2>' in page
+
+
+def test_fusion_problems_are_named_in_the_winners_table_and_the_workers(client, db, farm):
+    example = Path(__file__).parent.parent / "examples" / "fusion-small"
+    catalog.import_modules(db, [str(example)])
+    sid = sessions.create(db, SessionSpec(tuner="cpu", tuning_space="quick")).id
+    jobs.load(db, sid, op="fusion", all_problems=True)
+    settings = WorkerSettings(session_id=sid, tuner="cpu", until_empty=True, job_timeout_s=300)
+    Worker(db, settings).run()
+    best = {w.problem_id: w.test_vector for w in winners.winners(db, sid)}
+    page = get(client, f"/api/sessions/{sid}/winners?limit=500")
+    assert {r["problem_id"]: r["test_vector"] for r in page["rows"]} == best
+    assert all(" @" in r["test_vector"] and "sha256:" not in r["test_vector"] for r in page["rows"])
+    name = next(iter(best.values())).split(" @")[0]  # a file name finds its modules
+    found = get(client, f"/api/sessions/{sid}/winners?q={name}")["rows"]
+    assert found and all(r["test_vector"].startswith(name) for r in found)
+    by_label = get(client, f"/api/sessions/{sid}/winners?sort=test_vector")["rows"]
+    assert [r["test_vector"] for r in by_label] == sorted(best.values())
+    # a worker holding a fusion job shows the module by name
+    with db.session() as s:
+        first = s.scalar(sa.select(sa.func.min(Job.id)).where(Job.session_id == sid))
+        s.execute(sa.update(Job).where(Job.id == first).values(state=NEW))
+    lease = queue.claim(db, sid, queue.Claimant("node7", -1, 4242), lease_s=3600)
+    (busy,) = get(client, f"/api/workers?session={sid}")
+    assert busy["job_id"] == lease.job_id and busy["test_vector"] == best[busy["problem_id"]]
 
 
 def _candidates_of(db: Database, sid: int, pid: int):

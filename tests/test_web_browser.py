@@ -343,3 +343,35 @@ def test_farm_page_follows_a_worker_live(page, site, tmp_path):
             sa.select(sa.func.count()).where(Job.session_id == sid, Job.state == "completed")
         )
     assert done == 4
+
+
+def test_fusion_problems_are_named_not_hashed(page, site):
+    example = Path(__file__).parent.parent / "examples" / "fusion-small"
+    catalog.import_modules(site.db, [str(example)])
+    sid = sessions.create(site.db, SessionSpec(tuner="cpu", name="fusion example")).id
+    jobs.load(site.db, sid, op="fusion", all_problems=True)
+    run = subprocess.run(
+        mlirtuna_argv("worker", "--session", str(sid), "--until-empty"),
+        env=subprocess_env(site.db_url),
+        capture_output=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr
+    best = winners.winners(site.db, sid)
+    page.open(f"/sessions/{sid}")
+    page.tab.wait_for_selector("#winners tbody tr")
+    shown = sorted(r[0] for r in page.rows("#winners"))
+    assert shown == sorted(w.test_vector for w in best)
+    assert all(" @" in v and not v.startswith("sha256:") for v in shown)
+    pid = best[0].problem_id
+    page.open(f"/problems/{pid}?session={sid}")
+    label = explore.problem(site.db, pid).label
+    assert page.tab.inner_text("#label") == label == best[0].test_vector
+    assert "sha256:" not in page.tab.title() and label.split(" @")[0] in page.tab.title()
+    page.tab.wait_for_selector("#candidates tbody tr")
+    page.shot("fusion-problem")
+    page.open("/")
+    page.tab.wait_for_selector(f"#sessions a[href='/sessions/{sid}']")
+    assert "fusion example" in page.tab.inner_text("#sessions") and "fusion" in page.tab.inner_text(
+        "#sessions"
+    )

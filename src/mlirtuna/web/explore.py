@@ -18,13 +18,14 @@ import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.orm import Session as OrmSession
 
-from mlirtuna import sessions
+from mlirtuna import catalog, sessions
 from mlirtuna.db import Database
 from mlirtuna.db.models import (
     COMPLETED,
     CONFIG_TABLES,
     ERROR,
     Candidate,
+    FusionConfig,
     Job,
     Problem,
     ProblemTag,
@@ -116,15 +117,16 @@ def winners_page(
     data_type = _data_type().label("data_type")
     n = sa.func.coalesce(tried.c.n, 0).label("candidates")
     conditions = _winner_conditions(session_id, where, data_type)
-    base = _with_configs(winners.counted_results(Result.problem_id), Result.problem_id).where(
-        *conditions
-    )
+    base = _with_labels(
+        _with_configs(winners.counted_results(Result.problem_id), Result.problem_id)
+    ).where(*conditions)
+    label = catalog.label_column()  # a fusion module reads file @function: key
     rows_stmt = _with_configs(
         winners.counted_results(
             Result.problem_id,
             Problem.op,
             data_type,
-            Problem.test_vector,
+            label.label("test_vector"),
             Result.perf_config,
             Result.tflops,
             Result.kernel_time,
@@ -134,9 +136,10 @@ def winners_page(
             Result.winner_noise,
         ).outerjoin(tried, tried.c.job_id == Result.job_id),
         Result.problem_id,
-    ).where(*conditions)
+    )
+    rows_stmt = _with_labels(rows_stmt).where(*conditions)
     key = {
-        "test_vector": Problem.test_vector,
+        "test_vector": label,
         "op": Problem.op,
         "data_type": data_type,
         "perf_config": Result.perf_config,
@@ -171,11 +174,17 @@ def _winner_conditions(
         like = f"%{_escape_like(where.search.strip())}%"
         out.append(
             sa.or_(
+                catalog.label_column().like(like, escape="\\"),
                 Problem.test_vector.like(like, escape="\\"),
                 Result.perf_config.like(like, escape="\\"),
             )
         )
     return out
+
+
+def _with_labels(stmt: sa.Select) -> sa.Select:
+    """Outer-join FusionConfig on the problem: what catalog.label_column needs."""
+    return stmt.outerjoin(FusionConfig, FusionConfig.id == Problem.id)
 
 
 def _escape_like(text: str) -> str:
@@ -335,6 +344,7 @@ class ProblemInfo:
     # A fusion problem: the module's text and the key rocMLIR's tuning DB files its winner under.
     module: str | None = None
     tuning_key: str | None = None
+    label: str = ""  # how people read it: the test vector, or a fusion's file @function: key
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -344,8 +354,16 @@ def problem(db: Database, problem_id: int) -> ProblemInfo:
     data_type = _data_type()
     with db.session() as s:
         row = s.execute(
-            _with_configs(
-                sa.select(Problem.op, Problem.test_vector, data_type.label("data_type")), Problem.id
+            _with_labels(
+                _with_configs(
+                    sa.select(
+                        Problem.op,
+                        Problem.test_vector,
+                        data_type.label("data_type"),
+                        catalog.label_column().label("label"),
+                    ),
+                    Problem.id,
+                )
             ).where(Problem.id == problem_id)
         ).first()
         if row is None:
@@ -357,7 +375,9 @@ def problem(db: Database, problem_id: int) -> ProblemInfo:
         ).all()
         n = s.scalar(sa.select(sa.func.count()).where(Result.problem_id == problem_id)) or 0
         module = _module(s, row.op, problem_id)
-    return ProblemInfo(problem_id, row.op, row.test_vector, row.data_type, list(tags), n, *module)
+    return ProblemInfo(
+        problem_id, row.op, row.test_vector, row.data_type, list(tags), n, *module, row.label
+    )
 
 
 def _module(s: OrmSession, op: str, problem_id: int) -> tuple[str | None, str | None]:

@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session as OrmSession
 
-from mlirtuna import sessions
+from mlirtuna import catalog, sessions
 from mlirtuna.db import Database, db_now
 from mlirtuna.db.models import (
     CANCELLED,
@@ -25,6 +25,7 @@ from mlirtuna.db.models import (
     RUNNING,
     WAITING,
     Attempt,
+    FusionConfig,
     Job,
     Problem,
     TuningSession,
@@ -223,12 +224,13 @@ def workers(db: Database, session_id: int | None = None) -> list[BusyWorker]:
             Job.gpu_id,
             Attempt.pid,
             Job.problem_id,
-            Problem.test_vector,
+            catalog.label_column().label("test_vector"),  # a fusion: file @function: key
             Job.claimed_at,
             Job.heartbeat_at,
             Job.lease_expires_at,
         )
         .join(Problem, Problem.id == Job.problem_id)
+        .outerjoin(FusionConfig, FusionConfig.id == Problem.id)
         .outerjoin(Attempt, Attempt.lease_token == Job.lease_token)
         .where(Job.state == RUNNING)
         .order_by(Job.machine_name, Job.gpu_id, Job.id)
