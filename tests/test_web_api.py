@@ -34,6 +34,7 @@ from mlirtuna.errors import DatabaseError
 from mlirtuna.history import compare, perffields, winners
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
+from mlirtuna.web import explore
 from mlirtuna.web.app import create_app, open_read_only
 from mlirtuna.worker import Worker, WorkerSettings
 
@@ -182,7 +183,16 @@ def test_compare_gives_the_numbers_of_the_cli(client, db, db_url, farm):
     expected = run.json()
     for key in ("common", "same_winner", "same_winner_pct", "geomean_ratio", "only_a", "only_b"):
         assert answer[key] == expected[key], key
-    assert answer["regressions"] == expected["regressions"]
+    # the CLI's rows, plus what the page links and shows (problem id, label, noise)
+    assert [
+        {k: r[k] for k in e}
+        for r, e in zip(answer["regressions"], expected["regressions"], strict=True)
+    ] == expected["regressions"]
+    for r in answer["regressions"] + answer["within_noise"] + answer["improvements"]:
+        assert explore.problem(db, r["problem_id"]).test_vector == r["test_vector"] == r["label"]
+    assert len(answer["regressions_changed"]) + len(answer["regressions_same"]) == len(
+        expected["regressions"]
+    ) and len(answer["within_noise"]) == len(expected["within_noise"])
     assert len(answer["points"]["tflops_a"]) == expected["with_tflops"] == 3
     side_a, side_b = compare.load_sides(str(farm.cpu_a), str(farm.cpu_b), None, lambda: db)
     better = compare.improvements(side_a, side_b, 0.05)

@@ -289,8 +289,30 @@ def test_compare_scatter_and_tables(page, site):
     page.tab.wait_for_selector("#summary tr")
     points, _diagonal = page.plot("#compare-plot")
     assert len(points["x"]) == expected.with_tflops
-    assert len(page.rows("#regressions")) == len(expected.regressions)
+    # The CLI's three groups, each row linked to its problem page.
+    changed = [r for r in expected.regressions if r.winner_changed]
+    assert len(page.rows("#regressions")) == len(changed)
+    assert len(page.rows("#same-winner")) == len(expected.regressions) - len(changed)
+    assert len(page.rows("#within-noise")) == len(expected.within_noise)
     assert len(page.rows("#improvements")) == len(compare.improvements(side_a, side_b))
+    heads = page.tab.eval_on_selector_all(
+        "#improvements thead th", "ths => ths.map(t => t.innerText)"
+    )
+    assert "noise" in heads
+    links = page.tab.eval_on_selector_all(
+        "#regressions a, #same-winner a, #within-noise a, #improvements a",
+        "as => as.map(a => a.getAttribute('href'))",
+    )
+    shown = sum(
+        len(page.rows(t))
+        for t in ("#regressions", "#same-winner", "#within-noise", "#improvements")
+    )
+    assert len(links) == shown and all(
+        h.startswith("/problems/") and h.endswith(f"?session={b}") for h in links
+    )
+    counted = page.tab.inner_text("#reg-count")
+    assert f"Regressions counted: {len(expected.regressions)}" in counted
+    assert f"{len(expected.within_noise)} drops within noise not counted" in counted
     summary = page.tab.inner_text("#summary")
     assert f"{expected.same_winner} ({expected.same_winner_pct:.1f} %)" in summary
     page.shot("compare")

@@ -206,9 +206,7 @@ def compare(
     else:
         _print_comparison(result)
     if fail and result.fails(changed_winner_only=changed_winner_only, allow_missing=allow_missing):
-        counted = len(result.counted_regressions(changed_winner_only))
-        missing = 0 if allow_missing else len(result.missing_in_b)
-        common.err(f"failed: {counted} regressions, {missing} problems of A missing from B")
+        common.err(comparing.failure_line(result, changed_winner_only, allow_missing))
         raise typer.Exit(1)
 
 

@@ -638,3 +638,51 @@ def candidate_page(
         perffields.columns([r.perf_config for r in rows]),
         rows,
     )
+
+
+# ---------------------------------------------------------------- compare rows
+
+
+def labels(db: Database, problem_ids: list[int]) -> dict[int, str]:
+    """How each problem reads (catalog.label_column): a fusion's file @function: key."""
+    wanted = sorted(set(problem_ids))
+    out: dict[int, str] = {}
+    with db.session() as s:
+        for i in range(0, len(wanted), 500):
+            stmt = _with_labels(
+                sa.select(Problem.id, catalog.label_column()).where(
+                    Problem.id.in_(wanted[i : i + 500])
+                )
+            )
+            out.update({pid: label for pid, label in s.execute(stmt)})
+    return out
+
+
+def compare_rows(
+    db: Database, groups: dict[str, list[Any]], entries_a: dict[str, Any], entries_b: dict[str, Any]
+) -> dict[str, list[dict[str, Any]]]:
+    """The compare page's rows (history.compare.Regression) with what the page links and shows:
+    the problem id on each side, its label, and the larger relative noise of the two sides."""
+    ids: dict[str, int | None] = {}
+    for rows in groups.values():
+        for r in rows:
+            a, b = entries_a.get(r.test_vector), entries_b.get(r.test_vector)
+            ids[r.test_vector] = (b and b.problem_id) or (a and a.problem_id) or None
+    named = labels(db, [i for i in ids.values() if i is not None])
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name, rows in groups.items():
+        out[name] = []
+        for r in rows:
+            row = asdict(r)
+            pid = ids[r.test_vector]
+            row["problem_id"] = pid
+            row["label"] = named.get(pid, r.test_vector) if pid is not None else r.test_vector
+            sides = [
+                e.rel_noise
+                for e in (entries_a.get(r.test_vector), entries_b.get(r.test_vector))
+                if e
+            ]
+            known = [n for n in (r.noise_a, r.noise_b, *sides) if n is not None]
+            row["noise"] = max(known) if known else None
+            out[name].append(row)
+    return out

@@ -165,11 +165,23 @@ def api_compare(
     cut = compare.parse_threshold(threshold)
     result = compare.compare(side_a, side_b, cut)
     out = result.as_dict()
+    limit = max(limit, 0)
     out["regressions_total"] = len(result.regressions)
-    out["regressions"] = out["regressions"][: max(limit, 0)]
     better = compare.improvements(side_a, side_b, cut)
     out["improvements_total"] = len(better)
-    out["improvements"] = [r.__dict__ for r in better[: max(limit, 0)]]
+    # The CLI's three groups: counted regressions (winner changed / same winner re-measured
+    # lower) and drops within the measurements' noise (not counted).
+    changed = [r for r in result.regressions if r.winner_changed]
+    same = [r for r in result.regressions if not r.winner_changed]
+    groups = {
+        "regressions": result.regressions[:limit],
+        "regressions_changed": changed[:limit],
+        "regressions_same": same[:limit],
+        "within_noise": result.within_noise[:limit],
+        "improvements": better[:limit],
+    }
+    out["within_noise_total"] = len(result.within_noise)
+    out.update(explore.compare_rows(db, groups, side_a.entries, side_b.entries))
     points = compare.pairs(side_a, side_b)
     out["points"] = {
         "tflops_a": [p.tflops_a for p in points],

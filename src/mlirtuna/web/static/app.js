@@ -376,15 +376,55 @@ function candidateTable(problemId) {
 }
 
 // ------------------------------------------------------------------ compare
+// The compare page's groups, as the CLI splits them; rows link to the problem pages.
+function compareTable(el, rows, session) {
+  const cols = [
+    ["problem", null], ["A perf config", "perf_config_a"], ["B perf config", "perf_config_b"],
+    ["A TFlops", (r) => sig(r.tflops_a)], ["B TFlops", (r) => sig(r.tflops_b)],
+    ["B/A", (r) => sig(r.ratio)], ["noise", (r) => (r.noise === null ? "–" : `±${sig(100 * r.noise, 2)} %`)],
+  ];
+  const thead = document.createElement("thead"), head = document.createElement("tr");
+  for (const [label] of cols) {
+    const th = document.createElement("th");
+    th.textContent = label;
+    head.append(th);
+  }
+  thead.append(head);
+  const tbody = document.createElement("tbody");
+  for (const r of rows) {
+    const tr = document.createElement("tr");
+    const first = cell(tr, "", "vector");
+    if (r.problem_id !== null) {
+      const a = document.createElement("a");
+      a.href = `/problems/${encodeURIComponent(r.problem_id)}?session=${encodeURIComponent(session)}`;
+      a.textContent = r.label;
+      first.append(a);
+    } else {
+      first.textContent = r.label;
+    }
+    for (const [, get] of cols.slice(1)) {
+      cell(tr, typeof get === "function" ? get(r) : String(r[get] ?? ""), typeof get === "function" ? "n" : "vector");
+    }
+    tbody.append(tr);
+  }
+  el.replaceChildren(thead, tbody);
+}
 
-const CHANGE_COLUMNS = [
-  { label: "problem", key: "test_vector", cls: "vector" },
-  { label: "A perf config", key: "perf_config_a", cls: "vector" },
-  { label: "B perf config", key: "perf_config_b", cls: "vector" },
-  { label: "A TFlops", html: (r) => num(r.tflops_a), cls: "n" },
-  { label: "B TFlops", html: (r) => num(r.tflops_b), cls: "n" },
-  { label: "B/A", html: (r) => num(r.ratio), cls: "n" },
-];
+function compareGroups(c) {
+  const b = document.body.dataset.b;
+  const below = `below ${sig(100 * (1 - c.threshold))} %`;
+  compareTable($("#regressions"), c.regressions_changed, b);
+  compareTable($("#same-winner"), c.regressions_same, b);
+  compareTable($("#within-noise"), c.within_noise, b);
+  compareTable($("#improvements"), c.improvements, b);
+  $("#count-changed").textContent = `${c.regressions_winner_changed} ${below}`;
+  $("#count-same").textContent = `${c.regressions_same_winner} ${below}`;
+  $("#count-noise").textContent = `${c.within_noise_total} ${below}, within the measurements' noise`;
+  $("#reg-count").textContent = `Regressions counted: ${c.regressions_total} (${c.regressions_winner_changed} winner changed, ` +
+    `${c.regressions_same_winner} same winner), ${below} and beyond noise; ${c.within_noise_total} drops within noise not counted.`;
+  $("#imp-count").textContent = `${c.improvements_total} above ${sig(100 * (1 + c.threshold))} %`;
+}
+
 
 function comparePage() {
   const { a, b, threshold } = document.body.dataset;
@@ -405,10 +445,7 @@ function comparePage() {
       { type: "scatter", mode: "lines", name: "B = A", x: [lo, hi], y: [lo, hi], line: { dash: "dot", color: "#888" }, hoverinfo: "skip" },
     ], { margin: { t: 10 }, height: 480, xaxis: { type: "log", title: { text: "A TFlops" } },
       yaxis: { type: "log", title: { text: "B TFlops" } }, showlegend: false }, PLOT_CONFIG);
-    table($("#regressions"), CHANGE_COLUMNS, c.regressions);
-    table($("#improvements"), CHANGE_COLUMNS, c.improvements);
-    $("#reg-count").textContent = `${c.regressions_total} below ${num(100 * (1 - c.threshold), 1)} %`;
-    $("#imp-count").textContent = `${c.improvements_total} above ${num(100 * (1 + c.threshold), 1)} %`;
+    compareGroups(c);
   }).catch(showError);
 }
 
