@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from mlirtuna import catalog, sessions, tuners
+from mlirtuna import catalog, keys, sessions, tuners
 from mlirtuna.db import Database
 from mlirtuna.errors import UserError
 from mlirtuna.history import export, reuse, winners
@@ -230,16 +230,10 @@ def detect_op(path: str) -> str:
             )
     except (OSError, UnicodeDecodeError):
         raise UserError(f"cannot read config list {path}") from None
-    flags = set(first)
-    if "-gemmO" in flags:
-        return "conv_gemm" if "-c" in flags else "gemm_gemm"
-    if "-seq_len_q" in flags or "-seq_len" in flags:
-        return "attention"
-    if (first and first[0].startswith("conv")) or "-c" in flags:
-        return "conv"
-    if "-m" in flags:
-        return "gemm"
-    raise UserError(f"{path}: cannot tell the op from its flags: give --op")
+    op = keys.op_of_flags(first)
+    if op is None:
+        raise UserError(f"{path}: cannot tell the op from its flags: give --op")
+    return op
 
 
 def files_by_op(op: str | None, files: Sequence[str]) -> dict[str, list[str]]:

@@ -371,8 +371,9 @@ def list_all(db: Database) -> list[Session]:
 
 
 def ops(db: Database, session_ids: list[int]) -> dict[int, list[str]]:
-    """The ops each session tunes (sorted; [] for a session without jobs): `run`'s op where
-    the session remembers it, else the distinct ops of its jobs' problems."""
+    """The ops each session tunes (sorted; [] for an empty session): `run`'s op where the
+    session remembers it, else the distinct ops of its jobs' and results' problems (an
+    imported session has results only)."""
     out: dict[int, list[str]] = {sid: [] for sid in session_ids}
     if not session_ids:
         return out
@@ -389,15 +390,18 @@ def ops(db: Database, session_ids: list[int]) -> dict[int, list[str]]:
                 out[sid] = [op]
             else:
                 ask.append(sid)
-        if ask:
+        for table in (Job, Result):
+            if not ask:
+                break
             stmt = (
-                sa.select(Job.session_id, Problem.op)
-                .join(Problem, Problem.id == Job.problem_id)
-                .where(Job.session_id.in_(ask))
+                sa.select(table.session_id, Problem.op)
+                .join(Problem, Problem.id == table.problem_id)
+                .where(table.session_id.in_(ask))
                 .distinct()
             )
             for sid, op in s.execute(stmt):
                 out[sid].append(op)
+            ask = [sid for sid in ask if not out[sid]]  # results: only where no job says
     return {sid: sorted(v) for sid, v in out.items()}
 
 

@@ -101,7 +101,10 @@ def import_tsv(
         ..., metavar="FILE...", help="Tuning DBs: legacy, v2, v3 or MITuna export."
     ),
     op: str = typer.Option(
-        ..., "--op", help="conv, gemm or attention: how to parse the test vectors."
+        "auto",
+        "--op",
+        help="auto: each row's op from its test vector (a tuning DB of several ops); an op "
+        "(conv, gemm, attention, gemm_gemm, conv_gemm) keeps only its rows.",
     ),
     reason: str = typer.Option(None, "--reason", help="Reason of the new sessions [file name]."),
     num_cu: int = typer.Option(
@@ -145,11 +148,13 @@ def import_tsv(
             + (f", {x.key_form} keys" if x.key_form != "plain" else "")
             + ")"
         )
+    named = "" if op == "auto" else f"{op} "
     for line in report.errors_unmatched:
-        common.err(f"{line} (a ### error line naming no {op} config: not imported)")
+        common.err(f"{line} (a ### error line naming no {named}config: not imported)")
     common.err(
         f"{report.rows} rows read, {report.skipped} without a winner skipped; "
-        f"{report.problems} problems, {report.new_problems} new"
+        + (f"{report.other_op} of another op than {op} left out; " if report.other_op else "")
+        + f"{report.problems} problems, {report.new_problems} new"
         + (f"; {report.failed} ### error lines kept as failed jobs" if report.failed else "")
     )
 
