@@ -142,6 +142,19 @@ def test_distributions_and_errors(client, db, farm):
     assert len(groups) == 1 and groups[0]["count"] == 3
     assert failed[0].first_line == f"attempt 1/1 failed: {groups[0]['first_line']}"
     assert groups[0]["job_ids"] == [j.id for j in failed]
+    # Lines that differ only in their numbers are one group, shown with the numbers masked.
+    with db.session() as s:
+        for n, j in enumerate(failed[:2]):
+            text = f"attempt 1/1 failed: timed out after {2**n} candidates in 1.{n} s"
+            s.execute(sa.update(Job).where(Job.id == j.id).values(result=text))
+    groups = get(client, f"/api/sessions/{farm.failed}/errors")
+    assert [(g["first_line"], g["count"]) for g in groups] == [
+        ("timed out after N candidates in N s", 2), (groups[1]["first_line"], 1)
+    ]  # fmt: skip
+    assert "N" not in groups[1]["first_line"].split()  # a lone line keeps its numbers
+    with db.session() as s:  # as the farm made it
+        for j in failed:
+            s.execute(sa.update(Job).where(Job.id == j.id).values(result=j.result))
     job = get(client, f"/api/jobs/{failed[0].id}")
     assert job["state"] == "error" and len(job["attempts"]) == 1 and job["result"]
     page = get(client, f"/sessions/{farm.failed}")

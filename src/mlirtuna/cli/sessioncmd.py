@@ -10,7 +10,11 @@ from mlirtuna.cli import common, options
 from mlirtuna.defaults import DEFAULT_TOPK, DEFAULT_TUNING_SPACE
 from mlirtuna.errors import UserError
 
-app = typer.Typer(no_args_is_help=True, help="Tuning sessions: what the results depend on.")
+app = typer.Typer(
+    no_args_is_help=True,
+    suggest_commands=False,
+    help="Tuning sessions: what the results depend on.",
+)
 
 
 @app.command()

@@ -316,11 +316,23 @@ def error_groups(db: Database, session_id: int) -> list[ErrorGroup]:
     groups: dict[str, ErrorGroup] = {}
     for job_id, text in rows:
         line = _first_line(text)
-        group = groups.setdefault(line, ErrorGroup(line, 0))
+        pattern = mask_numbers(line)
+        group = groups.setdefault(pattern, ErrorGroup(line, 0))
+        if group.first_line != line:  # the lines differ in their numbers: show the pattern
+            group.first_line = pattern
         group.count += 1
         if len(group.job_ids) < ERROR_JOBS_LISTED:
             group.job_ids.append(job_id)
     return sorted(groups.values(), key=lambda g: (-g.count, g.first_line))
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def mask_numbers(line: str) -> str:
+    """An error line with each number written N: "timed out after 1/2/4 candidates" are one
+    group ("timed out after N candidates")."""
+    return _NUMBER.sub("N", line)
 
 
 # queue.fail writes "attempt 2/3 failed: <why>" (or "attempt failed, not retried: <why>" for a

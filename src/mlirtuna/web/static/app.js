@@ -47,7 +47,8 @@ function histogram(el, h, xTitle) {
   const mids = h.counts.map((_, i) => (h.edges[i] + h.edges[i + 1]) / 2);
   const widths = h.counts.map((_, i) => h.edges[i + 1] - h.edges[i]);
   Plotly.newPlot(el, [{ type: "bar", x: mids, y: h.counts, width: widths, marker: { color: "#3b6ea5" } }],
-    { margin: { t: 10, r: 10 }, xaxis: { title: { text: xTitle } }, yaxis: { title: { text: "count" } },
+    { margin: { t: 10, r: 10 }, xaxis: { title: { text: xTitle } },
+      yaxis: { title: { text: "count" }, dtick: Math.max(1, Math.ceil(Math.max(0, ...h.counts) / 5)) },
       height: 280 }, PLOT_CONFIG);
 }
 
@@ -134,7 +135,7 @@ const WINNER_COLUMNS = [
   { label: "op", key: "op", sort: "op" },
   { label: "type", key: "data_type", sort: "data_type" },
   { label: "perf config", key: "perf_config", sort: "perf_config", cls: "vector" },
-  { label: "TFlops", html: (r) => num(r.tflops), sort: "tflops", cls: "n" },
+  { label: "TFlops", html: (r) => sig(r.tflops), sort: "tflops", cls: "n" },
   { label: "time (µs)", html: (r) => num(r.kernel_time === null ? null : r.kernel_time / 1000, 2), sort: "kernel_time", cls: "n" },
   { label: "candidates", key: "candidates", sort: "candidates", cls: "n" },
   { label: "job", html: (r) => (r.job_id ? `<a href="/jobs/${r.job_id}">${r.job_id}</a>` : "") },
@@ -233,10 +234,10 @@ function problemPage() {
       type: "scatter", mode: "lines+markers", name: ctx,
       x: ps.map((p) => p.created_at), y: ps.map((p) => p.tflops),
       text: ps.map((p) => `session ${p.session_id}<br>rocMLIR ${p.mlir_v || "?"}<br>${p.perf_config}`),
-      hovertemplate: "%{y:.3f} TFlops<br>%{text}<extra></extra>",
+      hovertemplate: "%{y:.3g} TFlops<br>%{text}<extra></extra>",
     }));
     Plotly.newPlot($("#trend-plot"), traces, { margin: { t: 10 }, height: 320, showlegend: true,
-      legend: { orientation: "h" }, yaxis: { title: { text: "TFlops" } } }, PLOT_CONFIG);
+      legend: { orientation: "h" }, ...trendAxes(points) }, PLOT_CONFIG);
     table($("#history"), [
       { label: "session", html: (p) => `<a href="/sessions/${p.session_id}">${p.session_id}</a>` },
       { label: "opened", key: "created_at" },
@@ -244,7 +245,7 @@ function problemPage() {
       { label: "ROCm", key: "rocm_v" },
       { label: "rocMLIR", key: "mlir_v" },
       { label: "perf config", key: "perf_config", cls: "vector" },
-      { label: "TFlops", html: (p) => num(p.tflops), cls: "n" },
+      { label: "TFlops", html: (p) => sig(p.tflops), cls: "n" },
     ], [...points].reverse());
   }).catch(showError);
 
@@ -280,6 +281,18 @@ function problemPage() {
       showError(err);
     }
   }
+}
+
+// The trend's axes: TFlops on a log axis (a CPU's 0.003 and a GPU's 4.2 on one plot), and a
+// day either side of a single date rather than milliseconds.
+function trendAxes(points) {
+  const dates = [...new Set(points.map((p) => p.created_at))];
+  const xaxis = { type: "date" };
+  if (dates.length === 1) {
+    const t = Date.parse(dates[0]), day = 86400000;
+    xaxis.range = [new Date(t - day).toISOString(), new Date(t + day).toISOString()];
+  }
+  return { xaxis, yaxis: { type: "log", title: { text: "TFlops (log)" } } };
 }
 
 // ------------------------------------------------------------------ the candidate table
