@@ -460,6 +460,11 @@ def test_candidate_table_marks_the_remeasured_and_states_the_rule(client, db, fa
     assert winner["kernel_time"] == min(r.kernel_time for r in again)
     scatter = get(client, f"/api/problems/{pid}/candidates?session={farm.cpu_a}")
     assert sum(c["remeasured"] for c in scatter["valid"]) == len(again)
+    # the plot's hover names the same fields as the table (one parser: history/perffields)
+    assert all(c["fields"] == perffields.fields(c["perf_config"]) for c in scatter["valid"])
+    assert {tuple(c["fields"]) for c in scatter["valid"]} == {
+        ("mPerBlock", "nPerBlock", "kPerBlock")
+    }
 
 
 def test_farm_rows_say_what_each_session_tunes_and_when(client, db, farm):

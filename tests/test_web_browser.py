@@ -9,6 +9,7 @@ SQLite only: the backends are covered by test_web_api.py; this is about what the
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import shutil
 import socket
@@ -24,7 +25,7 @@ import sqlalchemy as sa
 from support.clitools import mlirtuna_argv, run_cli, subprocess_env
 from support.webfarm import Farm, make
 
-from mlirtuna import catalog, sessions
+from mlirtuna import catalog, queue, sessions
 from mlirtuna.db import Database
 from mlirtuna.db.models import Job
 from mlirtuna.history import compare, winners
@@ -397,3 +398,33 @@ def test_fusion_problems_are_named_not_hashed(page, site):
     assert "fusion example" in page.tab.inner_text("#sessions") and "fusion" in page.tab.inner_text(
         "#sessions"
     )
+
+
+def test_a_stale_heartbeat_is_flagged_before_the_lease_expires(page, site):
+    sid = site.farm.cpu_b
+    with site.db.session() as s:  # one job of a finished session back in the queue, held
+        first = s.scalar(sa.select(sa.func.min(Job.id)).where(Job.session_id == sid))
+        s.execute(sa.update(Job).where(Job.id == first).values(state="new"))
+    lease = queue.claim(site.db, sid, queue.Claimant("node9", 1, 4343), lease_s=3600)
+    assert lease is not None
+    try:
+        page.open("/")
+        row = f"#workers tr:has(a[href='/sessions/{sid}'])"
+        page.tab.wait_for_selector(row)
+        assert page.tab.inner_text(row).rstrip().endswith("ok")
+        # The worker goes quiet: its last beat 40 minutes ago, 20 minutes of lease left.
+        with site.db.session() as s:
+            clock = s.scalar(sa.select(sa.func.max(Job.heartbeat_at)).where(Job.id == lease.job_id))
+            s.execute(
+                sa.update(Job)
+                .where(Job.id == lease.job_id)
+                .values(
+                    heartbeat_at=clock - dt.timedelta(minutes=40),
+                    lease_expires_at=clock + dt.timedelta(minutes=20),
+                )
+            )
+        page.tab.wait_for_selector(f"{row} .warn-text:has-text('stale heartbeat')")
+        page.shot("farm-stale")
+    finally:
+        with site.db.session() as s:  # as the farm made it
+            s.execute(sa.update(Job).where(Job.id == lease.job_id).values(state="completed"))

@@ -455,6 +455,7 @@ class CandidateRow:
     kernel_time: float | None
     error: str | None
     remeasured: bool = False  # numbers from the top-k re-measurement
+    fields: dict[str, int | str] = field(default_factory=dict)  # history.perffields
 
 
 @dataclass(frozen=True)
@@ -490,7 +491,7 @@ def candidates(db: Database, session_id: int, problem_id: int) -> Candidates:
                 Result.session_id == session_id, Result.problem_id == problem_id
             )
         )
-    every = [CandidateRow(*r[:4], bool(r[4])) for r in rows]
+    every = [CandidateRow(*r[:4], bool(r[4]), perffields.fields(r[0])) for r in rows]
     valid = [c for c in every if c.error is None and c.kernel_time is not None]
     invalid = [c for c in every if c.error is not None or c.kernel_time is None]
     valid.sort(key=lambda c: (-(c.tflops or 0.0), c.kernel_time or 0.0))

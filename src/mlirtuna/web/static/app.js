@@ -268,7 +268,8 @@ function problemPage() {
         x: c.valid.map((v) => v.perf_config), y: c.valid.map((v) => v.tflops),
         marker: { size: isWinner.map((w) => (w ? 12 : 7)), color: isWinner.map((w) => (w ? "#c0392b" : "#3b6ea5")),
           symbol: c.valid.map((v) => (v.remeasured ? "diamond" : "circle")) },
-        customdata: c.valid.map((v) => (v.remeasured ? "re-measured" : "first pass")),
+        customdata: c.valid.map((v) => `${v.remeasured ? "re-measured" : "first pass"}<br>` +
+          Object.entries(v.fields || {}).map(([k, x]) => `${esc(k)}=${esc(x)}`).join(" ")),
         hovertemplate: "%{x}<br>%{y:.3g} TFlops · %{customdata}<extra></extra>",
       }], { margin: { t: 10, b: 40 }, height: 340, xaxis: { showticklabels: false, title: { text: `${c.valid.length} valid perf configs, best first; ◆ re-measured (${c.valid.filter((v) => v.remeasured).length}), red: winner` } },
         yaxis: { title: { text: "TFlops" } } }, PLOT_CONFIG);
