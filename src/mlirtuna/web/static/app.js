@@ -128,6 +128,27 @@ function farmPage() {
   setInterval(refresh, Number(document.body.dataset.pollMs) || 2000);
 }
 
+// A table sorted, filtered and paged on the server: header clicks sort (TFlops best first),
+// the form filters (debounced), prev/next page; `state` is {sort: {key, desc}, offset, limit}.
+function wirePaging(state, load, { table, form, prev, next }) {
+  table.addEventListener("click", (ev) => {
+    const th = ev.target.closest("th[data-sort]");
+    if (!th) return;
+    const key = th.dataset.sort;
+    state.sort = { key, desc: state.sort.key === key ? !state.sort.desc : key === "tflops" };
+    state.offset = 0;
+    load();
+  });
+  let typing = null;
+  form.addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => { state.offset = 0; load(); }, 250);
+  });
+  form.addEventListener("submit", (ev) => ev.preventDefault());
+  prev.onclick = () => { state.offset = Math.max(0, state.offset - state.limit); load(); };
+  next.onclick = () => { state.offset += state.limit; load(); };
+}
+
 // ------------------------------------------------------------------ session
 
 const WINNER_COLUMNS = [
@@ -174,22 +195,7 @@ function sessionPage() {
       showError(err);
     }
   }
-  $("#winners").addEventListener("click", (ev) => {
-    const th = ev.target.closest("th[data-sort]");
-    if (!th) return;
-    const key = th.dataset.sort;
-    state.sort = { key, desc: state.sort.key === key ? !state.sort.desc : key === "tflops" };
-    state.offset = 0;
-    loadWinners();
-  });
-  let typing = null;
-  form.addEventListener("input", () => {
-    clearTimeout(typing);
-    typing = setTimeout(() => { state.offset = 0; loadWinners(); }, 250);
-  });
-  form.addEventListener("submit", (ev) => ev.preventDefault());
-  $("#prev").onclick = () => { state.offset = Math.max(0, state.offset - state.limit); loadWinners(); };
-  $("#next").onclick = () => { state.offset += state.limit; loadWinners(); };
+  wirePaging(state, loadWinners, { table: $("#winners"), form, prev: $("#prev"), next: $("#next") });
 
   api(`/api/sessions/${SESSION}/facets`).then((f) => {
     for (const [name, values] of [["op", f.ops], ["data_type", f.data_types], ["tag", f.tags]]) {
@@ -332,7 +338,7 @@ function candidateRows(el, page, state) {
   const thead = document.createElement("thead"), head = document.createElement("tr");
   for (const [label, key] of cols) {
     const th = document.createElement("th");
-    th.textContent = label + (key && state.sort === key ? (state.desc ? " ▼" : " ▲") : "");
+    th.textContent = label + (key && state.sort.key === key ? (state.sort.desc ? " ▼" : " ▲") : "");
     if (key) th.dataset.sort = key;
     head.append(th);
   }
@@ -349,12 +355,14 @@ function candidateRows(el, page, state) {
 }
 
 function candidateTable(problemId) {
-  const state = { sid: null, sort: "tflops", desc: true, offset: 0, limit: 50 };
+  const state = { sid: null, sort: { key: "tflops", desc: true }, offset: 0, limit: 50 };
   const form = $("#cand-filters"), el = $("#candidates");
   async function load() {
     const params = new URLSearchParams(new FormData(form));
     for (const [k, v] of [...params]) if (!v) params.delete(k);
-    for (const k of ["sort", "desc", "offset", "limit"]) params.set(k, state[k]);
+    params.set("sort", state.sort.key);
+    params.set("desc", state.sort.desc);
+    for (const k of ["offset", "limit"]) params.set(k, state[k]);
     params.set("session", state.sid);
     try {
       const page = await api(`/api/problems/${encodeURIComponent(problemId)}/table?${params}`);
@@ -369,23 +377,7 @@ function candidateTable(problemId) {
       showError(err);
     }
   }
-  el.addEventListener("click", (ev) => {
-    const th = ev.target.closest("th[data-sort]");
-    if (!th) return;
-    const key = th.dataset.sort;
-    state.desc = state.sort === key ? !state.desc : key === "tflops";
-    state.sort = key;
-    state.offset = 0;
-    load();
-  });
-  let typing = null;
-  form.addEventListener("input", () => {
-    clearTimeout(typing);
-    typing = setTimeout(() => { state.offset = 0; load(); }, 250);
-  });
-  form.addEventListener("submit", (ev) => ev.preventDefault());
-  $("#cand-prev").onclick = () => { state.offset = Math.max(0, state.offset - state.limit); load(); };
-  $("#cand-next").onclick = () => { state.offset += state.limit; load(); };
+  wirePaging(state, load, { table: el, form, prev: $("#cand-prev"), next: $("#cand-next") });
   return (sid) => { state.sid = sid; state.offset = 0; load(); };
 }
 
