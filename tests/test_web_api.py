@@ -474,3 +474,29 @@ def test_farm_rows_say_what_each_session_tunes_and_when(client, db, farm):
         assert p["session"]["created_at"] == sessions.get(db, p["session"]["id"]).created_at
         assert "name" in p["session"] and "split" in p["session"]
     assert get(client, f"/api/sessions/{farm.gpu}")["ops"] == ["gemm"]
+
+
+def test_parallel_coordinates_of_one_op_and_data_type(client, db, farm):
+    sid = farm.gpu
+    with db.session() as s:
+        rows = s.execute(
+            sa.select(Candidate.problem_id, Candidate.perf_config, Candidate.tflops).where(
+                Candidate.session_id == sid, Candidate.error.is_(None)
+            )
+        ).all()
+    best = {}
+    for pid, _, tf in rows:
+        best[pid] = max(best.get(pid, 0.0), tf)
+    p = get(client, f"/api/sessions/{sid}/parallel?op=gemm")
+    assert p["total"] == len(rows) == len(p["score"]) == len(p["perf_configs"]) > 3
+    assert sorted(p["score"]) == sorted(tf / best[pid] for pid, _, tf in rows)
+    assert max(p["score"]) == 1.0 and all(0 < x <= 1 for x in p["score"])
+    assert list(p["axes"])[:3] == ["mPerBlock", "nPerBlock", "kpackPerBlock"]
+    assert p["axes"]["mPerBlock"] == [
+        float(perffields.fields(pc)["mPerBlock"]) for pc in p["perf_configs"]
+    ]
+    f16 = get(client, f"/api/sessions/{sid}/parallel?op=gemm&data_type=f16")
+    assert 0 < f16["total"] < p["total"]
+    assert get(client, f"/api/sessions/{sid}/parallel?op=gemm&limit=2")["score"] == p["score"][:2]
+    assert get(client, f"/api/sessions/{sid}/parallel?op=conv")["total"] == 0
+    assert "unknown op" in get(client, f"/api/sessions/{sid}/parallel?op=nope", 400)["error"]

@@ -206,6 +206,27 @@ def test_session_winners_sort_filter_and_plots(page, site):
     page.shot("session")
 
 
+def test_parallel_coordinates_of_a_session(page, site):
+    sid = site.farm.gpu
+    expected = explore.parallel(site.db, sid, "gemm")
+    page.open(f"/sessions/{sid}")
+    page.tab.wait_for_function(
+        f"() => document.querySelector('#parallel-plot').dataset.count === '{expected.total}'"
+    )
+    dims = page.tab.eval_on_selector(
+        "#parallel-plot", "el => el.data[0].dimensions.map(d => [d.label, d.values.length])"
+    )
+    assert [d[0] for d in dims] == [*expected.axes, "TFlops / best"]
+    assert all(n == expected.total for _, n in dims)
+    page.tab.select_option("#parallel-choice select[name=data_type]", "f16")
+    f16 = explore.parallel(site.db, sid, "gemm", "f16").total
+    page.tab.wait_for_function(
+        f"() => document.querySelector('#parallel-plot').dataset.count === '{f16}'"
+    )
+    assert f"{f16} candidates" in page.tab.inner_text("#parallel-count")
+    page.shot("parallel")
+
+
 def test_session_errors_link_to_the_job_and_its_attempts(page, site):
     sid = site.farm.failed
     failed = jobs.list_jobs(site.db, sid, state="error")

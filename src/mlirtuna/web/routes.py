@@ -82,6 +82,15 @@ def api_winners(
     return explore.winners_page(_db(request), session_id, where, offset, limit).as_dict()
 
 
+@api.get("/sessions/{session_id}/parallel")
+def api_parallel(
+    request: Request, session_id: int, op: str, data_type: str = "", limit: int = 5000
+) -> dict[str, Any]:
+    """The session's valid candidates of one op and data type as parallel coordinates: one
+    axis per perf-config field, coloured by TFlops over the problem's best."""
+    return explore.parallel(_db(request), session_id, op, data_type, limit).as_dict()
+
+
 @api.get("/sessions/{session_id}/facets")
 def api_facets(request: Request, session_id: int) -> dict[str, Any]:
     """The ops, data types and tags the winners can be filtered by."""

@@ -224,6 +224,38 @@ function sessionPage() {
     $("#no-errors").hidden = groups.length > 0;
   }).catch(showError);
   loadWinners();
+  parallelPlot(SESSION);
+}
+
+// A session's candidates of one op and data type: one axis per perf-config field, each line
+// coloured by its TFlops over the best of its problem (1: the problem's fastest).
+function parallelPlot(session) {
+  const form = $("#parallel-choice");
+  async function draw() {
+    const params = new URLSearchParams(new FormData(form));
+    if (!params.get("op")) return;
+    try {
+      const p = await api(`/api/sessions/${encodeURIComponent(session)}/parallel?${params}`);
+      const dims = Object.entries(p.axes).map(([label, values]) => ({ label, values }));
+      dims.push({ label: "TFlops / best", values: p.score, range: [0, 1] });
+      Plotly.newPlot($("#parallel-plot"), [{
+        type: "parcoords", dimensions: dims,
+        line: { color: p.score, cmin: 0, cmax: 1, colorscale: "Viridis", showscale: true },
+      }], { margin: { t: 40, l: 60, r: 60 }, height: 380 }, PLOT_CONFIG);
+      $("#parallel-count").textContent = p.score.length < p.total
+        ? `${p.score.length} of ${p.total} candidates (the first by id)` : `${p.total} candidates`;
+      $("#parallel-plot").dataset.count = p.score.length;
+    } catch (err) {
+      showError(err);
+    }
+  }
+  api(`/api/sessions/${encodeURIComponent(session)}/facets`).then((f) => {
+    for (const v of f.ops) form.elements.op.add(new Option(v, v));
+    for (const v of f.data_types) form.elements.data_type.add(new Option(v, v));
+    draw();
+  }).catch(showError);
+  form.addEventListener("change", draw);
+  form.addEventListener("submit", (ev) => ev.preventDefault());
 }
 
 // ------------------------------------------------------------------ problem
