@@ -58,3 +58,14 @@ def test_a_row_whose_op_cannot_be_told_is_one_line(db_url, tmp_path):
     run = cli(db_url, "import-tsv", str(bad))
     assert run.code == 2 and run.stderr.count("\n") == 1
     assert f"{bad}:2:" in run.stderr and "give --op" in run.stderr
+
+
+def test_an_import_that_fails_leaves_no_database(tmp_path):
+    target = tmp_path / "fresh.db"
+    bad = tmp_path / "bad.tsv"
+    bad.write_text(
+        "# arch\tnumCUs\ttestVector\tperfConfig\tTFlops\ngfx942\t304\t-x 1 -y 2\tv2:1\t1.0\n"
+    )
+    run = cli(f"sqlite:///{target}", "import-tsv", str(bad))
+    assert run.code == 2 and f"{bad}:2:" in run.stderr
+    assert not target.exists()

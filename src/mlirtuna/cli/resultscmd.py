@@ -128,8 +128,10 @@ def import_tsv(
     from mlirtuna.history import tsvimport
 
     fill = tsvimport.Fill(num_cu=num_cu, num_chiplets=num_chiplets, tuning_space=tuning_space)
-    db = common.database(ctx, create=True)
-    report = tsvimport.import_tsv(db, op, files, reason=reason, fill=fill, again=again)
+    # Opened once every file has been read: a file that does not parse leaves no database.
+    report = tsvimport.import_tsv(
+        lambda: common.database(ctx, create=True), op, files, reason=reason, fill=fill, again=again
+    )
     if as_json:
         common.print_json(report.as_dict())
         return

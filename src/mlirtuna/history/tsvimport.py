@@ -36,7 +36,7 @@ import hashlib
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,7 +165,7 @@ AUTO = "auto"  # each row's op from its test vector (keys.op_of_flags)
 
 
 def import_tsv(
-    db: Database,
+    db: Database | Callable[[], Database],
     op: str | None,
     paths: Sequence[str],
     *,
@@ -176,6 +176,8 @@ def import_tsv(
     """Read and check every file first; then one transaction writes everything or nothing.
 
     A file imported before (same bytes) is skipped and listed in `already`, unless `again`.
+    `db` may be a function that opens it: it is called once every file has been read, so
+    that a file that does not parse leaves no database behind (a new SQLite file).
     Each row's op comes from its test vector; `op` (not None or "auto") keeps that op's rows
     only, and parses the rows whose op the flags do not tell with its parser.
     """
@@ -184,17 +186,29 @@ def import_tsv(
         problems.problem_class(op)  # an unknown op is a UserError before any file is read
     report = TsvImportReport(files=len(paths))
     hashes = {path: file_sha256(path) for path in paths}
+    # Every file is read and checked before any database is opened (FILE:LINE on a bad row).
+    read = {path: _read(path, op, fill, hashes[path]) for path in paths}
+    if not any(g.winners for file in read.values() for g in file.groups):
+        raise UserError(
+            f"nothing to import: no tuning rows with a perf config in {', '.join(paths)}"
+        )
+    if callable(db):
+        db = db()
     if not again:
         report.already = _imported_before(db, hashes)
     skip = {x.file for x in report.already}
-    parser = _Parser(op, fill)
     groups: list[_Group] = []
-    for path in paths:
+    found: dict[str, dict[str, problems.Problem]] = {}  # op -> canonical -> problem
+    for path, file in read.items():
         if path in skip:
             continue
-        parsed = read_file(path)
-        report.rows += len(parsed.rows)
-        groups.extend(parser.groups(parsed, report, hashes[path]))
+        report.rows += file.report.rows
+        report.skipped += file.report.skipped
+        report.other_op += file.report.other_op
+        report.errors_unmatched += file.report.errors_unmatched
+        groups += file.groups
+        for row_op, some in file.problems.items():
+            found.setdefault(row_op, {}).update(some)
     report.results = sum(len(g.winners) for g in groups)
     report.failed = sum(len(g.failed) for g in groups)
     if skip and not groups:
@@ -203,20 +217,37 @@ def import_tsv(
         raise UserError(
             f"nothing to import: no tuning rows with a perf config in {', '.join(paths)}"
         )
-    report.problems = sum(map(len, parser.problems.values()))
+    report.problems = sum(map(len, found.values()))
 
     def write() -> tuple[int, list[ImportedSession]]:
         with db.session(immediate=True) as s:
             ids: dict[str, int] = {}  # canonical vectors of different ops never collide
             new = 0
-            for row_op, found in sorted(parser.problems.items()):
-                some, added = catalog.ensure_problems(s, row_op, list(found.values()))
+            for row_op, of_op in sorted(found.items()):
+                some, added = catalog.ensure_problems(s, row_op, list(of_op.values()))
                 ids.update(some)
                 new += added
             return new, [_write_group(s, group, ids, reason) for group in groups]
 
     report.new_problems, report.sessions = db.retrying_conflicts(write)
     return report
+
+
+@dataclass
+class _File:
+    """One file read and checked: its groups, its counts, the problems its rows name."""
+
+    groups: list[_Group]
+    report: TsvImportReport
+    problems: dict[str, dict[str, problems.Problem]]
+
+
+def _read(path: str, op: str | None, fill: Fill, sha256: str) -> _File:
+    parsed = read_file(path)
+    counts = TsvImportReport(rows=len(parsed.rows))
+    parser = _Parser(op, fill)
+    groups = parser.groups(parsed, counts, sha256)
+    return _File(groups, counts, parser.problems)
 
 
 def file_sha256(path: str) -> str:
