@@ -55,6 +55,7 @@ def urls(db_url: str, size: Size) -> dict[str, list[str]]:
             f"/sessions/{mid}", f"{winners}?sort=test_vector&offset=0&limit=50",
             f"/api/sessions/{mid}/facets", f"/api/sessions/{mid}", f"/api/sessions/{mid}/tflops",
             f"/api/sessions/{mid}/job-times", f"/api/sessions/{mid}/errors",
+            f"/api/sessions/{mid}/parallel?op=gemm",
         ],
         "session, sorted by TFlops, last page": [f"{winners}?sort=tflops&desc=true&offset=950"],
         "session, filtered (f16, tag, search)": [
@@ -65,6 +66,10 @@ def urls(db_url: str, size: Size) -> dict[str, list[str]]:
         "problem": [
             f"/problems/{problem}?session={mid}", f"/api/problems/{problem}/trend",
             f"/api/problems/{problem}", f"/api/problems/{problem}/candidates?session={mid}",
+            f"/api/problems/{problem}/table?session={mid}",
+        ],
+        "problem, candidates by spread, filtered": [
+            f"/api/problems/{problem}/table?session={mid}&sort=time_iqr&desc=false&show=valid&q=1"
         ],
         "compare": [f"/compare?a={mid}&b={mid + 1}", f"/api/compare?a={mid}&b={mid + 1}"],
         "workers": ["/api/workers"],

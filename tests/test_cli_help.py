@@ -112,3 +112,10 @@ def test_docs_install_from_the_repository_not_an_index():
         if path.is_file():
             assert "pip install mlirtuna" not in path.read_text(), path
     assert "pip install ./mlirtuna" in (root / "docs" / "ci.md").read_text()
+
+
+def test_a_typo_is_suggested_once():
+    for argv, right in ((["rnu"], "'run'"), (["session", "lst"], "'list'")):
+        result = CliRunner().invoke(app, argv)
+        assert result.exit_code == 2
+        assert result.stderr.count(f"Did you mean {right}?") == 1, result.stderr

@@ -10,13 +10,14 @@ import time
 
 import pytest
 import sqlalchemy as sa
+from fastapi.testclient import TestClient
 from support.clitools import cli
 from support.results import gemm, new_session
 from support.rocmlir import fake_build, rocmlir_session, work
 from threadpoolctl import threadpool_info
 
 from mlirtuna import catalog, queue, sessions, stats
-from mlirtuna.db.models import Candidate, Result
+from mlirtuna.db.models import Candidate, Problem, Result
 from mlirtuna.errors import UserError
 from mlirtuna.history import compare, winners
 from mlirtuna.problems import ExpandOptions, parse
@@ -28,6 +29,7 @@ from mlirtuna.tuners.base import Candidate as Cand
 from mlirtuna.tuners.base import TuneContext, TuneOutcome
 from mlirtuna.tuners.cpu import CpuTuner
 from mlirtuna.web import explore
+from mlirtuna.web.app import create_app, open_read_only
 from mlirtuna.worker import Worker, WorkerSettings
 
 # --- statistics ----------------------------------------------------------------------------------
@@ -275,6 +277,28 @@ def test_compare_separates_noise_from_regression(db, db_url, tmp_path) -> None:
 
     run = cli(db_url, "compare", str(a), str(b), "--fail-on-regression", "--json")
     assert run.code == 1 and len(run.json()["within_noise"]) == 1
+    # It says what it counted: beyond noise only, by kind, and what it left out.
+    assert run.stderr.strip() == (
+        "failed: 2 regressions beyond 5% and noise (1 winner changed, 1 same winner "
+        "re-measured lower); 1 drops within noise not counted; 0 problems of A missing from B"
+    )
+    only = cli(db_url, "compare", str(a), str(b), "--fail-on-regression", "--changed-winner-only")
+    assert only.code == 1 and only.stderr.startswith("failed: 1 regressions beyond 5% and noise")
+    # The dashboard's compare page splits them the same way, with a noise column and links.
+    ro = open_read_only(db_url)
+    try:
+        page = TestClient(create_app(ro)).get(f"/api/compare?a={a}&b={b}").json()
+    finally:
+        ro.dispose()
+    assert [r["test_vector"] for r in page["regressions_changed"]] == [changed]
+    assert [r["test_vector"] for r in page["regressions_same"]] == [real]
+    assert [r["test_vector"] for r in page["within_noise"]] == [noisy]
+    assert page["regressions_total"] == 2 and page["within_noise_total"] == 1
+    (row,) = page["within_noise"]
+    assert row["noise"] == pytest.approx(max(row["noise_a"], row["noise_b"]))
+    with db.session() as s:
+        pid = s.scalar(sa.select(Problem.id).where(Problem.test_vector == noisy))
+    assert row["problem_id"] == pid and row["label"] == noisy
     shown = cli(db_url, "compare", str(a), str(b))
     assert shown.code == 0 and "within noise" in " ".join(shown.stdout.split())
     # Past a 50 % threshold nothing regresses: nothing fails.

@@ -76,6 +76,13 @@ def test_run_end_to_end_twice(db_url, tmp_path):
         assert db[("cpu-" + _machine(), w["test_vector"])] == w["perf_config"]
     second = run_cli(db_url, *args, timeout=300).json()
     assert second["session"] == summary["session"] + 1  # a new session, the same problems
+    # Each run's session is named from the op and the input; `session list` shows it and the op.
+    listed = {r["id"]: r for r in cli(db_url, "session", "list", "--json").json()}
+    assert listed[summary["session"]]["name"] == "gemm: gemm-configs"
+    assert listed[second["session"]]["ops"] == ["gemm"]
+    table = cli(db_url, "session", "list").stdout.splitlines()
+    assert table[0].split()[:4] == ["id", "name", "op", "created"]
+    assert all("gemm: gemm-configs" in line and " gemm " in line for line in table[1:])
     d = Database(db_url)
     try:
         import sqlalchemy as sa

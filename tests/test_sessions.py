@@ -135,3 +135,30 @@ def test_rocmlir_session_with_gpu_but_no_chiplet_count_asks_for_it(db, fake_rocm
         sessions.create(db, SessionSpec(tuner="rocmlir"))
     assert "--num-chiplets" in str(info.value) and "not exposed" in str(info.value)
     assert "--arch" not in str(info.value)
+
+
+def test_sessions_tell_apart_by_name_op_created_and_split(db, db_url, tmp_path, no_gpu):
+    path = tmp_path / "convs"
+    path.write_text("conv -F 1 -f NCHW -I NCHW -O NCHW -n 1 -c 8 -H 8 -W 8 -k 8 -y 3 -x 3\n")
+    assert cli(db_url, "import", "--op", "conv", str(path)).code == 0
+    named = cli(db_url, "session", "new", "--name", "  resnet   convs  ", "--json").json()
+    bare = cli(db_url, "session", "new", "--json").json()
+    assert named["name"] == "resnet convs" and bare["name"] == ""
+    assert cli(db_url, "jobs", "load", "--session", str(named["id"]), "--all").code == 0
+    assert sessions.ops(db, [named["id"], bare["id"]]) == {named["id"]: ["conv"], bare["id"]: []}
+    lines = cli(db_url, "session", "list").stdout.splitlines()
+    header = lines[0].split()
+    assert header[:4] == ["id", "name", "op", "created"] and "split" in header
+    by_id = {line.split()[0]: line for line in lines[1:]}
+    assert "resnet convs" in by_id[str(named["id"])] and " conv " in by_id[str(named["id"])]
+    assert named["created_at"] in by_id[str(named["id"])]
+    too_long = cli(db_url, "session", "new", "--name", "x" * 201)
+    assert too_long.code == 2 and "at most 200" in too_long.stderr
+    assert len(sessions.list_all(db)) == 2  # nothing half-written
+
+
+def test_session_show_aligns_every_value(db_url, no_gpu):
+    sid = cli(db_url, "session", "new", "--json").json()["id"]
+    lines = cli(db_url, "session", "show", str(sid)).stdout.splitlines()
+    starts = {len(line) - len(line.split(maxsplit=1)[1]) for line in lines if " " in line.strip()}
+    assert len(starts) == 1, lines  # gpu_run_timeout_s lines up with the rest

@@ -4,6 +4,7 @@ made by real tuning (tests/webfarm.py). Expected values come from the database a
 from __future__ import annotations
 
 import contextlib
+import html
 import os
 import re
 import sqlite3
@@ -18,13 +19,24 @@ from fastapi.testclient import TestClient
 from support.clitools import cli, mlirtuna_argv, subprocess_env
 from support.webfarm import Farm, make
 
-from mlirtuna import catalog, queue
+from mlirtuna import catalog, queue, sessions
 from mlirtuna.db import Database
-from mlirtuna.db.models import COMPLETED, NEW, Candidate, FusionConfig, Job, Result
+from mlirtuna.db.models import (
+    COMPLETED,
+    NEW,
+    Candidate,
+    FusionConfig,
+    Job,
+    Result,
+    TuningSession,
+)
 from mlirtuna.errors import DatabaseError
-from mlirtuna.history import compare, winners
+from mlirtuna.history import compare, perffields, winners
 from mlirtuna.queue import jobs
+from mlirtuna.sessions import SessionSpec
+from mlirtuna.web import explore
 from mlirtuna.web.app import create_app, open_read_only
+from mlirtuna.worker import Worker, WorkerSettings
 
 PAGES = ("/", "/sessions/{a}", "/problems/{p}?session={g}", "/jobs/{j}", "/compare?a={a}&b={b}")
 
@@ -130,6 +142,19 @@ def test_distributions_and_errors(client, db, farm):
     assert len(groups) == 1 and groups[0]["count"] == 3
     assert failed[0].first_line == f"attempt 1/1 failed: {groups[0]['first_line']}"
     assert groups[0]["job_ids"] == [j.id for j in failed]
+    # Lines that differ only in their numbers are one group, shown with the numbers masked.
+    with db.session() as s:
+        for n, j in enumerate(failed[:2]):
+            text = f"attempt 1/1 failed: timed out after {2**n} candidates in 1.{n} s"
+            s.execute(sa.update(Job).where(Job.id == j.id).values(result=text))
+    groups = get(client, f"/api/sessions/{farm.failed}/errors")
+    assert [(g["first_line"], g["count"]) for g in groups] == [
+        ("timed out after N candidates in N s", 2), (groups[1]["first_line"], 1)
+    ]  # fmt: skip
+    assert "N" not in groups[1]["first_line"].split()  # a lone line keeps its numbers
+    with db.session() as s:  # as the farm made it
+        for j in failed:
+            s.execute(sa.update(Job).where(Job.id == j.id).values(result=j.result))
     job = get(client, f"/api/jobs/{failed[0].id}")
     assert job["state"] == "error" and len(job["attempts"]) == 1 and job["result"]
     page = get(client, f"/sessions/{farm.failed}")
@@ -171,7 +196,16 @@ def test_compare_gives_the_numbers_of_the_cli(client, db, db_url, farm):
     expected = run.json()
     for key in ("common", "same_winner", "same_winner_pct", "geomean_ratio", "only_a", "only_b"):
         assert answer[key] == expected[key], key
-    assert answer["regressions"] == expected["regressions"]
+    # the CLI's rows, plus what the page links and shows (problem id, label, noise)
+    assert [
+        {k: r[k] for k in e}
+        for r, e in zip(answer["regressions"], expected["regressions"], strict=True)
+    ] == expected["regressions"]
+    for r in answer["regressions"] + answer["within_noise"] + answer["improvements"]:
+        assert explore.problem(db, r["problem_id"]).test_vector == r["test_vector"] == r["label"]
+    assert len(answer["regressions_changed"]) + len(answer["regressions_same"]) == len(
+        expected["regressions"]
+    ) and len(answer["within_noise"]) == len(expected["within_noise"])
     assert len(answer["points"]["tflops_a"]) == expected["with_tflops"] == 3
     side_a, side_b = compare.load_sides(str(farm.cpu_a), str(farm.cpu_b), None, lambda: db)
     better = compare.improvements(side_a, side_b, 0.05)
@@ -324,3 +358,145 @@ def test_a_fusion_problem_shows_its_module_and_key(client, db):
     page = get(client, f"/problems/{pid}")
     assert f"<code>{key}</code>" in page and 'id="module"' in page
     assert "func.func" in page  # the module's text itself, escaped into the page
+    # Named as people read it (file @function: key), never the hash as the title.
+    assert info["label"].startswith(f"{path.name} @") and info["label"].endswith(f": {key}")
+    title = re.search(r"<title>(.*?)</title>", page, re.S).group(1)
+    assert path.name in title and "sha256:" not in title
+    assert f'<h2 id="label">{html.escape(info["label"])}</h2>' in page
+
+
+def test_fusion_problems_are_named_in_the_winners_table_and_the_workers(client, db, farm):
+    example = Path(__file__).parent.parent / "examples" / "fusion-small"
+    catalog.import_modules(db, [str(example)])
+    sid = sessions.create(db, SessionSpec(tuner="cpu", tuning_space="quick")).id
+    jobs.load(db, sid, op="fusion", all_problems=True)
+    settings = WorkerSettings(session_id=sid, tuner="cpu", until_empty=True, job_timeout_s=300)
+    Worker(db, settings).run()
+    best = {w.problem_id: w.test_vector for w in winners.winners(db, sid)}
+    page = get(client, f"/api/sessions/{sid}/winners?limit=500")
+    assert {r["problem_id"]: r["test_vector"] for r in page["rows"]} == best
+    assert all(" @" in r["test_vector"] and "sha256:" not in r["test_vector"] for r in page["rows"])
+    name = next(iter(best.values())).split(" @")[0]  # a file name finds its modules
+    found = get(client, f"/api/sessions/{sid}/winners?q={name}")["rows"]
+    assert found and all(r["test_vector"].startswith(name) for r in found)
+    by_label = get(client, f"/api/sessions/{sid}/winners?sort=test_vector")["rows"]
+    assert [r["test_vector"] for r in by_label] == sorted(best.values())
+    # a worker holding a fusion job shows the module by name
+    with db.session() as s:
+        first = s.scalar(sa.select(sa.func.min(Job.id)).where(Job.session_id == sid))
+        s.execute(sa.update(Job).where(Job.id == first).values(state=NEW))
+    lease = queue.claim(db, sid, queue.Claimant("node7", -1, 4242), lease_s=3600)
+    (busy,) = get(client, f"/api/workers?session={sid}")
+    assert busy["job_id"] == lease.job_id and busy["test_vector"] == best[busy["problem_id"]]
+
+
+def _candidates_of(db: Database, sid: int, pid: int):
+    with db.session() as s:
+        return s.execute(
+            sa.select(
+                Candidate.perf_config, Candidate.tflops, Candidate.kernel_time,
+                Candidate.time_min, Candidate.time_iqr, Candidate.samples,
+                Candidate.remeasured, Candidate.error,
+            ).where(Candidate.session_id == sid, Candidate.problem_id == pid)
+        ).all()  # fmt: skip
+
+
+def test_candidate_table_sorts_filters_and_pages_on_the_server(client, db, farm):
+    pid = farm.problems[0]
+    rows = _candidates_of(db, farm.gpu, pid)
+    url = f"/api/problems/{pid}/table?session={farm.gpu}"
+    page = get(client, f"{url}&limit=500")
+    assert page["total"] == len(rows) == len(page["rows"]) > 3
+    by_config = {r.perf_config: r for r in rows}
+    for row in page["rows"]:
+        r = by_config[row["perf_config"]]
+        assert (row["kernel_time"], row["time_min"], row["time_iqr"], row["samples"]) == (
+            r.kernel_time, r.time_min, r.time_iqr, r.samples
+        )  # fmt: skip
+        assert row["fields"] == perffields.fields(r.perf_config) and row["fields"]
+    assert page["columns"][:3] == ["mPerBlock", "nPerBlock", "kpackPerBlock"]
+    # best first by default; NULL TFlops (invalid candidates) last
+    tflops = [r["tflops"] for r in page["rows"] if r["tflops"] is not None]
+    assert tflops == sorted(tflops, reverse=True)
+    assert page["rows"][-1]["tflops"] is None
+    by_time = get(client, f"{url}&sort=kernel_time&desc=false&show=valid")["rows"]
+    times = [r["kernel_time"] for r in by_time]
+    assert times == sorted(times) and len(times) == sum(r.error is None for r in rows)
+    invalid = get(client, f"{url}&show=invalid")
+    assert invalid["total"] == sum(r.error is not None for r in rows) > 0
+    assert all(r["error"] for r in invalid["rows"])
+    # a substring of the perf config, and pages that add up
+    needle = page["rows"][0]["perf_config"]
+    found = get(client, f"{url}&q={needle}")["rows"]
+    assert [r["perf_config"] for r in found] == [needle]
+    one, two = (get(client, f"{url}&limit=2&offset={o}")["rows"] for o in (0, 2))
+    assert [r["perf_config"] for r in one + two] == [r["perf_config"] for r in page["rows"][:4]]
+    # the winner is marked once; this tool does not re-measure, and the rule says so
+    assert [r["perf_config"] for r in page["rows"] if r["winner"]] == [page["winner"]]
+    assert page["remeasured"] == 0 and "no re-measurement" in page["rule"]
+    # limits are clamped, bad parameters are one clear 400
+    assert len(get(client, f"{url}&limit=100000")["rows"]) == len(rows)
+    assert get(client, f"{url}&offset=-5&limit=0")["offset"] == 0
+    assert "unknown sort" in get(client, f"{url}&sort=nope", 400)["error"]
+    assert "unknown show" in get(client, f"{url}&show=nope", 400)["error"]
+    get(client, f"/api/problems/{pid}/table?session=999", 404)
+
+
+def test_candidate_table_marks_the_remeasured_and_states_the_rule(client, db, farm):
+    pid = farm.problems[0]
+    rows = _candidates_of(db, farm.cpu_a, pid)
+    again = [r for r in rows if r.remeasured]
+    assert again  # the CPU tuner re-measures its top k
+    page = get(client, f"/api/problems/{pid}/table?session={farm.cpu_a}&show=remeasured")
+    assert sorted(r["perf_config"] for r in page["rows"]) == sorted(r.perf_config for r in again)
+    assert all(r["remeasured"] for r in page["rows"]) and page["remeasured"] == len(again)
+    with db.session() as s:
+        topk = s.scalar(sa.select(TuningSession.topk).where(TuningSession.id == farm.cpu_a))
+    n = min(topk, len(again))
+    assert page["rule"] == f"re-measured top {n} side by side; winner by median time"
+    (winner,) = (r for r in page["rows"] if r["winner"])
+    assert winner["perf_config"] == page["winner"]
+    # the winner has the best median among the re-measured
+    assert winner["kernel_time"] == min(r.kernel_time for r in again)
+    scatter = get(client, f"/api/problems/{pid}/candidates?session={farm.cpu_a}")
+    assert sum(c["remeasured"] for c in scatter["valid"]) == len(again)
+    # the plot's hover names the same fields as the table (one parser: history/perffields)
+    assert all(c["fields"] == perffields.fields(c["perf_config"]) for c in scatter["valid"])
+    assert {tuple(c["fields"]) for c in scatter["valid"]} == {
+        ("mPerBlock", "nPerBlock", "kPerBlock")
+    }
+
+
+def test_farm_rows_say_what_each_session_tunes_and_when(client, db, farm):
+    listed = get(client, "/api/farm")["sessions"]
+    for p in listed:
+        assert p["ops"] == ["gemm"]  # every session of the farm tunes the three GEMMs
+        assert p["session"]["created_at"] == sessions.get(db, p["session"]["id"]).created_at
+        assert "name" in p["session"] and "split" in p["session"]
+    assert get(client, f"/api/sessions/{farm.gpu}")["ops"] == ["gemm"]
+
+
+def test_parallel_coordinates_of_one_op_and_data_type(client, db, farm):
+    sid = farm.gpu
+    with db.session() as s:
+        rows = s.execute(
+            sa.select(Candidate.problem_id, Candidate.perf_config, Candidate.tflops).where(
+                Candidate.session_id == sid, Candidate.error.is_(None)
+            )
+        ).all()
+    best = {}
+    for pid, _, tf in rows:
+        best[pid] = max(best.get(pid, 0.0), tf)
+    p = get(client, f"/api/sessions/{sid}/parallel?op=gemm")
+    assert p["total"] == len(rows) == len(p["score"]) == len(p["perf_configs"]) > 3
+    assert sorted(p["score"]) == sorted(tf / best[pid] for pid, _, tf in rows)
+    assert max(p["score"]) == 1.0 and all(0 < x <= 1 for x in p["score"])
+    assert list(p["axes"])[:3] == ["mPerBlock", "nPerBlock", "kpackPerBlock"]
+    assert p["axes"]["mPerBlock"] == [
+        float(perffields.fields(pc)["mPerBlock"]) for pc in p["perf_configs"]
+    ]
+    f16 = get(client, f"/api/sessions/{sid}/parallel?op=gemm&data_type=f16")
+    assert 0 < f16["total"] < p["total"]
+    assert get(client, f"/api/sessions/{sid}/parallel?op=gemm&limit=2")["score"] == p["score"][:2]
+    assert get(client, f"/api/sessions/{sid}/parallel?op=conv")["total"] == 0
+    assert "unknown op" in get(client, f"/api/sessions/{sid}/parallel?op=nope", 400)["error"]

@@ -9,6 +9,7 @@ SQLite only: the backends are covered by test_web_api.py; this is about what the
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import shutil
 import socket
@@ -24,7 +25,7 @@ import sqlalchemy as sa
 from support.clitools import mlirtuna_argv, run_cli, subprocess_env
 from support.webfarm import Farm, make
 
-from mlirtuna import catalog, sessions
+from mlirtuna import catalog, queue, sessions
 from mlirtuna.db import Database
 from mlirtuna.db.models import Job
 from mlirtuna.history import compare, winners
@@ -161,10 +162,16 @@ def test_farm_lists_every_session(page, site):
     assert [int(r[0]) for r in rows] == sorted(counts, reverse=True)
     for row in rows:
         c = counts[int(row[0])]
-        assert [int(x) for x in row[3:9]] == [
+        assert [int(x) for x in row[4:10]] == [
             c[s] for s in ("new", "waiting", "running", "completed", "error", "cancelled")
         ]
     assert "gfx942:sramecc+:xnack-" in page.tab.inner_text("#sessions")
+    # Each row says what it tunes and when it was opened: the run's name, its op, its date.
+    by_id = {int(r[0]): r[1] for r in rows}
+    run = sessions.get(site.db, site.run_session)
+    assert run.name.startswith("gemm: ") and run.name in by_id[run.id]
+    for sid, what in by_id.items():
+        assert "gemm" in what and sessions.get(site.db, sid).created_at in what
     page.shot("farm")
 
 
@@ -197,6 +204,27 @@ def test_session_winners_sort_filter_and_plots(page, site):
         f"() => document.querySelector('#winners').dataset.total === '{len(best)}'"
     )
     page.shot("session")
+
+
+def test_parallel_coordinates_of_a_session(page, site):
+    sid = site.farm.gpu
+    expected = explore.parallel(site.db, sid, "gemm")
+    page.open(f"/sessions/{sid}")
+    page.tab.wait_for_function(
+        f"() => document.querySelector('#parallel-plot').dataset.count === '{expected.total}'"
+    )
+    dims = page.tab.eval_on_selector(
+        "#parallel-plot", "el => el.data[0].dimensions.map(d => [d.label, d.values.length])"
+    )
+    assert [d[0] for d in dims] == [*expected.axes, "TFlops / best"]
+    assert all(n == expected.total for _, n in dims)
+    page.tab.select_option("#parallel-choice select[name=data_type]", "f16")
+    f16 = explore.parallel(site.db, sid, "gemm", "f16").total
+    page.tab.wait_for_function(
+        f"() => document.querySelector('#parallel-plot').dataset.count === '{f16}'"
+    )
+    assert f"{f16} candidates" in page.tab.inner_text("#parallel-count")
+    page.shot("parallel")
 
 
 def test_session_errors_link_to_the_job_and_its_attempts(page, site):
@@ -232,6 +260,49 @@ def test_problem_trend_history_and_candidates(page, site):
     page.shot("problem")
 
 
+def test_candidate_table_sort_filter_remeasured_and_rule(page, site):
+    pid, sid = site.farm.problems[0], site.farm.cpu_a
+    found = explore.candidates(site.db, sid, pid)
+    every = found.valid + found.invalid
+    again = [c for c in every if c.remeasured]
+    assert again
+    page.open(f"/problems/{pid}?session={sid}")
+    page.tab.wait_for_function(
+        f"() => document.querySelector('#candidates').dataset.total === '{len(every)}'"
+    )
+    head = page.tab.eval_on_selector_all("#candidates thead th", "ths => ths.map(t => t.innerText)")
+    assert head[:4] == ["perf config", "mPerBlock", "nPerBlock", "kPerBlock"]
+    assert "median µs" in head and "spread (IQR) µs" in head and "samples" in head
+    marked = head.index("re-measured")
+    rows = page.rows("#candidates")
+    assert {r[0] for r in rows if r[marked] == "re-measured"} == {c.perf_config for c in again}
+    (winner,) = page.tab.eval_on_selector_all(
+        "#candidates tr.winner", "trs => trs.map(tr => tr.cells[0].innerText)"
+    )
+    assert winner == found.winner
+    rule = page.tab.inner_text("#winner-rule")
+    assert "re-measured top" in rule and "winner by median time" in rule and found.winner in rule
+    # Sort by median time, fastest first: the server answers.
+    page.tab.click("#candidates th[data-sort=kernel_time]")
+    page.tab.wait_for_selector("#candidates th[data-sort=kernel_time]:has-text('▲')")
+    fastest = sorted((c for c in every if c.kernel_time is not None), key=lambda c: c.kernel_time)
+    assert page.rows("#candidates")[0][0] == fastest[0].perf_config
+    # Filter: re-measured only, then a perf-config substring.
+    page.tab.select_option("#cand-filters select[name=show]", "remeasured")
+    page.tab.wait_for_function(
+        f"() => document.querySelector('#candidates').dataset.total === '{len(again)}'"
+    )
+    page.tab.fill("#cand-filters input[name=q]", found.winner)
+    page.tab.wait_for_function("() => document.querySelector('#candidates').dataset.total === '1'")
+    assert page.rows("#candidates")[0][0] == found.winner
+    # The scatter marks the re-measured points.
+    (scatter,) = page.plot("#candidates-plot")
+    symbols = page.tab.eval_on_selector("#candidates-plot", "el => el.data[0].marker.symbol")
+    assert symbols.count("diamond") == sum(c.remeasured for c in found.valid)
+    assert len(symbols) == len(scatter["x"])
+    page.shot("candidate-table")
+
+
 def test_compare_scatter_and_tables(page, site):
     a, b = site.farm.cpu_a, site.farm.cpu_b
     side_a, side_b = compare.load_sides(str(a), str(b), None, lambda: site.db)
@@ -240,8 +311,30 @@ def test_compare_scatter_and_tables(page, site):
     page.tab.wait_for_selector("#summary tr")
     points, _diagonal = page.plot("#compare-plot")
     assert len(points["x"]) == expected.with_tflops
-    assert len(page.rows("#regressions")) == len(expected.regressions)
+    # The CLI's three groups, each row linked to its problem page.
+    changed = [r for r in expected.regressions if r.winner_changed]
+    assert len(page.rows("#regressions")) == len(changed)
+    assert len(page.rows("#same-winner")) == len(expected.regressions) - len(changed)
+    assert len(page.rows("#within-noise")) == len(expected.within_noise)
     assert len(page.rows("#improvements")) == len(compare.improvements(side_a, side_b))
+    heads = page.tab.eval_on_selector_all(
+        "#improvements thead th", "ths => ths.map(t => t.innerText)"
+    )
+    assert "noise" in heads
+    links = page.tab.eval_on_selector_all(
+        "#regressions a, #same-winner a, #within-noise a, #improvements a",
+        "as => as.map(a => a.getAttribute('href'))",
+    )
+    shown = sum(
+        len(page.rows(t))
+        for t in ("#regressions", "#same-winner", "#within-noise", "#improvements")
+    )
+    assert len(links) == shown and all(
+        h.startswith("/problems/") and h.endswith(f"?session={b}") for h in links
+    )
+    counted = page.tab.inner_text("#reg-count")
+    assert f"Regressions counted: {len(expected.regressions)}" in counted
+    assert f"{len(expected.within_noise)} drops within noise not counted" in counted
     summary = page.tab.inner_text("#summary")
     assert f"{expected.same_winner} ({expected.same_winner_pct:.1f} %)" in summary
     page.shot("compare")
@@ -294,3 +387,65 @@ def test_farm_page_follows_a_worker_live(page, site, tmp_path):
             sa.select(sa.func.count()).where(Job.session_id == sid, Job.state == "completed")
         )
     assert done == 4
+
+
+def test_fusion_problems_are_named_not_hashed(page, site):
+    example = Path(__file__).parent.parent / "examples" / "fusion-small"
+    catalog.import_modules(site.db, [str(example)])
+    sid = sessions.create(site.db, SessionSpec(tuner="cpu", name="fusion example")).id
+    jobs.load(site.db, sid, op="fusion", all_problems=True)
+    run = subprocess.run(
+        mlirtuna_argv("worker", "--session", str(sid), "--until-empty"),
+        env=subprocess_env(site.db_url),
+        capture_output=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr
+    best = winners.winners(site.db, sid)
+    page.open(f"/sessions/{sid}")
+    page.tab.wait_for_selector("#winners tbody tr")
+    shown = sorted(r[0] for r in page.rows("#winners"))
+    assert shown == sorted(w.test_vector for w in best)
+    assert all(" @" in v and not v.startswith("sha256:") for v in shown)
+    pid = best[0].problem_id
+    page.open(f"/problems/{pid}?session={sid}")
+    label = explore.problem(site.db, pid).label
+    assert page.tab.inner_text("#label") == label == best[0].test_vector
+    assert "sha256:" not in page.tab.title() and label.split(" @")[0] in page.tab.title()
+    page.tab.wait_for_selector("#candidates tbody tr")
+    page.shot("fusion-problem")
+    page.open("/")
+    page.tab.wait_for_selector(f"#sessions a[href='/sessions/{sid}']")
+    assert "fusion example" in page.tab.inner_text("#sessions") and "fusion" in page.tab.inner_text(
+        "#sessions"
+    )
+
+
+def test_a_stale_heartbeat_is_flagged_before_the_lease_expires(page, site):
+    sid = site.farm.cpu_b
+    with site.db.session() as s:  # one job of a finished session back in the queue, held
+        first = s.scalar(sa.select(sa.func.min(Job.id)).where(Job.session_id == sid))
+        s.execute(sa.update(Job).where(Job.id == first).values(state="new"))
+    lease = queue.claim(site.db, sid, queue.Claimant("node9", 1, 4343), lease_s=3600)
+    assert lease is not None
+    try:
+        page.open("/")
+        row = f"#workers tr:has(a[href='/sessions/{sid}'])"
+        page.tab.wait_for_selector(row)
+        assert page.tab.inner_text(row).rstrip().endswith("ok")
+        # The worker goes quiet: its last beat 40 minutes ago, 20 minutes of lease left.
+        with site.db.session() as s:
+            clock = s.scalar(sa.select(sa.func.max(Job.heartbeat_at)).where(Job.id == lease.job_id))
+            s.execute(
+                sa.update(Job)
+                .where(Job.id == lease.job_id)
+                .values(
+                    heartbeat_at=clock - dt.timedelta(minutes=40),
+                    lease_expires_at=clock + dt.timedelta(minutes=20),
+                )
+            )
+        page.tab.wait_for_selector(f"{row} .warn-text:has-text('stale heartbeat')")
+        page.shot("farm-stale")
+    finally:
+        with site.db.session() as s:  # as the farm made it
+            s.execute(sa.update(Job).where(Job.id == lease.job_id).values(state="completed"))

@@ -253,3 +253,22 @@ def test_a_worker_without_until_empty_says_once_that_it_is_idle(db, db_url, tmp_
     idle = [line for line in stderr_of(w).splitlines() if "idle: no job of session" in line]
     assert len(idle) == 2, stderr_of(w)  # once per idle stretch
     assert f"session {sid}" in idle[0] and "--until-empty" in idle[0]
+
+
+def test_an_until_empty_worker_waiting_on_held_jobs_says_so(db, db_url, tmp_path):
+    from mlirtuna import queue
+
+    sid = make_session(db, tmp_path, 1)
+    lease = queue.claim(db, sid, queue.Claimant("elsewhere", 0, 1), lease_s=600)
+    assert lease is not None  # another worker holds the session's only job
+    w = start_worker(db_url, sid, tmp_path / "claims.log", "--until-empty")
+    try:
+        wait_for(lambda: "idle: no job of session" in stderr_of(w), timeout=60)
+        with db.session() as s:
+            s.execute(sa.update(Job).where(Job.id == lease.job_id).values(state="completed"))
+        assert w.wait(timeout=60) == 0
+    finally:
+        if w.poll() is None:
+            w.kill()
+    (idle,) = [line for line in stderr_of(w).splitlines() if "idle: no job of session" in line]
+    assert "other workers hold its last jobs" in idle and "--until-empty exits instead" not in idle

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from mlirtuna import catalog, sessions, tuners
+from mlirtuna import catalog, keys, sessions, tuners
 from mlirtuna.db import Database
 from mlirtuna.errors import UserError
 from mlirtuna.history import export, reuse, winners
@@ -59,6 +59,17 @@ class RunPlan:
             "output": str(Path(self.output).resolve()) if self.output else None,
             "mlir_build_dir": self.mlir_build_dir,
         }
+
+
+RUN_NAME_FILES = 3  # input names a run's session name lists before "+N more"
+
+
+def run_name(op: str, files: list[str]) -> str:
+    """A run's session name, from the op and the input: `gemm: gemm-small, tier1-gemm`."""
+    names = [Path(f).name for f in files]
+    shown = ", ".join(names[:RUN_NAME_FILES])
+    more = f" +{len(names) - RUN_NAME_FILES} more" if len(names) > RUN_NAME_FILES else ""
+    return f"{op}: {shown}{more}"[: sessions.NAME_MAX]
 
 
 def resumed(plan: RunPlan, session: Session) -> RunPlan:
@@ -178,7 +189,8 @@ def prepare(db: Database, plan: RunPlan) -> Prepared:
             tuning_space=plan.tuning_space,
             reason=plan.reason or "mlirtuna run",
             mlir_build_dir=plan.mlir_build_dir,
-            **plan.session_flags,
+            **{"name": run_name(",".join(files_by_op(plan.op, plan.files)), plan.files)}
+            | plan.session_flags,
         ),
         run_spec=plan.spec(tuner),
     )
@@ -218,16 +230,10 @@ def detect_op(path: str) -> str:
             )
     except (OSError, UnicodeDecodeError):
         raise UserError(f"cannot read config list {path}") from None
-    flags = set(first)
-    if "-gemmO" in flags:
-        return "conv_gemm" if "-c" in flags else "gemm_gemm"
-    if "-seq_len_q" in flags or "-seq_len" in flags:
-        return "attention"
-    if (first and first[0].startswith("conv")) or "-c" in flags:
-        return "conv"
-    if "-m" in flags:
-        return "gemm"
-    raise UserError(f"{path}: cannot tell the op from its flags: give --op")
+    op = keys.op_of_flags(first)
+    if op is None:
+        raise UserError(f"{path}: cannot tell the op from its flags: give --op")
+    return op
 
 
 def files_by_op(op: str | None, files: Sequence[str]) -> dict[str, list[str]]:

@@ -137,6 +137,22 @@ def guess_op(vector: str) -> str:
     return "gemm"
 
 
+def op_of_flags(words: list[str]) -> str | None:
+    """The op a config line or test vector is written for, from its flags (None: cannot tell):
+    -gemmO makes a gemm_gemm (conv_gemm with -c), -seq_len_q attention, a leading `conv` or
+    -c a conv, -m a gemm. `run --op auto` and `import-tsv` (each row's op) read it."""
+    flags = set(words)
+    if "-gemmO" in flags:
+        return "conv_gemm" if "-c" in flags else "gemm_gemm"
+    if "-seq_len_q" in flags or "-seq_len" in flags:
+        return "attention"
+    if (words and words[0].startswith("conv")) or "-c" in flags:
+        return "conv"
+    if "-m" in flags:
+        return "gemm"
+    return None
+
+
 # --- perf-config families ------------------------------------------------------------------
 
 _NAMED_RE = re.compile(r"^(gemm|attn):[A-Za-z]\w*=")

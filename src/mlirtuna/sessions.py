@@ -19,6 +19,7 @@ from mlirtuna.db.models import (
     Attempt,
     Candidate,
     Job,
+    Problem,
     QuickList,
     Result,
     TuningSession,
@@ -63,6 +64,7 @@ class Session:
     split: str | None = None  # "compile,benchmark": two-stage jobs (queue/bundles.py)
     artifact_store: str | None = None
     keep_artifacts: bool = False
+    name: str = ""  # `session new --name`, or set by `run` from the op and the input
 
     @classmethod
     def from_row(cls, row: TuningSession) -> Session:
@@ -110,6 +112,7 @@ class SessionSpec:
     split: str | None = None  # --split compile,benchmark (E4 rocmlir builds only)
     artifact_store: str | None = None
     keep_artifacts: bool = False
+    name: str = ""
 
 
 def _iso(when) -> str:
@@ -297,11 +300,22 @@ def create(db: Database, spec: SessionSpec, run_spec: dict[str, Any] | None = No
         split=spec.split,
         artifact_store=spec.artifact_store,
         keep_artifacts=spec.keep_artifacts,
+        name=_check_name(spec.name),
     )
     with db.session() as s:
         s.add(row)
         s.flush()
         return Session.from_row(row)
+
+
+NAME_MAX = 200  # characters of session.name
+
+
+def _check_name(name: str) -> str:
+    name = " ".join(name.split())
+    if len(name) > NAME_MAX:
+        raise UserError(f"--name: {len(name)} characters, at most {NAME_MAX}")
+    return name
 
 
 def _check_list(db: Database, spec: SessionSpec) -> None:
@@ -354,6 +368,41 @@ def list_all(db: Database) -> list[Session]:
     with db.session() as s:
         rows = s.scalars(sa.select(TuningSession).order_by(TuningSession.id))
         return [Session.from_row(r) for r in rows]
+
+
+def ops(db: Database, session_ids: list[int]) -> dict[int, list[str]]:
+    """The ops each session tunes (sorted; [] for an empty session): `run`'s op where the
+    session remembers it, else the distinct ops of its jobs' and results' problems (an
+    imported session has results only)."""
+    out: dict[int, list[str]] = {sid: [] for sid in session_ids}
+    if not session_ids:
+        return out
+    with db.session() as s:
+        specs = s.execute(
+            sa.select(TuningSession.id, TuningSession.run_spec).where(
+                TuningSession.id.in_(session_ids)
+            )
+        ).all()
+        ask = []
+        for sid, spec in specs:
+            op = json.loads(spec).get("op") if spec else None
+            if op and op != "auto":
+                out[sid] = [op]
+            else:
+                ask.append(sid)
+        for table in (Job, Result):
+            if not ask:
+                break
+            stmt = (
+                sa.select(table.session_id, Problem.op)
+                .join(Problem, Problem.id == table.problem_id)
+                .where(table.session_id.in_(ask))
+                .distinct()
+            )
+            for sid, op in s.execute(stmt):
+                out[sid].append(op)
+            ask = [sid for sid in ask if not out[sid]]  # results: only where no job says
+    return {sid: sorted(v) for sid, v in out.items()}
 
 
 def retire(db: Database, session_id: int) -> Session:

@@ -55,6 +55,7 @@ def _fail(ctx: click.Context, exc: Exception, code: int) -> None:
 app = typer.Typer(
     cls=_Group,
     no_args_is_help=True,
+    suggest_commands=False,  # Click suggests already: Typer's would print it twice
     rich_markup_mode=None,  # plain help: `[default: …]` and bracketed paths stay as written
     pretty_exceptions_enable=False,
     help="mlirtuna: a tuning farm for rocMLIR kernels (problems, sessions, a job queue, results).",

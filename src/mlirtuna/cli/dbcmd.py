@@ -6,7 +6,9 @@ import typer
 
 from mlirtuna.cli import common
 
-app = typer.Typer(no_args_is_help=True, help="Create or upgrade the database schema.")
+app = typer.Typer(
+    no_args_is_help=True, suggest_commands=False, help="Create or upgrade the database schema."
+)
 
 
 @app.command()

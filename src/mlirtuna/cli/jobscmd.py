@@ -13,7 +13,9 @@ from mlirtuna.errors import UserError
 if TYPE_CHECKING:
     from mlirtuna.queue import jobs
 
-app = typer.Typer(no_args_is_help=True, help="Load, list, show, requeue and cancel jobs.")
+app = typer.Typer(
+    no_args_is_help=True, suggest_commands=False, help="Load, list, show, requeue and cancel jobs."
+)
 
 
 @app.command()

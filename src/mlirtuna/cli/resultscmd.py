@@ -101,7 +101,10 @@ def import_tsv(
         ..., metavar="FILE...", help="Tuning DBs: legacy, v2, v3 or MITuna export."
     ),
     op: str = typer.Option(
-        ..., "--op", help="conv, gemm or attention: how to parse the test vectors."
+        "auto",
+        "--op",
+        help="auto: each row's op from its test vector (a tuning DB of several ops); an op "
+        "(conv, gemm, attention, gemm_gemm, conv_gemm) keeps only its rows.",
     ),
     reason: str = typer.Option(None, "--reason", help="Reason of the new sessions [file name]."),
     num_cu: int = typer.Option(
@@ -125,8 +128,10 @@ def import_tsv(
     from mlirtuna.history import tsvimport
 
     fill = tsvimport.Fill(num_cu=num_cu, num_chiplets=num_chiplets, tuning_space=tuning_space)
-    db = common.database(ctx, create=True)
-    report = tsvimport.import_tsv(db, op, files, reason=reason, fill=fill, again=again)
+    # Opened once every file has been read: a file that does not parse leaves no database.
+    report = tsvimport.import_tsv(
+        lambda: common.database(ctx, create=True), op, files, reason=reason, fill=fill, again=again
+    )
     if as_json:
         common.print_json(report.as_dict())
         return
@@ -145,11 +150,13 @@ def import_tsv(
             + (f", {x.key_form} keys" if x.key_form != "plain" else "")
             + ")"
         )
+    named = "" if op == "auto" else f"{op} "
     for line in report.errors_unmatched:
-        common.err(f"{line} (a ### error line naming no {op} config: not imported)")
+        common.err(f"{line} (a ### error line naming no {named}config: not imported)")
     common.err(
         f"{report.rows} rows read, {report.skipped} without a winner skipped; "
-        f"{report.problems} problems, {report.new_problems} new"
+        + (f"{report.other_op} of another op than {op} left out; " if report.other_op else "")
+        + f"{report.problems} problems, {report.new_problems} new"
         + (f"; {report.failed} ### error lines kept as failed jobs" if report.failed else "")
     )
 
@@ -206,9 +213,7 @@ def compare(
     else:
         _print_comparison(result)
     if fail and result.fails(changed_winner_only=changed_winner_only, allow_missing=allow_missing):
-        counted = len(result.counted_regressions(changed_winner_only))
-        missing = 0 if allow_missing else len(result.missing_in_b)
-        common.err(f"failed: {counted} regressions, {missing} problems of A missing from B")
+        common.err(comparing.failure_line(result, changed_winner_only, allow_missing))
         raise typer.Exit(1)
 
 

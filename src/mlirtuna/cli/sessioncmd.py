@@ -10,7 +10,11 @@ from mlirtuna.cli import common, options
 from mlirtuna.defaults import DEFAULT_TOPK, DEFAULT_TUNING_SPACE
 from mlirtuna.errors import UserError
 
-app = typer.Typer(no_args_is_help=True, help="Tuning sessions: what the results depend on.")
+app = typer.Typer(
+    no_args_is_help=True,
+    suggest_commands=False,
+    help="Tuning sessions: what the results depend on.",
+)
 
 
 @app.command()
@@ -70,6 +74,9 @@ def new(
     keep_artifacts: bool = typer.Option(
         False, "--keep-artifacts", help="With --split: keep bundles after their benchmark."
     ),
+    name: str = typer.Option(
+        "", "--name", help="A name to tell the session apart (session list, the dashboard)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the new session as JSON."),
 ) -> None:
     """Open a session, detecting what the flags leave out (never guessing)."""
@@ -97,6 +104,7 @@ def new(
         split=split,
         artifact_store=artifact_store,
         keep_artifacts=keep_artifacts,
+        name=name,
     )
     created = sessions.create(common.database(ctx, create=True), spec)
     if as_json:
@@ -120,26 +128,35 @@ def list_(
     from mlirtuna import sessions
 
     fmt = common.output_format(as_json, as_csv)
-    rows = sessions.list_all(common.database(ctx))
+    db = common.database(ctx)
+    rows = sessions.list_all(db)
+    ops = sessions.ops(db, [r.id for r in rows])
     if fmt == "json":
-        common.print_json([r.as_dict() for r in rows])
+        common.print_json([{**r.as_dict(), "ops": ops[r.id]} for r in rows])
         return
     if fmt == "csv":
         header = list(sessions.Session.__dataclass_fields__)
-        common.print_csv(header, ([getattr(r, k) for k in header] for r in rows))
+        common.print_csv(
+            [*header, "ops"],
+            ([*(getattr(r, k) for k in header), ",".join(ops[r.id])] for r in rows),
+        )
         return
     table = common.TextTable(
-        "id", "created", "arch", "CUs", "chiplets", "space", "tuner", "mlir_v", "reason"
-    )
+        "id", "name", "op", "created", "arch", "CUs", "chiplets", "space", "tuner", "split",
+        "mlir_v", "reason",
+    )  # fmt: skip
     for r in rows:
         table.add_row(
             str(r.id),
+            r.name or "-",
+            ",".join(ops[r.id]) or "-",
             r.created_at,
             r.arch_full,
             str(r.num_cu),
             str(r.num_chiplets),
             r.tuning_space,
             r.tuner,
+            r.split or "-",
             r.mlir_v[:12],
             f"{r.reason} (retired)" if r.retired_at else r.reason,
         )
@@ -159,8 +176,10 @@ def show(
     if as_json:
         common.print_json(row.as_dict())
         return
-    for key, value in row.as_dict().items():
-        print(f"{key:14} {value}")
+    shown = row.as_dict()
+    width = max(map(len, shown))
+    for key, value in shown.items():
+        print(f"{key:{width}} {value}")
 
 
 @app.command()

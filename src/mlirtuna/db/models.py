@@ -299,6 +299,8 @@ class TuningSession(Base):
     # Where bundles go: a directory every compile and GPU host sees, or None (the database).
     artifact_store: Mapped[str | None] = mapped_column(String(500), nullable=True)
     keep_artifacts: Mapped[bool] = _bool()  # keep bundles after their benchmark completed
+    # What to call it: `session new --name`, or set by `run` from the op and the input.
+    name: Mapped[str] = _str(200)
 
 
 class Job(Base):

@@ -53,6 +53,7 @@ class Entry:
     perf_config: str
     tflops: float | None  # None: unknown (legacy rows, or not a positive number)
     rel_noise: float | None = None  # the measurement's noise / its median; None: unknown
+    problem_id: int | None = None  # a session's problem (None for a .tsv row)
 
 
 @dataclass
@@ -111,6 +112,28 @@ class Comparison:
         """What `--fail-on-regression` exits 1 on: counted regressions, or problems lost in B."""
         missing = bool(self.missing_in_b) and not allow_missing
         return missing or bool(self.counted_regressions(changed_winner_only))
+
+
+def failure_line(c: Comparison, changed_winner_only: bool, allow_missing: bool) -> str:
+    """What `--fail-on-regression` counted, in one line: the regressions beyond the threshold
+    and the noise (by kind), what it left out, and the problems of A missing from B."""
+    counted = c.counted_regressions(changed_winner_only)
+    changed = sum(r.winner_changed for r in counted)
+    same = len(counted) - changed
+    kinds = f"{changed} winner changed" + (
+        ", same winner re-measured lower not counted (--changed-winner-only)"
+        if changed_winner_only
+        else f", {same} same winner re-measured lower"
+    )
+    missing = (
+        f"{len(c.missing_in_b)} problems of A missing from B (not counted: --allow-missing)"
+        if allow_missing
+        else f"{len(c.missing_in_b)} problems of A missing from B"
+    )
+    return (
+        f"failed: {len(counted)} regressions beyond {100 * c.threshold:g}% and noise ({kinds}); "
+        f"{len(c.within_noise)} drops within noise not counted; {missing}"
+    )
 
 
 class NoCommonProblem(UserError):
@@ -188,6 +211,7 @@ def session_side(db: Database, session_id: int, op: str | None) -> Side:
             Candidate.kernel_time,
             Candidate.time_iqr,
             Candidate.samples,
+            Problem.id,
         )
         .outerjoin(Candidate, winner)
         .where(Result.session_id == session_id)
@@ -197,9 +221,9 @@ def session_side(db: Database, session_id: int, op: str | None) -> Side:
     with db.session() as s:
         entries = {
             keys.match_key(row_op, f"{tv} {suffix}" if suffix else tv): Entry(
-                pc, _tflops(tf), stats.rel_noise(ns, iqr, n)
+                pc, _tflops(tf), stats.rel_noise(ns, iqr, n), pid
             )
-            for tv, pc, tf, row_op, suffix, ns, iqr, n in s.execute(stmt)
+            for tv, pc, tf, row_op, suffix, ns, iqr, n, pid in s.execute(stmt)
         }
     label = f"session {session_id} ({info.arch_full}, {info.tuning_space}, {info.tuner})"
     return Side(label, entries)

@@ -36,7 +36,7 @@ import hashlib
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +78,7 @@ class Context:
 @dataclass(slots=True)
 class _Winner:
     test_vector: str  # canonical
+    op: str
     perf_config: str
     tflops: float | None
     kernel_time: float | None
@@ -122,6 +123,7 @@ class TsvImportReport:
     files: int = 0
     rows: int = 0  # data rows read
     skipped: int = 0  # E2's "no valid perf config" rows
+    other_op: int = 0  # rows of another op than --op asked for (left out)
     results: int = 0
     problems: int = 0
     new_problems: int = 0
@@ -137,6 +139,7 @@ class TsvImportReport:
                 "files",
                 "rows",
                 "skipped",
+                "other_op",
                 "results",
                 "problems",
                 "new_problems",
@@ -158,9 +161,12 @@ class AlreadyImported:
     sessions: list[int]
 
 
+AUTO = "auto"  # each row's op from its test vector (keys.op_of_flags)
+
+
 def import_tsv(
-    db: Database,
-    op: str,
+    db: Database | Callable[[], Database],
+    op: str | None,
     paths: Sequence[str],
     *,
     reason: str | None = None,
@@ -170,21 +176,39 @@ def import_tsv(
     """Read and check every file first; then one transaction writes everything or nothing.
 
     A file imported before (same bytes) is skipped and listed in `already`, unless `again`.
+    `db` may be a function that opens it: it is called once every file has been read, so
+    that a file that does not parse leaves no database behind (a new SQLite file).
+    Each row's op comes from its test vector; `op` (not None or "auto") keeps that op's rows
+    only, and parses the rows whose op the flags do not tell with its parser.
     """
-    problems.problem_class(op)  # an unknown op is a UserError before any file is read
+    op = None if op in (None, AUTO) else op
+    if op is not None:
+        problems.problem_class(op)  # an unknown op is a UserError before any file is read
     report = TsvImportReport(files=len(paths))
     hashes = {path: file_sha256(path) for path in paths}
+    # Every file is read and checked before any database is opened (FILE:LINE on a bad row).
+    read = {path: _read(path, op, fill, hashes[path]) for path in paths}
+    if not any(g.winners for file in read.values() for g in file.groups):
+        raise UserError(
+            f"nothing to import: no tuning rows with a perf config in {', '.join(paths)}"
+        )
+    if callable(db):
+        db = db()
     if not again:
         report.already = _imported_before(db, hashes)
     skip = {x.file for x in report.already}
-    parser = _Parser(op, fill)
     groups: list[_Group] = []
-    for path in paths:
+    found: dict[str, dict[str, problems.Problem]] = {}  # op -> canonical -> problem
+    for path, file in read.items():
         if path in skip:
             continue
-        parsed = read_file(path)
-        report.rows += len(parsed.rows)
-        groups.extend(parser.groups(parsed, report, hashes[path]))
+        report.rows += file.report.rows
+        report.skipped += file.report.skipped
+        report.other_op += file.report.other_op
+        report.errors_unmatched += file.report.errors_unmatched
+        groups += file.groups
+        for row_op, some in file.problems.items():
+            found.setdefault(row_op, {}).update(some)
     report.results = sum(len(g.winners) for g in groups)
     report.failed = sum(len(g.failed) for g in groups)
     if skip and not groups:
@@ -193,15 +217,37 @@ def import_tsv(
         raise UserError(
             f"nothing to import: no tuning rows with a perf config in {', '.join(paths)}"
         )
-    report.problems = len(parser.problems)
+    report.problems = sum(map(len, found.values()))
 
     def write() -> tuple[int, list[ImportedSession]]:
         with db.session(immediate=True) as s:
-            ids, new = catalog.ensure_problems(s, op, list(parser.problems.values()))
+            ids: dict[str, int] = {}  # canonical vectors of different ops never collide
+            new = 0
+            for row_op, of_op in sorted(found.items()):
+                some, added = catalog.ensure_problems(s, row_op, list(of_op.values()))
+                ids.update(some)
+                new += added
             return new, [_write_group(s, group, ids, reason) for group in groups]
 
     report.new_problems, report.sessions = db.retrying_conflicts(write)
     return report
+
+
+@dataclass
+class _File:
+    """One file read and checked: its groups, its counts, the problems its rows name."""
+
+    groups: list[_Group]
+    report: TsvImportReport
+    problems: dict[str, dict[str, problems.Problem]]
+
+
+def _read(path: str, op: str | None, fill: Fill, sha256: str) -> _File:
+    parsed = read_file(path)
+    counts = TsvImportReport(rows=len(parsed.rows))
+    parser = _Parser(op, fill)
+    groups = parser.groups(parsed, counts, sha256)
+    return _File(groups, counts, parser.problems)
 
 
 def file_sha256(path: str) -> str:
@@ -244,10 +290,11 @@ class _Parser:
     """Turns tuning rows into canonical winners. A 100,000-line file repeats few contexts and
     holds each vector about once: both are worked out once per distinct value, not per row."""
 
-    def __init__(self, op: str, fill: Fill) -> None:
-        self.op, self.fill = op, fill
-        self.problems: dict[str, problems.Problem] = {}  # canonical -> problem
-        self._vectors: dict[str, tuple[str, int]] = {}  # as written -> (canonical, flops)
+    def __init__(self, op: str | None, fill: Fill) -> None:
+        self.op, self.fill = op, fill  # op: keep only this op's rows (None: every op)
+        self.problems: dict[str, dict[str, problems.Problem]] = {}  # op -> canonical -> problem
+        # as written -> (op, canonical, flops)
+        self._vectors: dict[str, tuple[str, str, int]] = {}
         self._contexts: dict[tuple[Any, ...], Context] = {}  # row's own values -> context
 
     def groups(
@@ -259,6 +306,9 @@ class _Parser:
                 report.skipped += 1
                 continue
             try:
+                if not self.wanted(row.test_vector):
+                    report.other_op += 1
+                    continue
                 context = self.context(row)
                 winner = self.winner(row)
             except InputError as exc:
@@ -312,9 +362,20 @@ class _Parser:
 
     def _try_vector(self, text: str) -> str | None:
         try:
-            return self.vector(keys.split_key(text).plain)[0]
+            plain = keys.split_key(text).plain
+            return self.vector(plain)[1] if self.wanted(plain) else None
         except InputError:
             return None
+
+    def row_op(self, written: str) -> str:
+        """The op of a test vector: from its flags, else --op; neither is one clear error."""
+        found = keys.op_of_flags(keys.split_key(written).plain.split())
+        if found is None and self.op is None:
+            raise InputError("cannot tell this row's op from its flags: give --op")
+        return found or self.op or ""
+
+    def wanted(self, written: str) -> bool:
+        return self.op is None or self.row_op(written) == self.op
 
     def context(self, row: tuningdb.TuningRow) -> Context:
         key = (row.arch, row.num_cu, row.num_chiplets, row.tuning_space, row.commit_id)
@@ -344,17 +405,18 @@ class _Parser:
             _check_width(name, value)
         return Context(row.arch, num_cu, chiplets, space, commit)
 
-    def vector(self, written: str) -> tuple[str, int]:
+    def vector(self, written: str) -> tuple[str, str, int]:
         known = self._vectors.get(written)
         if known is None:
-            problem = problems.parse(self.op, written)
-            known = self._vectors[written] = (problem.canonical(), problem.flops())
-            self.problems.setdefault(known[0], problem)
+            op = self.row_op(written)
+            problem = problems.parse(op, written)
+            known = self._vectors[written] = (op, problem.canonical(), problem.flops())
+            self.problems.setdefault(op, {}).setdefault(known[1], problem)
         return known
 
     def winner(self, row: tuningdb.TuningRow) -> _Winner:
         key = keys.split_key(row.test_vector)
-        canonical, flops = self.vector(key.plain)
+        op, canonical, flops = self.vector(key.plain)
         if len(row.perf_config) > _LIMITS["perfConfig"]:
             _check_width("perfConfig", row.perf_config)
         tflops = None if row.tflops is None or math.isnan(row.tflops) else row.tflops
@@ -363,6 +425,7 @@ class _Parser:
         duration = row.duration_s
         return _Winner(
             test_vector=canonical,
+            op=op,
             perf_config=row.perf_config,
             tflops=tflops,
             # The file holds TFlops only; the kernel time follows from the op's flop count.

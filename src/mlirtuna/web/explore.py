@@ -18,13 +18,14 @@ import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.orm import Session as OrmSession
 
-from mlirtuna import sessions
+from mlirtuna import catalog, sessions
 from mlirtuna.db import Database
 from mlirtuna.db.models import (
     COMPLETED,
     CONFIG_TABLES,
     ERROR,
     Candidate,
+    FusionConfig,
     Job,
     Problem,
     ProblemTag,
@@ -32,7 +33,7 @@ from mlirtuna.db.models import (
     TuningSession,
 )
 from mlirtuna.errors import NotFound, UserError
-from mlirtuna.history import winners
+from mlirtuna.history import perffields, winners
 from mlirtuna.web.farm import clamp_page
 
 WINNER_SORTS = (
@@ -116,15 +117,16 @@ def winners_page(
     data_type = _data_type().label("data_type")
     n = sa.func.coalesce(tried.c.n, 0).label("candidates")
     conditions = _winner_conditions(session_id, where, data_type)
-    base = _with_configs(winners.counted_results(Result.problem_id), Result.problem_id).where(
-        *conditions
-    )
+    base = _with_labels(
+        _with_configs(winners.counted_results(Result.problem_id), Result.problem_id)
+    ).where(*conditions)
+    label = catalog.label_column()  # a fusion module reads file @function: key
     rows_stmt = _with_configs(
         winners.counted_results(
             Result.problem_id,
             Problem.op,
             data_type,
-            Problem.test_vector,
+            label.label("test_vector"),
             Result.perf_config,
             Result.tflops,
             Result.kernel_time,
@@ -134,9 +136,10 @@ def winners_page(
             Result.winner_noise,
         ).outerjoin(tried, tried.c.job_id == Result.job_id),
         Result.problem_id,
-    ).where(*conditions)
+    )
+    rows_stmt = _with_labels(rows_stmt).where(*conditions)
     key = {
-        "test_vector": Problem.test_vector,
+        "test_vector": label,
         "op": Problem.op,
         "data_type": data_type,
         "perf_config": Result.perf_config,
@@ -171,11 +174,17 @@ def _winner_conditions(
         like = f"%{_escape_like(where.search.strip())}%"
         out.append(
             sa.or_(
+                catalog.label_column().like(like, escape="\\"),
                 Problem.test_vector.like(like, escape="\\"),
                 Result.perf_config.like(like, escape="\\"),
             )
         )
     return out
+
+
+def _with_labels(stmt: sa.Select) -> sa.Select:
+    """Outer-join FusionConfig on the problem: what catalog.label_column needs."""
+    return stmt.outerjoin(FusionConfig, FusionConfig.id == Problem.id)
 
 
 def _escape_like(text: str) -> str:
@@ -307,11 +316,23 @@ def error_groups(db: Database, session_id: int) -> list[ErrorGroup]:
     groups: dict[str, ErrorGroup] = {}
     for job_id, text in rows:
         line = _first_line(text)
-        group = groups.setdefault(line, ErrorGroup(line, 0))
+        pattern = mask_numbers(line)
+        group = groups.setdefault(pattern, ErrorGroup(line, 0))
+        if group.first_line != line:  # the lines differ in their numbers: show the pattern
+            group.first_line = pattern
         group.count += 1
         if len(group.job_ids) < ERROR_JOBS_LISTED:
             group.job_ids.append(job_id)
     return sorted(groups.values(), key=lambda g: (-g.count, g.first_line))
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def mask_numbers(line: str) -> str:
+    """An error line with each number written N: "timed out after 1/2/4 candidates" are one
+    group ("timed out after N candidates")."""
+    return _NUMBER.sub("N", line)
 
 
 # queue.fail writes "attempt 2/3 failed: <why>" (or "attempt failed, not retried: <why>" for a
@@ -335,6 +356,7 @@ class ProblemInfo:
     # A fusion problem: the module's text and the key rocMLIR's tuning DB files its winner under.
     module: str | None = None
     tuning_key: str | None = None
+    label: str = ""  # how people read it: the test vector, or a fusion's file @function: key
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -344,8 +366,16 @@ def problem(db: Database, problem_id: int) -> ProblemInfo:
     data_type = _data_type()
     with db.session() as s:
         row = s.execute(
-            _with_configs(
-                sa.select(Problem.op, Problem.test_vector, data_type.label("data_type")), Problem.id
+            _with_labels(
+                _with_configs(
+                    sa.select(
+                        Problem.op,
+                        Problem.test_vector,
+                        data_type.label("data_type"),
+                        catalog.label_column().label("label"),
+                    ),
+                    Problem.id,
+                )
             ).where(Problem.id == problem_id)
         ).first()
         if row is None:
@@ -357,7 +387,9 @@ def problem(db: Database, problem_id: int) -> ProblemInfo:
         ).all()
         n = s.scalar(sa.select(sa.func.count()).where(Result.problem_id == problem_id)) or 0
         module = _module(s, row.op, problem_id)
-    return ProblemInfo(problem_id, row.op, row.test_vector, row.data_type, list(tags), n, *module)
+    return ProblemInfo(
+        problem_id, row.op, row.test_vector, row.data_type, list(tags), n, *module, row.label
+    )
 
 
 def _module(s: OrmSession, op: str, problem_id: int) -> tuple[str | None, str | None]:
@@ -422,6 +454,8 @@ class CandidateRow:
     tflops: float | None
     kernel_time: float | None
     error: str | None
+    remeasured: bool = False  # numbers from the top-k re-measurement
+    fields: dict[str, int | str] = field(default_factory=dict)  # history.perffields
 
 
 @dataclass(frozen=True)
@@ -443,7 +477,11 @@ def candidates(db: Database, session_id: int, problem_id: int) -> Candidates:
     with db.session() as s:
         rows = s.execute(
             sa.select(
-                Candidate.perf_config, Candidate.tflops, Candidate.kernel_time, Candidate.error
+                Candidate.perf_config,
+                Candidate.tflops,
+                Candidate.kernel_time,
+                Candidate.error,
+                Candidate.remeasured,
             )
             .where(Candidate.session_id == session_id, Candidate.problem_id == problem_id)
             .order_by(Candidate.id)
@@ -453,7 +491,7 @@ def candidates(db: Database, session_id: int, problem_id: int) -> Candidates:
                 Result.session_id == session_id, Result.problem_id == problem_id
             )
         )
-    every = [CandidateRow(*r) for r in rows]
+    every = [CandidateRow(*r[:4], bool(r[4]), perffields.fields(r[0])) for r in rows]
     valid = [c for c in every if c.error is None and c.kernel_time is not None]
     invalid = [c for c in every if c.error is not None or c.kernel_time is None]
     valid.sort(key=lambda c: (-(c.tflops or 0.0), c.kernel_time or 0.0))
@@ -475,3 +513,259 @@ def sessions_of_problem(db: Database, problem_id: int) -> list[int]:
 def error_reasons(c: Candidates) -> dict[str, int]:
     """How many invalid candidates gave each reason (first line)."""
     return dict(Counter(_first_line(x.error) for x in c.invalid).most_common())
+
+
+# ---------------------------------------------------------------- the candidate table
+
+CANDIDATE_SORTS = (
+    "tflops",
+    "kernel_time",
+    "time_min",
+    "time_iqr",
+    "samples",
+    "perf_config",
+    "remeasured",
+)
+CANDIDATE_SHOWS = ("all", "valid", "invalid", "remeasured")
+
+
+@dataclass(frozen=True)
+class CandidateFilter:
+    search: str | None = None  # a substring of the perf config
+    show: str = "all"  # all | valid | invalid | remeasured
+    sort: str = "tflops"
+    descending: bool = True
+
+
+@dataclass(frozen=True)
+class TableRow:
+    """One candidate with its time statistics (ns) and its perf config's named fields."""
+
+    perf_config: str
+    family: str
+    fields: dict[str, int | str]
+    tflops: float | None
+    kernel_time: float | None  # the median of the samples
+    time_min: float | None
+    time_iqr: float | None  # the spread: interquartile range
+    samples: int | None
+    remeasured: bool
+    winner: bool
+    error: str | None
+
+
+@dataclass(frozen=True)
+class CandidatePage:
+    session_id: int
+    problem_id: int
+    winner: str | None
+    rule: str  # how the winner was chosen, one sentence
+    remeasured: int  # candidates re-measured in the top-k pass
+    total: int  # rows matching the filter
+    offset: int
+    columns: list[str]  # the perf-config fields of this page's rows
+    rows: list[TableRow]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def winner_rule(topk: int, remeasured: int) -> str:
+    """The winner-selection rule of a tuning, in one sentence."""
+    if remeasured:
+        return f"re-measured top {min(topk, remeasured)} side by side; winner by median time"
+    return "no re-measurement; winner by median time of the search"
+
+
+def candidate_page(
+    db: Database,
+    session_id: int,
+    problem_id: int,
+    where: CandidateFilter,
+    offset: int = 0,
+    limit: int = 50,
+) -> CandidatePage:
+    """One page of every candidate of a tuning, filtered, sorted and paged in the database."""
+    if where.sort not in CANDIDATE_SORTS:
+        raise UserError(f"unknown sort {where.sort!r} (known: {', '.join(CANDIDATE_SORTS)})")
+    if where.show not in CANDIDATE_SHOWS:
+        raise UserError(f"unknown show {where.show!r} (known: {', '.join(CANDIDATE_SHOWS)})")
+    info = sessions.get(db, session_id)
+    problem(db, problem_id)
+    offset, limit = clamp_page(offset, limit)
+    C = Candidate
+    mine = [C.session_id == session_id, C.problem_id == problem_id]
+    conditions = list(mine)
+    valid = sa.and_(C.error.is_(None), C.kernel_time.is_not(None))
+    if where.show == "valid":
+        conditions.append(valid)
+    elif where.show == "invalid":
+        conditions.append(sa.not_(valid))
+    elif where.show == "remeasured":
+        conditions.append(C.remeasured == sa.true())
+    if where.search:
+        like = f"%{_escape_like(where.search.strip())}%"
+        conditions.append(C.perf_config.like(like, escape="\\"))
+    key = getattr(C, where.sort)
+    order = key.desc() if where.descending else key.asc()
+    stmt = (
+        sa.select(
+            C.perf_config, C.tflops, C.kernel_time, C.time_min, C.time_iqr, C.samples,
+            C.remeasured, C.error,
+        )
+        .where(*conditions)
+        .order_by(sa.case((key.is_(None), 1), else_=0), order, C.id)
+        .offset(offset)
+        .limit(limit)
+    )  # fmt: skip
+    with db.session() as s:
+        total = s.scalar(sa.select(sa.func.count()).select_from(C).where(*conditions)) or 0
+        again = (
+            s.scalar(
+                sa.select(sa.func.count()).select_from(C).where(*mine, C.remeasured == sa.true())
+            )
+            or 0
+        )
+        winner = s.scalar(
+            sa.select(Result.perf_config).where(
+                Result.session_id == session_id, Result.problem_id == problem_id
+            )
+        )
+        rows = [
+            TableRow(
+                r.perf_config, perffields.family(r.perf_config), perffields.fields(r.perf_config),
+                r.tflops, r.kernel_time, r.time_min, r.time_iqr, r.samples, bool(r.remeasured),
+                r.perf_config == winner and r.error is None and (bool(r.remeasured) or not again),
+                r.error,
+            )
+            for r in s.execute(stmt)
+        ]  # fmt: skip
+    return CandidatePage(
+        session_id,
+        problem_id,
+        winner,
+        winner_rule(info.topk, again),
+        again,
+        total,
+        offset,
+        perffields.columns([r.perf_config for r in rows]),
+        rows,
+    )
+
+
+# ---------------------------------------------------------------- compare rows
+
+
+def labels(db: Database, problem_ids: list[int]) -> dict[int, str]:
+    """How each problem reads (catalog.label_column): a fusion's file @function: key."""
+    wanted = sorted(set(problem_ids))
+    out: dict[int, str] = {}
+    with db.session() as s:
+        for i in range(0, len(wanted), 500):
+            stmt = _with_labels(
+                sa.select(Problem.id, catalog.label_column()).where(
+                    Problem.id.in_(wanted[i : i + 500])
+                )
+            )
+            out.update({pid: label for pid, label in s.execute(stmt)})
+    return out
+
+
+def compare_rows(
+    db: Database, groups: dict[str, list[Any]], entries_a: dict[str, Any], entries_b: dict[str, Any]
+) -> dict[str, list[dict[str, Any]]]:
+    """The compare page's rows (history.compare.Regression) with what the page links and shows:
+    the problem id on each side, its label, and the larger relative noise of the two sides."""
+    ids: dict[str, int | None] = {}
+    for rows in groups.values():
+        for r in rows:
+            a, b = entries_a.get(r.test_vector), entries_b.get(r.test_vector)
+            ids[r.test_vector] = (b and b.problem_id) or (a and a.problem_id) or None
+    named = labels(db, [i for i in ids.values() if i is not None])
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name, rows in groups.items():
+        out[name] = []
+        for r in rows:
+            row = asdict(r)
+            pid = ids[r.test_vector]
+            row["problem_id"] = pid
+            row["label"] = named.get(pid, r.test_vector) if pid is not None else r.test_vector
+            sides = [
+                e.rel_noise
+                for e in (entries_a.get(r.test_vector), entries_b.get(r.test_vector))
+                if e
+            ]
+            known = [n for n in (r.noise_a, r.noise_b, *sides) if n is not None]
+            row["noise"] = max(known) if known else None
+            out[name].append(row)
+    return out
+
+
+# ---------------------------------------------------------------- parallel coordinates
+
+PARALLEL_LIMIT = 5000  # candidates a parallel-coordinates plot draws at most
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """A session's valid candidates of one op and data type, as parallel coordinates: one
+    numeric axis per perf-config field, coloured by TFlops over the best of the same problem."""
+
+    session_id: int
+    op: str
+    data_type: str
+    total: int  # valid candidates of that op and data type
+    axes: dict[str, list[float]]  # field -> one value per candidate drawn
+    score: list[float]  # TFlops / the problem's best TFlops, in (0, 1]
+    perf_configs: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parallel(
+    db: Database, session_id: int, op: str, data_type: str = "", limit: int = PARALLEL_LIMIT
+) -> Parallel:
+    """The first `limit` valid candidates (by id) of the op and data type ("": any); the axes
+    are the fields every drawn candidate has as a number (history.perffields)."""
+    winners.check_op(op)
+    sessions.get(db, session_id)
+    limit = min(max(limit, 1), PARALLEL_LIMIT)
+    C = Candidate
+    valid = [
+        C.session_id == session_id,
+        C.error.is_(None),
+        C.kernel_time.is_not(None),
+        C.tflops.is_not(None),
+        Problem.op == op,
+    ]
+    if data_type:
+        valid.append(_data_type() == data_type)
+    best = (
+        sa.select(C.problem_id, sa.func.max(C.tflops).label("best"))
+        .where(C.session_id == session_id, C.error.is_(None))
+        .group_by(C.problem_id)
+        .subquery()
+    )
+    base = _with_configs(
+        sa.select(C.perf_config, C.tflops, best.c.best)
+        .select_from(C)
+        .join(Problem, Problem.id == C.problem_id)
+        .join(best, best.c.problem_id == C.problem_id),
+        C.problem_id,
+    ).where(*valid)
+    with db.session() as s:
+        total = s.scalar(sa.select(sa.func.count()).select_from(base.subquery())) or 0
+        rows = s.execute(base.order_by(C.id).limit(limit)).all()
+    parsed = [perffields.fields(r.perf_config) for r in rows]
+    names = perffields.columns([r.perf_config for r in rows])
+    numeric = [n for n in names if all(isinstance(f.get(n), int) for f in parsed)]
+    return Parallel(
+        session_id,
+        op,
+        data_type,
+        total,
+        {n: [float(f[n]) for f in parsed] for n in numeric},
+        [r.tflops / r.best if r.best else 0.0 for r in rows],
+        [r.perf_config for r in rows],
+    )

@@ -8,13 +8,13 @@ database clock, as the queue does, so that no machine's clock matters.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session as OrmSession
 
-from mlirtuna import sessions
+from mlirtuna import catalog, sessions
 from mlirtuna.db import Database, db_now
 from mlirtuna.db.models import (
     CANCELLED,
@@ -25,6 +25,7 @@ from mlirtuna.db.models import (
     RUNNING,
     WAITING,
     Attempt,
+    FusionConfig,
     Job,
     Problem,
     TuningSession,
@@ -49,6 +50,7 @@ class SessionProgress:
     done: int  # completed + error + cancelled: nothing more will happen to them
     per_minute: float | None  # None: no job finished in the rate window
     eta_s: float | None
+    ops: list[str] = field(default_factory=list)  # what it tunes (sessions.ops)
 
     @property
     def active(self) -> bool:
@@ -120,11 +122,15 @@ def farm(db: Database, offset: int = 0, limit: int = DEFAULT_PAGE) -> FarmPage:
         ids = [r.id for r in rows]
         counts = _counts(s, ids)
         rates = _finished_recently(s, [i for i in ids if _open(counts[i])], clock)
+    ops = sessions.ops(db, ids)
     return FarmPage(
         now=_iso(clock),
         total_sessions=total,
         offset=offset,
-        sessions=[_progress(Session.from_row(r), counts[r.id], rates.get(r.id)) for r in rows],
+        sessions=[
+            replace(_progress(Session.from_row(r), counts[r.id], rates.get(r.id)), ops=ops[r.id])
+            for r in rows
+        ],
     )
 
 
@@ -133,7 +139,8 @@ def session_progress(db: Database, session_id: int) -> SessionProgress:
     with db.session() as s:
         counts = _counts(s, [session_id])[session_id]
         rates = _finished_recently(s, [session_id] if _open(counts) else [], now(s))
-    return _progress(info, counts, rates.get(session_id))
+    ops = sessions.ops(db, [session_id])[session_id]
+    return replace(_progress(info, counts, rates.get(session_id)), ops=ops)
 
 
 def stage_progress(db: Database, session_id: int) -> dict[str, dict[str, int]]:
@@ -217,12 +224,13 @@ def workers(db: Database, session_id: int | None = None) -> list[BusyWorker]:
             Job.gpu_id,
             Attempt.pid,
             Job.problem_id,
-            Problem.test_vector,
+            catalog.label_column().label("test_vector"),  # a fusion: file @function: key
             Job.claimed_at,
             Job.heartbeat_at,
             Job.lease_expires_at,
         )
         .join(Problem, Problem.id == Job.problem_id)
+        .outerjoin(FusionConfig, FusionConfig.id == Problem.id)
         .outerjoin(Attempt, Attempt.lease_token == Job.lease_token)
         .where(Job.state == RUNNING)
         .order_by(Job.machine_name, Job.gpu_id, Job.id)

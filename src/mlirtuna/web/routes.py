@@ -82,6 +82,15 @@ def api_winners(
     return explore.winners_page(_db(request), session_id, where, offset, limit).as_dict()
 
 
+@api.get("/sessions/{session_id}/parallel")
+def api_parallel(
+    request: Request, session_id: int, op: str, data_type: str = "", limit: int = 5000
+) -> dict[str, Any]:
+    """The session's valid candidates of one op and data type as parallel coordinates: one
+    axis per perf-config field, coloured by TFlops over the problem's best."""
+    return explore.parallel(_db(request), session_id, op, data_type, limit).as_dict()
+
+
 @api.get("/sessions/{session_id}/facets")
 def api_facets(request: Request, session_id: int) -> dict[str, Any]:
     """The ops, data types and tags the winners can be filtered by."""
@@ -135,6 +144,25 @@ def api_candidates(request: Request, problem_id: int, session: int) -> dict[str,
     return out
 
 
+@api.get("/problems/{problem_id}/table")
+def api_candidate_table(
+    request: Request,
+    problem_id: int,
+    session: int,
+    q: str | None = Query(None, description="substring of the perf config"),
+    show: str = Query("all", description="all | valid | invalid | remeasured"),
+    sort: str = "tflops",
+    desc: bool = True,
+    offset: int = 0,
+    limit: int = 50,
+) -> dict[str, Any]:
+    """One page of the tuning's candidates (sorted, filtered, paged on the server), with the
+    perf configs' fields, the time statistics, the re-measured and winner marks, and the rule
+    that chose the winner."""
+    where = explore.CandidateFilter(q or None, show, sort, desc)
+    return explore.candidate_page(_db(request), session, problem_id, where, offset, limit).as_dict()
+
+
 @api.get("/compare")
 def api_compare(
     request: Request, a: int, b: int, threshold: str = "5%", limit: int = TABLE_LIMIT
@@ -146,11 +174,23 @@ def api_compare(
     cut = compare.parse_threshold(threshold)
     result = compare.compare(side_a, side_b, cut)
     out = result.as_dict()
+    limit = max(limit, 0)
     out["regressions_total"] = len(result.regressions)
-    out["regressions"] = out["regressions"][: max(limit, 0)]
     better = compare.improvements(side_a, side_b, cut)
     out["improvements_total"] = len(better)
-    out["improvements"] = [r.__dict__ for r in better[: max(limit, 0)]]
+    # The CLI's three groups: counted regressions (winner changed / same winner re-measured
+    # lower) and drops within the measurements' noise (not counted).
+    changed = [r for r in result.regressions if r.winner_changed]
+    same = [r for r in result.regressions if not r.winner_changed]
+    groups = {
+        "regressions": result.regressions[:limit],
+        "regressions_changed": changed[:limit],
+        "regressions_same": same[:limit],
+        "within_noise": result.within_noise[:limit],
+        "improvements": better[:limit],
+    }
+    out["within_noise_total"] = len(result.within_noise)
+    out.update(explore.compare_rows(db, groups, side_a.entries, side_b.entries))
     points = compare.pairs(side_a, side_b)
     out["points"] = {
         "tflops_a": [p.tflops_a for p in points],

@@ -124,9 +124,12 @@ class Worker:
                     break
                 if not said_idle:
                     log.info(
-                        "idle: no job of session %s to claim; waiting for new ones "
-                        "(--until-empty exits instead)",
+                        "idle: no job of session %s to claim; %s",
                         self.settings.session_id,
+                        # --until-empty waits for jobs other workers hold (they may fail back)
+                        "waiting while other workers hold its last jobs"
+                        if self.settings.until_empty
+                        else "waiting for new ones (--until-empty exits instead)",
                     )
                     said_idle = True
                 # Woken early on PostgreSQL when a job of the session becomes claimable.

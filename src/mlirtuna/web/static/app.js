@@ -47,7 +47,8 @@ function histogram(el, h, xTitle) {
   const mids = h.counts.map((_, i) => (h.edges[i] + h.edges[i + 1]) / 2);
   const widths = h.counts.map((_, i) => h.edges[i + 1] - h.edges[i]);
   Plotly.newPlot(el, [{ type: "bar", x: mids, y: h.counts, width: widths, marker: { color: "#3b6ea5" } }],
-    { margin: { t: 10, r: 10 }, xaxis: { title: { text: xTitle } }, yaxis: { title: { text: "count" } },
+    { margin: { t: 10, r: 10 }, xaxis: { title: { text: xTitle } },
+      yaxis: { title: { text: "count" }, dtick: Math.max(1, Math.ceil(Math.max(0, ...h.counts) / 5)) },
       height: 280 }, PLOT_CONFIG);
 }
 
@@ -65,8 +66,18 @@ function context(s) {
     `<span class="muted">ROCm ${esc(s.rocm_v || "–")} · rocMLIR ${esc(s.mlir_v || "–")} · ${esc(s.tuning_space)} · ${esc(s.tuner)}</span>`;
 }
 
+// What a session tunes and when it was opened: tells the farm's rows apart (every value escaped).
+function sessionWhat(p) {
+  const s = p.session;
+  const name = s.name ? `<b>${esc(s.name)}</b><br>` : "";
+  const ops = (p.ops || []).map(esc).join(", ") || "–";
+  const split = s.split ? ` · <span class="warn-text">split ${esc(s.split)}</span>` : "";
+  return `${name}<span class="ops">${ops}</span> · ${esc(s.created_at)}${split}`;
+}
+
 const SESSION_COLUMNS = [
   { label: "session", html: (p) => `<a href="/sessions/${p.session.id}">${p.session.id}</a>` },
+  { label: "name · op · opened", html: sessionWhat, cls: "what" },
   { label: "context", html: (p) => context(p.session) },
   { label: "reason", html: (p) => `${esc(p.session.reason)}${p.session.ticket ? ` <span class="muted">${esc(p.session.ticket)}</span>` : ""}` },
   { label: "new", html: (p) => p.counts.new, cls: "n" },
@@ -117,6 +128,27 @@ function farmPage() {
   setInterval(refresh, Number(document.body.dataset.pollMs) || 2000);
 }
 
+// A table sorted, filtered and paged on the server: header clicks sort (TFlops best first),
+// the form filters (debounced), prev/next page; `state` is {sort: {key, desc}, offset, limit}.
+function wirePaging(state, load, { table, form, prev, next }) {
+  table.addEventListener("click", (ev) => {
+    const th = ev.target.closest("th[data-sort]");
+    if (!th) return;
+    const key = th.dataset.sort;
+    state.sort = { key, desc: state.sort.key === key ? !state.sort.desc : key === "tflops" };
+    state.offset = 0;
+    load();
+  });
+  let typing = null;
+  form.addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => { state.offset = 0; load(); }, 250);
+  });
+  form.addEventListener("submit", (ev) => ev.preventDefault());
+  prev.onclick = () => { state.offset = Math.max(0, state.offset - state.limit); load(); };
+  next.onclick = () => { state.offset += state.limit; load(); };
+}
+
 // ------------------------------------------------------------------ session
 
 const WINNER_COLUMNS = [
@@ -124,7 +156,7 @@ const WINNER_COLUMNS = [
   { label: "op", key: "op", sort: "op" },
   { label: "type", key: "data_type", sort: "data_type" },
   { label: "perf config", key: "perf_config", sort: "perf_config", cls: "vector" },
-  { label: "TFlops", html: (r) => num(r.tflops), sort: "tflops", cls: "n" },
+  { label: "TFlops", html: (r) => sig(r.tflops), sort: "tflops", cls: "n" },
   { label: "time (µs)", html: (r) => num(r.kernel_time === null ? null : r.kernel_time / 1000, 2), sort: "kernel_time", cls: "n" },
   { label: "candidates", key: "candidates", sort: "candidates", cls: "n" },
   { label: "job", html: (r) => (r.job_id ? `<a href="/jobs/${r.job_id}">${r.job_id}</a>` : "") },
@@ -163,22 +195,7 @@ function sessionPage() {
       showError(err);
     }
   }
-  $("#winners").addEventListener("click", (ev) => {
-    const th = ev.target.closest("th[data-sort]");
-    if (!th) return;
-    const key = th.dataset.sort;
-    state.sort = { key, desc: state.sort.key === key ? !state.sort.desc : key === "tflops" };
-    state.offset = 0;
-    loadWinners();
-  });
-  let typing = null;
-  form.addEventListener("input", () => {
-    clearTimeout(typing);
-    typing = setTimeout(() => { state.offset = 0; loadWinners(); }, 250);
-  });
-  form.addEventListener("submit", (ev) => ev.preventDefault());
-  $("#prev").onclick = () => { state.offset = Math.max(0, state.offset - state.limit); loadWinners(); };
-  $("#next").onclick = () => { state.offset += state.limit; loadWinners(); };
+  wirePaging(state, loadWinners, { table: $("#winners"), form, prev: $("#prev"), next: $("#next") });
 
   api(`/api/sessions/${SESSION}/facets`).then((f) => {
     for (const [name, values] of [["op", f.ops], ["data_type", f.data_types], ["tag", f.tags]]) {
@@ -207,6 +224,38 @@ function sessionPage() {
     $("#no-errors").hidden = groups.length > 0;
   }).catch(showError);
   loadWinners();
+  parallelPlot(SESSION);
+}
+
+// A session's candidates of one op and data type: one axis per perf-config field, each line
+// coloured by its TFlops over the best of its problem (1: the problem's fastest).
+function parallelPlot(session) {
+  const form = $("#parallel-choice");
+  async function draw() {
+    const params = new URLSearchParams(new FormData(form));
+    if (!params.get("op")) return;
+    try {
+      const p = await api(`/api/sessions/${encodeURIComponent(session)}/parallel?${params}`);
+      const dims = Object.entries(p.axes).map(([label, values]) => ({ label, values }));
+      dims.push({ label: "TFlops / best", values: p.score, range: [0, 1] });
+      Plotly.newPlot($("#parallel-plot"), [{
+        type: "parcoords", dimensions: dims,
+        line: { color: p.score, cmin: 0, cmax: 1, colorscale: "Viridis", showscale: true },
+      }], { margin: { t: 40, l: 60, r: 60 }, height: 380 }, PLOT_CONFIG);
+      $("#parallel-count").textContent = p.score.length < p.total
+        ? `${p.score.length} of ${p.total} candidates (the first by id)` : `${p.total} candidates`;
+      $("#parallel-plot").dataset.count = p.score.length;
+    } catch (err) {
+      showError(err);
+    }
+  }
+  api(`/api/sessions/${encodeURIComponent(session)}/facets`).then((f) => {
+    for (const v of f.ops) form.elements.op.add(new Option(v, v));
+    for (const v of f.data_types) form.elements.data_type.add(new Option(v, v));
+    draw();
+  }).catch(showError);
+  form.addEventListener("change", draw);
+  form.addEventListener("submit", (ev) => ev.preventDefault());
 }
 
 // ------------------------------------------------------------------ problem
@@ -223,10 +272,10 @@ function problemPage() {
       type: "scatter", mode: "lines+markers", name: ctx,
       x: ps.map((p) => p.created_at), y: ps.map((p) => p.tflops),
       text: ps.map((p) => `session ${p.session_id}<br>rocMLIR ${p.mlir_v || "?"}<br>${p.perf_config}`),
-      hovertemplate: "%{y:.3f} TFlops<br>%{text}<extra></extra>",
+      hovertemplate: "%{y:.3g} TFlops<br>%{text}<extra></extra>",
     }));
     Plotly.newPlot($("#trend-plot"), traces, { margin: { t: 10 }, height: 320, showlegend: true,
-      legend: { orientation: "h" }, yaxis: { title: { text: "TFlops" } } }, PLOT_CONFIG);
+      legend: { orientation: "h" }, ...trendAxes(points) }, PLOT_CONFIG);
     table($("#history"), [
       { label: "session", html: (p) => `<a href="/sessions/${p.session_id}">${p.session_id}</a>` },
       { label: "opened", key: "created_at" },
@@ -234,7 +283,7 @@ function problemPage() {
       { label: "ROCm", key: "rocm_v" },
       { label: "rocMLIR", key: "mlir_v" },
       { label: "perf config", key: "perf_config", cls: "vector" },
-      { label: "TFlops", html: (p) => num(p.tflops), cls: "n" },
+      { label: "TFlops", html: (p) => sig(p.tflops), cls: "n" },
     ], [...points].reverse());
   }).catch(showError);
 
@@ -245,17 +294,22 @@ function problemPage() {
     if (choice.value) loadCandidates(choice.value);
   }).catch(showError);
   choice.onchange = () => loadCandidates(choice.value);
+  const loadTable = candidateTable(id);
 
   async function loadCandidates(sid) {
     try {
+      loadTable(sid);
       const c = await api(`/api/problems/${id}/candidates?session=${sid}`);
-      const isWinner = c.valid.map((v) => v.perf_config === c.winner);
+      const isWinner = c.valid.map((v) => v.perf_config === c.winner && (v.remeasured || !c.valid.some((x) => x.remeasured)));
       Plotly.newPlot($("#candidates-plot"), [{
         type: "scatter", mode: "markers", name: "valid",
         x: c.valid.map((v) => v.perf_config), y: c.valid.map((v) => v.tflops),
-        marker: { size: isWinner.map((w) => (w ? 12 : 7)), color: isWinner.map((w) => (w ? "#c0392b" : "#3b6ea5")) },
-        hovertemplate: "%{x}<br>%{y:.3f} TFlops<extra></extra>",
-      }], { margin: { t: 10, b: 40 }, height: 340, xaxis: { showticklabels: false, title: { text: `${c.valid.length} valid perf configs, best first` } },
+        marker: { size: isWinner.map((w) => (w ? 12 : 7)), color: isWinner.map((w) => (w ? "#c0392b" : "#3b6ea5")),
+          symbol: c.valid.map((v) => (v.remeasured ? "diamond" : "circle")) },
+        customdata: c.valid.map((v) => `${v.remeasured ? "re-measured" : "first pass"}<br>` +
+          Object.entries(v.fields || {}).map(([k, x]) => `${esc(k)}=${esc(x)}`).join(" ")),
+        hovertemplate: "%{x}<br>%{y:.3g} TFlops · %{customdata}<extra></extra>",
+      }], { margin: { t: 10, b: 40 }, height: 340, xaxis: { showticklabels: false, title: { text: `${c.valid.length} valid perf configs, best first; ◆ re-measured (${c.valid.filter((v) => v.remeasured).length}), red: winner` } },
         yaxis: { title: { text: "TFlops" } } }, PLOT_CONFIG);
       table($("#invalid"), [
         { label: "perf config", key: "perf_config", cls: "vector" },
@@ -268,16 +322,147 @@ function problemPage() {
   }
 }
 
-// ------------------------------------------------------------------ compare
+// The trend's axes: TFlops on a log axis (a CPU's 0.003 and a GPU's 4.2 on one plot), and a
+// day either side of a single date rather than milliseconds.
+function trendAxes(points) {
+  const dates = [...new Set(points.map((p) => p.created_at))];
+  const xaxis = { type: "date" };
+  if (dates.length === 1) {
+    const t = Date.parse(dates[0]), day = 86400000;
+    xaxis.range = [new Date(t - day).toISOString(), new Date(t + day).toISOString()];
+  }
+  return { xaxis, yaxis: { type: "log", title: { text: "TFlops (log)" } } };
+}
 
-const CHANGE_COLUMNS = [
-  { label: "problem", key: "test_vector", cls: "vector" },
-  { label: "A perf config", key: "perf_config_a", cls: "vector" },
-  { label: "B perf config", key: "perf_config_b", cls: "vector" },
-  { label: "A TFlops", html: (r) => num(r.tflops_a), cls: "n" },
-  { label: "B TFlops", html: (r) => num(r.tflops_b), cls: "n" },
-  { label: "B/A", html: (r) => num(r.ratio), cls: "n" },
-];
+// ------------------------------------------------------------------ the candidate table
+// Built with textContent only: no value reaches innerHTML.
+
+// A number with `digits` significant digits ("–" for none): 0.00312, 4.21, 1234.
+function sig(v, digits = 3) {
+  if (v === null || v === undefined || !Number.isFinite(Number(v))) return "–";
+  const x = Number(v);
+  if (x === 0) return "0";
+  return Math.abs(x) >= 10 ** digits ? String(Math.round(x)) : String(Number(x.toPrecision(digits)));
+}
+
+function cell(row, text, cls) {
+  const td = document.createElement("td");
+  if (cls) td.className = cls;
+  td.textContent = text;
+  row.append(td);
+  return td;
+}
+
+function candidateRows(el, page, state) {
+  const us = (ns) => (ns === null || ns === undefined ? null : ns / 1000);
+  const cols = [
+    ["perf config", "perf_config", (r) => r.perf_config, "vector"],
+    ...page.columns.map((f) => [f, null, (r) => (f in r.fields ? String(r.fields[f]) : ""), "n"]),
+    ["TFlops", "tflops", (r) => sig(r.tflops), "n"],
+    ["median µs", "kernel_time", (r) => sig(us(r.kernel_time)), "n"],
+    ["min µs", "time_min", (r) => sig(us(r.time_min)), "n"],
+    ["spread (IQR) µs", "time_iqr", (r) => sig(us(r.time_iqr)), "n"],
+    ["samples", "samples", (r) => (r.samples ?? "–"), "n"],
+    ["re-measured", "remeasured", (r) => (r.remeasured ? "re-measured" : ""), "mark"],
+    ["winner", null, (r) => (r.winner ? "winner" : ""), "mark"],
+    ["error", null, (r) => r.error || "", "vector"],
+  ];
+  const thead = document.createElement("thead"), head = document.createElement("tr");
+  for (const [label, key] of cols) {
+    const th = document.createElement("th");
+    th.textContent = label + (key && state.sort.key === key ? (state.sort.desc ? " ▼" : " ▲") : "");
+    if (key) th.dataset.sort = key;
+    head.append(th);
+  }
+  thead.append(head);
+  const tbody = document.createElement("tbody");
+  for (const r of page.rows) {
+    const tr = document.createElement("tr");
+    if (r.winner) tr.classList.add("winner");
+    if (r.remeasured) tr.classList.add("remeasured");
+    for (const [, , text, cls] of cols) cell(tr, String(text(r)), cls);
+    tbody.append(tr);
+  }
+  el.replaceChildren(thead, tbody);
+}
+
+function candidateTable(problemId) {
+  const state = { sid: null, sort: { key: "tflops", desc: true }, offset: 0, limit: 50 };
+  const form = $("#cand-filters"), el = $("#candidates");
+  async function load() {
+    const params = new URLSearchParams(new FormData(form));
+    for (const [k, v] of [...params]) if (!v) params.delete(k);
+    params.set("sort", state.sort.key);
+    params.set("desc", state.sort.desc);
+    for (const k of ["offset", "limit"]) params.set(k, state[k]);
+    params.set("session", state.sid);
+    try {
+      const page = await api(`/api/problems/${encodeURIComponent(problemId)}/table?${params}`);
+      candidateRows(el, page, state);
+      $("#winner-rule").textContent = `Winner: ${page.winner ?? "none"}. Rule: ${page.rule}.`;
+      const last = Math.min(state.offset + state.limit, page.total);
+      $("#cand-range").textContent = `candidates ${page.total ? state.offset + 1 : 0}–${last} of ${page.total}`;
+      $("#cand-prev").disabled = state.offset === 0;
+      $("#cand-next").disabled = last >= page.total;
+      el.dataset.total = page.total;
+    } catch (err) {
+      showError(err);
+    }
+  }
+  wirePaging(state, load, { table: el, form, prev: $("#cand-prev"), next: $("#cand-next") });
+  return (sid) => { state.sid = sid; state.offset = 0; load(); };
+}
+
+// ------------------------------------------------------------------ compare
+// The compare page's groups, as the CLI splits them; rows link to the problem pages.
+function compareTable(el, rows, session) {
+  const cols = [
+    ["problem", null], ["A perf config", "perf_config_a"], ["B perf config", "perf_config_b"],
+    ["A TFlops", (r) => sig(r.tflops_a)], ["B TFlops", (r) => sig(r.tflops_b)],
+    ["B/A", (r) => sig(r.ratio)], ["noise", (r) => (r.noise === null ? "–" : `±${sig(100 * r.noise, 2)} %`)],
+  ];
+  const thead = document.createElement("thead"), head = document.createElement("tr");
+  for (const [label] of cols) {
+    const th = document.createElement("th");
+    th.textContent = label;
+    head.append(th);
+  }
+  thead.append(head);
+  const tbody = document.createElement("tbody");
+  for (const r of rows) {
+    const tr = document.createElement("tr");
+    const first = cell(tr, "", "vector");
+    if (r.problem_id !== null) {
+      const a = document.createElement("a");
+      a.href = `/problems/${encodeURIComponent(r.problem_id)}?session=${encodeURIComponent(session)}`;
+      a.textContent = r.label;
+      first.append(a);
+    } else {
+      first.textContent = r.label;
+    }
+    for (const [, get] of cols.slice(1)) {
+      cell(tr, typeof get === "function" ? get(r) : String(r[get] ?? ""), typeof get === "function" ? "n" : "vector");
+    }
+    tbody.append(tr);
+  }
+  el.replaceChildren(thead, tbody);
+}
+
+function compareGroups(c) {
+  const b = document.body.dataset.b;
+  const below = `below ${sig(100 * (1 - c.threshold))} %`;
+  compareTable($("#regressions"), c.regressions_changed, b);
+  compareTable($("#same-winner"), c.regressions_same, b);
+  compareTable($("#within-noise"), c.within_noise, b);
+  compareTable($("#improvements"), c.improvements, b);
+  $("#count-changed").textContent = `${c.regressions_winner_changed} ${below}`;
+  $("#count-same").textContent = `${c.regressions_same_winner} ${below}`;
+  $("#count-noise").textContent = `${c.within_noise_total} ${below}, within the measurements' noise`;
+  $("#reg-count").textContent = `Regressions counted: ${c.regressions_total} (${c.regressions_winner_changed} winner changed, ` +
+    `${c.regressions_same_winner} same winner), ${below} and beyond noise; ${c.within_noise_total} drops within noise not counted.`;
+  $("#imp-count").textContent = `${c.improvements_total} above ${sig(100 * (1 + c.threshold))} %`;
+}
+
 
 function comparePage() {
   const { a, b, threshold } = document.body.dataset;
@@ -298,10 +483,7 @@ function comparePage() {
       { type: "scatter", mode: "lines", name: "B = A", x: [lo, hi], y: [lo, hi], line: { dash: "dot", color: "#888" }, hoverinfo: "skip" },
     ], { margin: { t: 10 }, height: 480, xaxis: { type: "log", title: { text: "A TFlops" } },
       yaxis: { type: "log", title: { text: "B TFlops" } }, showlegend: false }, PLOT_CONFIG);
-    table($("#regressions"), CHANGE_COLUMNS, c.regressions);
-    table($("#improvements"), CHANGE_COLUMNS, c.improvements);
-    $("#reg-count").textContent = `${c.regressions_total} below ${num(100 * (1 - c.threshold), 1)} %`;
-    $("#imp-count").textContent = `${c.improvements_total} above ${num(100 * (1 + c.threshold), 1)} %`;
+    compareGroups(c);
   }).catch(showError);
 }
 
