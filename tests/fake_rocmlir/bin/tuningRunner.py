@@ -11,7 +11,9 @@ FAKE_TUNINGRUNNER_ERA (default E3; E2.5 and E4 are described at their sections b
   [\\t<tflops>]"; --debug overwrites "<output>.debug" (pandas to_csv with the index column).
 - E3 (2026): --op required, --gpus/--timeout/--abort-on-error/--retune/..., greedy space, logging
   as "INFO: ..."/"ERROR: ...", the ten-column header and rows written as each config finishes,
-  "<output>.debug" appended (header once) with a MeasurementsMs column, "<output>.state" on
+  "<output>.debug" appended (header once) as rocMLIR 3fc5be9e writes it (numChiplets after
+  numCU; with --debug a last Stats column, the driver's statistics dict in ns as pandas writes
+  it; E4 adds Status), "<output>.state" on
   failure, already-tuned configs in the output file skipped unless --retune.
 
 No GPU, no compiler: each config gets a deterministic candidate list whose times come from a
@@ -114,8 +116,8 @@ ATTN_COLUMNS_E2 = _words(
 )
 ATTN_COLUMNS_E3 = _words(
     "DataType Chip numCU TransQ TransK TransV TransO Causal ReturnLSE SplitKV "
-    "WithAttnScale WithAttnBias G SeqLenQ SeqLenK NumHeadsQ NumHeadsKV HeadDimQK HeadDimV "
-    "PerfConfig TFlops"
+    "SlidingWindowLookBack WithAttnScale WithAttnBias TransBias G SeqLenQ SeqLenK NumHeadsQ "
+    "NumHeadsKV HeadDimQK HeadDimV PerfConfig TFlops"
 )
 
 
@@ -405,9 +407,12 @@ def _describe_attention(tokens: list[str], gpu: Gpu, era: str) -> tuple[dict, fl
                 "SplitKV": int(f.get("-split_kv", "1")),
             }
         )
+    if era == "E3":
+        row["SlidingWindowLookBack"] = int(f.get("-sliding_window_lookback", "-1"))
     row["WithAttnScale"] = _bool(f.get("-with-attn-scale", "false"))
     if era == "E3":
         row["WithAttnBias"] = _bool(f.get("-with-attn-bias", "false"))
+        row["TransBias"] = _bool(f.get("-transBias", "false"))
     row.update({"G": g, "SeqLenQ": sq, "SeqLenK": sk})
     if era == "E3":
         row.update({"NumHeadsQ": hq, "NumHeadsKV": hkv})
@@ -463,18 +468,47 @@ def tune(
             progress(i, result)
         shown = "Discarded" if discarded else ("N/A" if ns is None else repr(ns))
         result.driver_lines.append(f"{pc}\t{shown}")
-        entry = dict(problem)
+        entry = with_chiplets(problem, gpu) if BASE_ERA[era] == "E3" else dict(problem)
         entry["PerfConfig"] = pc
         if "LDSBankConflict" in debug_columns(op, BASE_ERA[era]):
             entry["LDSBankConflict"] = "NaN"  # perfRunner's value when rocprof metrics are absent
         entry["TFlops"] = math.nan if discarded else compute_tflops(flops, ns)
         if BASE_ERA[era] == "E3" and debug:
             measured = ns is not None and not discarded
-            entry["MeasurementsMs"] = measurements_ms(config, pc, ns) if measured else None
+            entry["Stats"] = driver_stats(measurements_ms(config, pc, ns)) if measured else None
+            if era == "E4":
+                entry["Status"] = "Discarded" if discarded else ("ok" if measured else "N/A")
         result.entries.append(entry)
         if not math.isnan(entry["TFlops"]) and entry["TFlops"] > result.max_tflops:
             result.max_tflops, result.winner = entry["TFlops"], pc
     return result
+
+
+def with_chiplets(problem: dict, gpu: Gpu) -> dict:
+    """E3's table_entry: numChiplets right after numCU."""
+    entry = {}
+    for name, value in problem.items():
+        entry[name] = value
+        if name == "numCU":
+            entry["numChiplets"] = gpu.num_chiplets
+    return entry
+
+
+def driver_stats(ms: list[float]) -> dict:
+    """rocmlir-tuning-driver --show-stats' JSON for these runs (ns), as tuningRunner stores it
+    in the entry: pandas then writes the dict's repr into the Stats column."""
+    ns = sorted(m * 1e6 for m in ms)
+    mid = len(ns) // 2
+    median = ns[mid] if len(ns) % 2 else (ns[mid - 1] + ns[mid]) / 2
+    mean = sum(ns) / len(ns)
+    stddev = math.sqrt(sum((v - mean) ** 2 for v in ns) / len(ns))
+    return {
+        "min": round(ns[0], 1),
+        "median": round(median, 1),
+        "max": round(ns[-1], 1),
+        "stddev": round(stddev, 1),
+        "cv": round(stddev / mean, 5),
+    }
 
 
 def debug_cell(value) -> str:
@@ -839,13 +873,16 @@ def two_stage(result: Result, config: str, k: int) -> None:
     for e in result.entries:
         if id(e) not in top:
             e["TFlops"] = math.nan
-            if "MeasurementsMs" in e:
-                e["MeasurementsMs"] = None
+            if "Stats" in e:
+                e["Stats"] = None
+            if e.get("Status") == "ok":  # measured in the first pass only
+                e["Status"] = "Discarded"
             continue
         factor = 0.97 + 0.06 * _unit("precise", config, e["PerfConfig"])
         e["TFlops"] /= factor
-        if e.get("MeasurementsMs"):
-            e["MeasurementsMs"] = [round(m * factor, 6) for m in e["MeasurementsMs"]]
+        if e.get("Stats"):
+            stats = e["Stats"]
+            e["Stats"] = {k: v if k == "cv" else round(v * factor, 1) for k, v in stats.items()}
         if e["TFlops"] > result.max_tflops:
             result.max_tflops, result.winner = e["TFlops"], e["PerfConfig"]
 

@@ -22,7 +22,7 @@ from mlirtuna.errors import InputError, NotRun, TunerError, TunerTimeout
 from mlirtuna.history import tuningdb
 from mlirtuna.problems import Problem
 from mlirtuna.tuners.base import BatchItem, TuneContext
-from mlirtuna.tuners.rocmlir.debugfile import DebugRow, parse_debug_lines
+from mlirtuna.tuners.rocmlir.debugfile import DebugRow, matches, parse_debug_lines
 from mlirtuna.tuners.rocmlir.outcome import GPU_TIMED_OUT, failure, row_outcome
 from mlirtuna.tuners.rocmlir.process import Run, TailReader, now, stop, tail
 
@@ -110,9 +110,10 @@ class BatchTail:
     """Follows a batch's output and `.debug` files while the tool writes them.
 
     The tool tunes the configs one after the other and, for each, writes its result row and
-    then its `.debug` rows (a failed config writes neither). So the k-th row's candidates are
-    the k-th block of `.debug` rows, a block being a run of rows with the same problem columns;
-    block k is complete once row k+1 was seen before the `.debug` file was read, a block k+1
+    then its `.debug` rows (a failed config writes neither). A block is a run of `.debug` rows
+    with the same problem columns; a row's candidates are the block whose columns name the row's
+    problem (debugfile.matches: the rows name no test vector), never merely the k-th. Row k's
+    block is complete once row k+1 was seen before the `.debug` file was read, a block k+1
     has begun, or the tool has exited. Rows are matched to problems by their key (the plain
     part: E4 appends -supportsSplitK). Each file is read from where the last poll stopped,
     whole lines only: a poll costs what the tool wrote since, not the file so far.
@@ -135,6 +136,8 @@ class BatchTail:
         self._index = {p.canonical(): i for i, p in enumerate(problems)}
         self._rows: list[tuple[int | None, tuningdb.TuningRow]] = []
         self._blocks: list[list[DebugRow]] = []
+        self._owners: list[int | None] = []  # per block: the problem its columns name
+        self._used: set[int] = set()  # blocks handed out
         self._offsets = {self.out: 0, self.debug: 0}
         self._out_lines: list[str] = []
         self._debug_header: str | None = None
@@ -160,17 +163,35 @@ class BatchTail:
             k = self._next
             if not (exited or k + 1 < len(self._rows) or k + 1 < len(self._blocks)):
                 break  # its .debug block may still be growing
-            block = self._blocks[k] if k < len(self._blocks) else None
+            index, row = self._rows[k]
+            block = self._block_of(index, k)
             discarded = self._discarded(block, exited)
             if discarded is None:
                 break  # its driver lines are still in the pipe
             self._next += 1
-            index, row = self._rows[k]
             if index is None or index in self.done:
                 continue
             self.done.add(index)
             ready.append((index, row, block, discarded))
         return ready
+
+    def _block_of(self, index: int | None, k: int) -> list[DebugRow] | None:
+        """Row k's candidates: the block whose problem columns name the row's problem; the
+        k-th block only where the columns cannot tell (no column this reader can compare)."""
+        if index is not None:
+            for b, owner in enumerate(self._owners):
+                if owner == index and b not in self._used:
+                    self._used.add(b)
+                    return self._blocks[b]
+        if k < len(self._blocks) and self._owners[k] is None and k not in self._used:
+            self._used.add(k)
+            return self._blocks[k]
+        return None
+
+    def _owner(self, block: list[DebugRow]) -> int | None:
+        """The problem of the batch a block's columns name, when exactly one does."""
+        named = [i for i, p in enumerate(self.problems) if matches(p, block[0].problem)]
+        return named[0] if len(named) == 1 else None
 
     def missing(self) -> list[int]:
         """The problems that got no row, in the order the tool was given them."""
@@ -240,6 +261,7 @@ class BatchTail:
                 self._blocks[-1].append(row)
             else:
                 self._blocks.append([row])
+                self._owners.append(self._owner([row]))
 
 
 def driver_segment(lines: list[tuple[str, str]], start: int, block: list[DebugRow]) -> int | None:

@@ -210,17 +210,20 @@ def tflops_candidate(
     perf_config: str,
     tool_tflops: float | None,
     flops: float,
-    measurements_ms: tuple[float, ...] | None = None,
+    spread: stats.Spread | None = None,
     two_stage: bool = False,
+    status: str | None = None,
 ) -> Candidate:
     """The .debug file holds the tool's TFlops, not its time: the driver's ns is recovered
-    with the same flop count (perfRunner's formula, which mlirtuna.problems mirrors). With
-    two-stage tuning only the top k keep numbers: those were measured twice."""
+    with the same flop count (perfRunner's formula, which mlirtuna.problems mirrors). `spread`:
+    the run's statistics (the Stats column). With two-stage tuning only the top k keep numbers:
+    those were measured twice. `status`: E4's Status for the candidate, its reason when N/A."""
     if tool_tflops is None or not math.isfinite(tool_tflops) or tool_tflops <= 0:
         why = "N/A, or Discarded outside the top k" if two_stage else "N/A"
+        if status and status.lower() not in ("ok", "success", "n/a"):
+            why = status
         return Candidate(perf_config, error=f"not applicable (rocmlir-tuning-driver: {why})")
     ns = flops / (tool_tflops * 1e3)
-    spread = stats.summarize([m * 1e6 for m in measurements_ms]) if measurements_ms else None
     return Candidate(
         perf_config,
         kernel_time_ns=ns,
@@ -239,11 +242,16 @@ def debug_candidates(
     """One candidate per perf config (greedy spaces may measure one twice: keep the best)."""
     best: dict[str, Candidate] = {}
     for row in rows:
-        if row.tflops is None and row.perf_config in discarded:
+        # E4's Status says it for each row; without it, the driver's lines on stderr do.
+        if row.status is not None:
+            is_discarded = row.status.lower() == "discarded"
+        else:
+            is_discarded = row.perf_config in discarded
+        if row.tflops is None and is_discarded:
             cand = Candidate(row.perf_config, error=DISCARDED)
         else:
             cand = tflops_candidate(
-                row.perf_config, row.tflops, flops, row.measurements_ms, two_stage
+                row.perf_config, row.tflops, flops, row.spread, two_stage, row.status
             )
         prev = best.get(row.perf_config)
         if prev is None or (cand.valid and (not prev.valid or _tflops(cand) > _tflops(prev))):
