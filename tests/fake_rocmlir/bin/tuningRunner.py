@@ -27,6 +27,7 @@ Environment:
   FAKE_TUNINGRUNNER_CHILD_PIDFILE=path: where "hang" writes its child's pid,
   FAKE_TUNINGRUNNER_IGNORE_SIGTERM=1: "hang" ignores SIGTERM (so only SIGKILL stops it),
   FAKE_TUNINGRUNNER_FAULT: fail | hang | none | garbage | wrong_arch | empty | crash_partial
+    | usage (E3: argparse's usage error, exit 2)
     (E2/E3), fail (E2.5: a "### " line), fail | gpu_timeout (E4: driver exit 3, gpu_timed_out),
   FAKE_TUNINGRUNNER_FAULT_CONFIG=TEXT: the fault hits only configs containing TEXT (E3, E4),
   FAKE_TUNINGRUNNER_TWO_STAGE=1: E3 also takes E4's --two-stage-topk K (the K fastest of the
@@ -695,6 +696,41 @@ def e2_write_output(args, gpu: Gpu, winners: list[Result], out) -> None:
             print(f"{gpu.arch}\t{gpu.num_cu}\t{r.test_vector}\t{r.winner}", file=out)
 
 
+# perfRunner's GemmConfiguration.from_command_line at rocMLIR 3fc5be9e: its flags, its required.
+E3_GEMM_FLAGS = ("-t", "-g", "-m", "-k", "-n", "-transA", "-transB", "-out_datatype",
+                 "-perf_config", "-perf_priority", "-scale_a_dtype", "-scale_b_dtype",
+                 "-transScaleA", "-transScaleB")  # fmt: skip
+E3_GEMM_REQUIRED = ("-t", "-out_datatype", "-g", "-m", "-k", "-n", "-transA", "-transB")
+
+
+def e3_check_gemm(config: str, from_file: bool) -> None:
+    """The real tool canonicalizes every line before tuning any: one it cannot parse is a
+    ValueError traceback, exit 1, nothing tuned (no rows, no .state). With -c, the tool's own
+    expansion supplies -out_datatype/-transA/-transB first."""
+    tokens = config.split()
+    pairs = dict(zip(tokens[::2], tokens[1::2], strict=False))
+    why = None
+    for opt, val in pairs.items():
+        if opt != "-scaledGemm" and opt not in E3_GEMM_FLAGS:
+            why = f"Unknown GEMM config argument {opt} -> {val}"
+            break
+    missing = [f for f in E3_GEMM_REQUIRED if f not in pairs]
+    if from_file:
+        missing = [f for f in missing if f not in ("-out_datatype", "-transA", "-transB")]
+    if why is None and missing:
+        why = "Incomplete GEMM configuration"
+    if why is None:
+        return
+    error = f"Failed to parse '{config}' as GemmConfiguration: {why}"
+    if from_file:
+        source = "/tmp/tuning_configs_fake.txt"
+        error = f"Failed to canonicalize config from {source} '{config}': {error}"
+    print("Traceback (most recent call last):", file=sys.stderr)
+    print('  File "tuningRunner.py", line 2165, in main', file=sys.stderr)
+    print(f"ValueError: {error}", file=sys.stderr)
+    sys.exit(1)
+
+
 def read_configs_file(path: str) -> list[str]:
     if path == "-":
         lines = [line.strip() for line in sys.stdin]
@@ -736,6 +772,8 @@ def e3_main(argv: list[str]) -> int:
     available = list(range(int(os.environ.get("FAKE_GPU_COUNT", "8"))))
     rocr, hip = os.environ.get("ROCR_VISIBLE_DEVICES"), os.environ.get("HIP_VISIBLE_DEVICES")
     args = e3_parser(available).parse_args(argv)
+    if FAULT == "usage":  # a command line the tool refuses: argparse's error, exit 2
+        e3_parser(available).error("argument --op: refused (FAKE_TUNINGRUNNER_FAULT=usage)")
     log = Log(args.quiet)
     if rocr or hip:
         names = [
@@ -758,6 +796,9 @@ def e3_main(argv: list[str]) -> int:
         configs = [key for _, key in fake_fusion.fusion_configs(args.config, args.test_dir)]
     else:
         configs = [args.config] if args.config else read_configs_file(args.configs_file)
+        if args.op == "gemm":
+            for config in configs:  # every line parsed before anything is tuned
+                e3_check_gemm(config, from_file=not args.config)
     context = f"{gpu.chip}/{gpu.num_cu}/{gpu.num_chiplets}/{args.tuning_space}"
     pending = configs if args.retune else [c for c in configs if not e3_already_tuned(args, gpu, c)]
     if len(pending) < len(configs):

@@ -18,13 +18,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from mlirtuna import keys
-from mlirtuna.errors import InputError, NotRun, TunerError, TunerTimeout
+from mlirtuna.errors import BatchRefused, InputError, NotRun, TunerError, TunerTimeout
 from mlirtuna.history import tuningdb
 from mlirtuna.problems import Problem
 from mlirtuna.tuners.base import BatchItem, TuneContext
 from mlirtuna.tuners.rocmlir.debugfile import DebugRow, matches, parse_debug_lines
-from mlirtuna.tuners.rocmlir.outcome import GPU_TIMED_OUT, failure, row_outcome
-from mlirtuna.tuners.rocmlir.process import Run, TailReader, now, stop, tail
+from mlirtuna.tuners.rocmlir.outcome import GPU_TIMED_OUT, failure, row_outcome, usage_error
+from mlirtuna.tuners.rocmlir.process import Run, TailReader, last_error_line, now, stop, tail
 
 # Ops whose configs are config-list lines (fusion is a module file per call).
 BATCH_OPS = ("conv", "gemm", "attention", "gemm_gemm", "conv_gemm")
@@ -78,6 +78,21 @@ def unfinished(batch_tail: BatchTail, run: Run, out: Path) -> Iterator[tuple[int
     """The configs that got no row: the tool's own verdict from `.state`, else the failure
     for the first (it was running when the tool stopped), NotRun for the rest."""
     states = _config_states(out)
+    usage = usage_error(run)
+    if usage is not None:  # the call's own fault, the same for every config: none retried
+        for index in batch_tail.missing():
+            yield index, usage
+        return
+    if _refused(batch_tail, run, states):
+        last = last_error_line(run.stderr)
+        refused = BatchRefused(
+            f"tuningRunner failed its batch of {len(batch_tail.problems)} before tuning any "
+            f"config (exit status {run.returncode}" + (f": {last}" if last else "") + ")",
+            detail=tail(run.stderr),
+        )
+        for index in batch_tail.missing():
+            yield index, refused
+        return
     blamed = False
     for index in batch_tail.missing():
         problem = batch_tail.problems[index]
@@ -95,6 +110,19 @@ def unfinished(batch_tail: BatchTail, run: Run, out: Path) -> Iterator[tuple[int
                     detail=tail(run.stderr),
                 ),
             )
+
+
+def _refused(batch_tail: BatchTail, run: Run, states: dict[str, str]) -> bool:
+    """Whether the tool failed a batch as a whole before tuning any of it: it exited with an
+    error of its own (not a signal, not our timeout) and wrote no row and no config's state,
+    as rocMLIR's tuningRunner does for a config line its parser rejects."""
+    return (
+        len(batch_tail.problems) > 1
+        and run.returncode > 0
+        and batch_tail.timed_out is None
+        and not batch_tail.wrote_rows
+        and not states
+    )
 
 
 def _row_text(row: tuningdb.TuningRow) -> str:
@@ -192,6 +220,12 @@ class BatchTail:
         """The problem of the batch a block's columns name, when exactly one does."""
         named = [i for i, p in enumerate(self.problems) if matches(p, block[0].problem)]
         return named[0] if len(named) == 1 else None
+
+    @property
+    def wrote_rows(self) -> bool:
+        """Whether the tool wrote any result row (a problem of the batch's or not)."""
+        lines = self._out_lines
+        return bool(self._rows) or any(line.strip() and line[0] != "#" for line in lines)
 
     def missing(self) -> list[int]:
         """The problems that got no row, in the order the tool was given them."""

@@ -16,7 +16,7 @@ from collections.abc import Set
 from pathlib import Path
 
 from mlirtuna import keys, stats
-from mlirtuna.errors import InputError, TunerError, TunerTimeout
+from mlirtuna.errors import InputError, TunerError, TunerTimeout, Unsupported
 from mlirtuna.history import tuningdb
 from mlirtuna.problems import Problem
 from mlirtuna.problems.fusion import FusionProblem, parse_key
@@ -34,6 +34,9 @@ from mlirtuna.tuners.rocmlir.process import (
 GPU_TIMED_OUT = "gpu_timed_out"  # E4's state for a driver that exited 3 (--gpu-run-timeout)
 DISCARDED = "Discarded by rocmlir-tuning-driver (E4: over its time budget)"
 _TIMED_OUT_RE = re.compile(r"Tuning timed out after")
+# argparse's usage error: "<prog>: error: <message>" (exit status 2).
+_USAGE_RE = re.compile(r"^\S[^\n]*?: error: [^\n]*$", re.MULTILINE)
+USAGE_EXIT = 2
 # One line of rocmlir-tuning-driver's output as E4 logs it with --debug: "<perfConfig>\tDiscarded".
 # (?<!\S): a match starts only where a word does; without it every position inside a long perf
 # config is tried again, quadratic in its length (0.3 s for a batch's stderr).
@@ -89,6 +92,9 @@ def failure(run: Run, out: Path | None = None) -> TunerError:
             "GPU run timed out (tuningRunner state gpu_timed_out, driver exit status 3)",
             detail=tail(run.stderr),
         )
+    usage = usage_error(run)
+    if usage is not None:
+        return usage
     if run.returncode < 0:
         what = f"was killed by signal {-run.returncode}"
     else:
@@ -98,6 +104,20 @@ def failure(run: Run, out: Path | None = None) -> TunerError:
     if _TIMED_OUT_RE.search(run.stderr):  # E3's own --timeout fired
         return TunerTimeout(message, detail=tail(run.stderr))
     return TunerError(message, detail=tail(run.stderr))
+
+
+def usage_error(run: Run) -> Unsupported | None:
+    """The tool refused its command line (argparse: exit 2 and its `error:` line): the same
+    call fails the same way every time, so it is an error at once, never retried."""
+    if run.returncode != USAGE_EXIT:
+        return None
+    lines = _USAGE_RE.findall(run.stderr)
+    if not lines:
+        return None
+    return Unsupported(
+        f"tuningRunner refused its command line (exit 2, not retried): {lines[-1].strip()}",
+        detail=tail(run.stderr),
+    )
 
 
 def result_row(problem: Problem, out: Path, run: Run) -> tuple[tuningdb.TuningRow, list[str]]:
