@@ -15,7 +15,7 @@ import re
 from collections.abc import Set
 from pathlib import Path
 
-from mlirtuna import keys, stats
+from mlirtuna import keys, machine, stats
 from mlirtuna.errors import InputError, TunerError, TunerTimeout, Unsupported
 from mlirtuna.history import tuningdb
 from mlirtuna.problems import Problem
@@ -206,12 +206,14 @@ def _row_phase(row: tuningdb.TuningRow) -> tuple[dt.datetime, dt.datetime] | Non
 
 def _check_gpu(row: tuningdb.TuningRow, ctx: TuneContext) -> None:
     """Refuse results tuned on another GPU than the session's (a different arch, or the same
-    chip with another CU or chiplet count, e.g. MI300X vs MI308X)."""
+    chip with another CU or chiplet count, e.g. MI300X vs MI308X). CUs are counted as the tool
+    counts them; on a WGP-mode chip rocminfo's doubled count names the same GPU, as the tool's
+    own matches_current_num_cu accepts it."""
     # E2 writes ','.join of every agent's name; a full name carries feature flags.
     archs = row.arch.split(",")
     session_arch = ctx.arch_full if ":" in row.arch else ctx.arch
     same_arch = all(a == (ctx.arch_full if ":" in a else ctx.arch) for a in archs)
-    same_cu = row.num_cu is None or row.num_cu == ctx.num_cu
+    same_cu = row.num_cu is None or machine.same_num_cu(ctx.arch, row.num_cu, ctx.num_cu)
     same_chiplets = row.num_chiplets is None or row.num_chiplets == ctx.num_chiplets
     if same_arch and same_cu and same_chiplets:
         return
