@@ -114,9 +114,19 @@ def rocm_version() -> str | None:
 
 def git_hash(path: str | Path) -> str | None:
     """The commit of the git checkout holding `path` (a build dir sits inside its source)."""
+    return _git(path, "rev-parse", "HEAD")
+
+
+def git_dir(path: str | Path) -> str | None:
+    """The git directory of the checkout holding `path` (for a tool run elsewhere that asks
+    git for its commit), or None outside a checkout."""
+    return _git(path, "rev-parse", "--absolute-git-dir")
+
+
+def _git(path: str | Path, *args: str) -> str | None:
     try:
         proc = subprocess.run(
-            ["git", "-C", str(path), "rev-parse", "HEAD"],
+            ["git", "-C", str(path), *args],
             capture_output=True,
             text=True,
             timeout=10,
@@ -124,7 +134,7 @@ def git_hash(path: str | Path) -> str | None:
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return proc.stdout.strip() if proc.returncode == 0 else None
+    return (proc.stdout.strip() or None) if proc.returncode == 0 else None
 
 
 def docker_image() -> str | None:

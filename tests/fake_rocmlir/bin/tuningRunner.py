@@ -49,8 +49,10 @@ refuses a bundle of another GPU, or of another commit than FAKE_TUNINGRUNNER_COM
 status is success (fake_costs.benchmark_candidates) and writes rows, .debug and .state as E4's
 one-stage run does.
 
---op fusion (both eras): `--config FILE.mlir` (E3) or `--test-dir/--test_dir DIR`; each module is
-keyed as rocmlir-gen --emit-tuning-key would key it and tuned as that conv/gemm (fake_fusion.py).
+--op fusion (E2, E3): `--test-dir/--test_dir DIR` only (E3 refuses `--config FILE.mlir` with the
+real tool's usage error, exit 2); each module is keyed as rocmlir-gen --emit-tuning-key would key
+it and tuned as that conv/gemm (fake_fusion.py); E3 writes the keys to `fusion_config_file` in
+its working directory, as the real tool does.
 
 Standard library only (the real tool needs numpy/pandas/tqdm; tests must not).
 """
@@ -771,9 +773,14 @@ class Log:
 def e3_main(argv: list[str]) -> int:
     available = list(range(int(os.environ.get("FAKE_GPU_COUNT", "8"))))
     rocr, hip = os.environ.get("ROCR_VISIBLE_DEVICES"), os.environ.get("HIP_VISIBLE_DEVICES")
-    args = e3_parser(available).parse_args(argv)
+    parser = e3_parser(available)
+    args = parser.parse_args(argv)
     if FAULT == "usage":  # a command line the tool refuses: argparse's error, exit 2
-        e3_parser(available).error("argument --op: refused (FAKE_TUNINGRUNNER_FAULT=usage)")
+        parser.error("argument --op: refused (FAKE_TUNINGRUNNER_FAULT=usage)")
+    if args.op == "fusion" and not args.test_dir:  # the real tool: modules from a directory
+        parser.error("argument --op=fusion: requires --test-dir to be specified")
+    if args.test_dir and args.op != "fusion":
+        parser.error("argument --test-dir: only valid with --op=fusion")
     log = Log(args.quiet)
     if rocr or hip:
         names = [
@@ -793,7 +800,9 @@ def e3_main(argv: list[str]) -> int:
         log.error("the stand-in tunes conv, gemm, attention and fusion only")
         return 1
     if args.op == "fusion":
-        configs = [key for _, key in fake_fusion.fusion_configs(args.config, args.test_dir)]
+        configs = [key for _, key in fake_fusion.fusion_configs(None, args.test_dir)]
+        with open("fusion_config_file", "w") as f:  # in the working directory, as the real one
+            f.writelines(f"{fake_fusion.strip_key_flags(c)}\n" for c in configs)
     else:
         configs = [args.config] if args.config else read_configs_file(args.configs_file)
         if args.op == "gemm":
