@@ -10,8 +10,8 @@ import sys
 
 import pytest
 from support.clitools import cli, subprocess_env
+from support.queueing import two_job_session
 from support.results import gemm, new_session, tune
-from test_run import two_job_session
 
 from mlirtuna import catalog, queue
 from mlirtuna.problems import ExpandOptions

@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 from support.clitools import run_cli
 from support.ownservers import OwnPostgres
-from test_worker import job_states, make_session, start_worker, stderr_of, wait_for
+from support.workers import job_states, make_session, start_worker, stderr_of, wait_for
 
 from mlirtuna import db as dbmod
 from mlirtuna import queue

@@ -12,8 +12,16 @@ import pytest
 import sqlalchemy as sa
 from support.clitools import cli
 from support.debug_reader import best_per_problem, read_debug
-from test_rocmlir_tuner import GEMM, calls, context, fake_build, tuner, tuning_calls
-from test_rocmlir_worker import rocmlir_session, work
+from support.rocmlir import (
+    GEMM,
+    calls,
+    context,
+    fake_build,
+    rocmlir_session,
+    tuner,
+    tuning_calls,
+    work,
+)
 
 from mlirtuna import keys, sessions
 from mlirtuna.db.models import Candidate, Job, Result
@@ -241,8 +249,7 @@ def test_debug_export_of_mixed_ops_needs_op(db, tmp_path, build, monkeypatch):
 def test_debug_export_problem_columns_are_the_tools(db, tmp_path, build, monkeypatch, op):
     """The problem columns of the export, by name, hold what the stand-in's own .debug rows
     (perfRunner's table_entry()) hold for the same problem."""
-    from test_rocmlir_tuner import STAND_IN
-    from test_rocmlir_worker import LINES
+    from support.rocmlir import LINES, STAND_IN
 
     monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E3")
     sid = rocmlir_session(db, tmp_path, op)

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from support.perfrunner_keys import read_key
-from test_rocmlir_tuner import ARCH_FULL
-from test_rocmlir_worker import build, work  # noqa: F401 (build is a fixture)
+from support.rocmlir import ARCH_FULL, quiet_build, work  # noqa: F401 (the build fixture)
 
 from mlirtuna import catalog, sessions
 from mlirtuna.db.models import COMPLETED, Candidate, FusionConfig, Job, Result
@@ -29,7 +28,7 @@ DOT_ADD = FUSION / "mixr-gemm" / "mixr-gemm-add.e2e.mlir"
 
 
 @pytest.mark.parametrize("layout", ["new", "old"])
-def test_keys_from_rocmlir_gen_in_both_layouts(build, monkeypatch, layout):  # noqa: F811
+def test_keys_from_rocmlir_gen_in_both_layouts(build, monkeypatch, layout):
     monkeypatch.setenv("FAKE_ROCMLIR_KEY_LAYOUT", layout)
     for path in sorted(FUSION.glob("*/*.mlir")):
         emitted = fusionkey.emit_tuning_key(path, path.read_text(), str(build), "gfx942")
@@ -46,7 +45,7 @@ def test_keys_from_rocmlir_gen_in_both_layouts(build, monkeypatch, layout):  # n
             )
 
 
-def test_a_failing_key_pipeline_is_one_clear_error(build, tmp_path):  # noqa: F811
+def test_a_failing_key_pipeline_is_one_clear_error(build, tmp_path):
     bad = tmp_path / "bad.mlir"
     bad.write_text("module {\n  func.func @f(%arg0: tensor<2xf32>) -> tensor<2xf32> {\n"
                    "    return %arg0 : tensor<2xf32>\n  }\n}\n")  # fmt: skip
@@ -69,7 +68,7 @@ def fusion_session(db) -> int:
 
 
 @pytest.mark.parametrize("era", ["E2", "E3"])
-def test_rocmlir_tuner_tunes_a_fusion_module(db, build, monkeypatch, era):  # noqa: F811
+def test_rocmlir_tuner_tunes_a_fusion_module(db, build, monkeypatch, era):
     monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", era)
     sid = fusion_session(db)
     assert work(db, sid, build).stats.completed == 2
@@ -86,7 +85,7 @@ def test_rocmlir_tuner_tunes_a_fusion_module(db, build, monkeypatch, era):  # no
 
 
 @pytest.mark.parametrize("era", ["E2", "E3"])
-def test_fusion_runs_as_the_tool_runs_it(db, build, monkeypatch, tmp_path, era):  # noqa: F811
+def test_fusion_runs_as_the_tool_runs_it(db, build, monkeypatch, tmp_path, era):
     # `--test-dir` a private directory holding the one module, in a private working directory
     # per call (the tool writes fusion_config_file there), never --config FILE.mlir (a usage
     # error for the real tool).

@@ -3,7 +3,8 @@
 - at most 12 modules at the top of src/mlirtuna (packages do not count);
 - no import cycle between two modules, `TYPE_CHECKING` imports included;
 - no name starting with `_` imported from another module, in src, tests or bench;
-- migrations are frozen: they import nothing of the live package.
+- migrations are frozen: they import nothing of the live package;
+- tests share helpers through tests/support/ only.
 """
 
 from __future__ import annotations
@@ -89,3 +90,14 @@ def test_migrations_import_no_live_code():
         if module.startswith("mlirtuna")
     ]
     assert live == []
+
+
+def test_tests_share_helpers_only_through_support():
+    """A helper two test modules need lives in tests/support/, never in a test module."""
+    crossings = [
+        f"{path.name}: {module}"
+        for path in (ROOT / "tests").rglob("*.py")
+        for module, _ in _imports(path, "")
+        if module.partition(".")[0].startswith("test_")
+    ]
+    assert crossings == []

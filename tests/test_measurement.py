@@ -12,8 +12,7 @@ import pytest
 import sqlalchemy as sa
 from support.clitools import cli
 from support.results import gemm, new_session
-from test_rocmlir_tuner import fake_build
-from test_rocmlir_worker import rocmlir_session, work
+from support.rocmlir import fake_build, rocmlir_session, work
 from threadpoolctl import threadpool_info
 
 from mlirtuna import catalog, queue, sessions, stats

@@ -15,7 +15,7 @@ import uuid
 import pytest
 import sqlalchemy as sa
 from support.ownservers import OwnPostgres
-from test_worker import (
+from support.workers import (
     assert_done_exactly_once,
     env_for,
     job_states,

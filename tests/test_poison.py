@@ -14,8 +14,8 @@ import time
 
 import pytest
 import sqlalchemy as sa
-from test_queue import ME, outcome, session_with_jobs  # noqa: F401 (a fixture)
-from test_rocmlir_tuner import GEMM, build, calls, context, tuner  # noqa: F401 (a fixture)
+from support.queueing import ME, fixture_session_with_jobs, outcome  # noqa: F401 (a fixture)
+from support.rocmlir import GEMM, calls, context, logged_build, tuner  # noqa: F401 (the build fixture)
 
 from mlirtuna import queue
 from mlirtuna.db.models import Attempt, Candidate, Job
@@ -37,7 +37,7 @@ def test_cut_text_counts_bytes_and_replaces_what_no_database_takes():
     assert len(cut_text("🦀" * 1000, 10).encode()) <= 10  # never half a character
 
 
-def test_poison_output_is_stored_on_every_backend(db, session_with_jobs):  # noqa: F811
+def test_poison_output_is_stored_on_every_backend(db, session_with_jobs):
     sid = session_with_jobs
     lease = queue.claim(db, sid, ME, 60)
     bad = [Cand(f"pc{i}", error=POISON) for i in range(3)]
@@ -58,7 +58,7 @@ def test_poison_output_is_stored_on_every_backend(db, session_with_jobs):  # noq
         assert "\ufffd" in text and "\x00" not in text
 
 
-def test_the_tool_never_sees_the_database_secrets(build, monkeypatch):  # noqa: F811
+def test_the_tool_never_sees_the_database_secrets(build, monkeypatch):
     monkeypatch.setenv("MLIRTUNA_DB", "postgresql://tuna:hunter2@db/tuna")
     monkeypatch.setenv("MLIRTUNA_DB_PASSWORD", "hunter2")
     monkeypatch.setenv("PGPASSWORD", "hunter2")
@@ -70,7 +70,7 @@ def test_the_tool_never_sees_the_database_secrets(build, monkeypatch):  # noqa: 
         assert "PGPASSWORD" not in call["env"]
 
 
-def test_long_non_utf8_stderr_becomes_a_bounded_valid_tail(build, monkeypatch):  # noqa: F811
+def test_long_non_utf8_stderr_becomes_a_bounded_valid_tail(build, monkeypatch):
     monkeypatch.setenv("FAKE_TUNINGRUNNER_STDERR_BYTES", str(20 << 20))
     out = tuner(build, "E3", monkeypatch).tune(parse("gemm", GEMM), context(tuning_space="quick"))
     assert "a cut character" in out.output and len(out.output.encode()) < 2 << 20
@@ -78,7 +78,7 @@ def test_long_non_utf8_stderr_becomes_a_bounded_valid_tail(build, monkeypatch): 
 
 
 @pytest.mark.slow
-def test_a_gigabyte_of_stderr_keeps_worker_memory_bounded(build, tmp_path, monkeypatch):  # noqa: F811
+def test_a_gigabyte_of_stderr_keeps_worker_memory_bounded(build, tmp_path, monkeypatch):
     """1 GB of stderr through the real tuner, in a process of its own: its peak RSS grows by less
     than 200 MB while the tool runs (it grew by 3.7 GB when the output was read whole). The
     growth, not the absolute peak, is asserted: what the process holds before the tool starts
@@ -106,7 +106,7 @@ def test_a_gigabyte_of_stderr_keeps_worker_memory_bounded(build, tmp_path, monke
 
 
 def test_a_tuner_that_ignores_the_timeout_is_stopped_by_the_worker(db, db_url, tmp_path):
-    from test_worker import job_states, make_session, start_worker, stderr_of
+    from support.workers import job_states, make_session, start_worker, stderr_of
 
     sid = make_session(db, tmp_path, 1, tuner="plugins.stubborn:Stubborn")
     start = time.monotonic()

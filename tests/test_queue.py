@@ -9,6 +9,12 @@ import time
 import pytest
 import sqlalchemy as sa
 from support.clitools import cli
+from support.queueing import (  # noqa: F401 (the session_with_jobs fixture)
+    ME,
+    fixture_session_with_jobs,
+    gemm_file,
+    outcome,
+)
 
 from mlirtuna import catalog, queue, sessions
 from mlirtuna.db.models import Attempt, Candidate, Job, Result
@@ -16,37 +22,6 @@ from mlirtuna.errors import UserError
 from mlirtuna.problems import ExpandOptions
 from mlirtuna.queue import Claimant, jobs
 from mlirtuna.sessions import SessionSpec
-from mlirtuna.tuners.base import Candidate as Cand
-from mlirtuna.tuners.base import TuneOutcome
-
-ME = Claimant("test-host", 0, 1)
-
-
-def gemm_file(tmp_path, n: int, name: str = "gemm") -> str:
-    path = tmp_path / name
-    path.write_text(
-        "".join(
-            f"-t f32 -out_datatype f32 -transA false -transB false -g 1 "
-            f"-m {16 * (i + 1)} -n 16 -k 16\n"
-            for i in range(n)
-        )
-    )
-    return str(path)
-
-
-@pytest.fixture
-def session_with_jobs(db, tmp_path):
-    """A sleep session with 5 gemm jobs loaded from a tag."""
-    catalog.import_files(db, "gemm", [gemm_file(tmp_path, 5)], tag="small")
-    sess = sessions.create(db, SessionSpec(tuner="sleep"))
-    jobs.load(db, sess.id, tag="small")
-    return sess.id
-
-
-def outcome(n: int = 3) -> TuneOutcome:
-    cands = [Cand(f"pc{i}", 1000.0 * (i + 1), 10.0 / (i + 1)) for i in range(n)]
-    cands.append(Cand("bad", error="wrong result"))
-    return TuneOutcome(candidates=cands, winner=cands[0], output="tool output")
 
 
 def count(db, model, **where) -> int:

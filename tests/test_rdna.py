@@ -11,7 +11,7 @@ import stat
 import pytest
 import sqlalchemy as sa
 from conftest import DATA
-from test_rocmlir_tuner import GEMM, fake_build
+from support.rocmlir import GEMM, fake_build
 
 from mlirtuna import catalog, machine, sessions
 from mlirtuna.db.models import Job, Result

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 from plugins.claimlog import read_log
 from support.ownservers import OwnMariadb, OwnPostgres
-from test_worker import (
+from support.workers import (
     assert_done_exactly_once,
     assert_never_held_twice,
     finish,

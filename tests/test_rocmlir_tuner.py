@@ -6,109 +6,34 @@ logs the argv it received (FAKE_TUNINGRUNNER_LOG) so the exact flags can be chec
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import math
-import os
-import shutil
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from support.rocmlir import (  # noqa: F401 (logged_build is the build fixture)
+    ARCH_FULL,
+    ATTN,
+    CONV,
+    GEMM,
+    calls,
+    context,
+    expected,
+    logged_build,
+    pid_alive,
+    tuner,
+    tuning_calls,
+)
 
 from mlirtuna.errors import TunerError, TunerTimeout, Unsupported, UserError
 from mlirtuna.history.tuningdb import TuningRow
 from mlirtuna.problems import parse
 from mlirtuna.tuners import rocmlir
-from mlirtuna.tuners.base import Candidate, TuneContext
+from mlirtuna.tuners.base import Candidate
 from mlirtuna.tuners.rocmlir import RocmlirTuner, outcome, process
 
-FAKE = Path(__file__).parent / "fake_rocmlir"
-ARCH_FULL = "gfx942:sramecc+:xnack-"
-GEMM = "-t f16 -out_datatype f16 -transA false -transB false -g 1 -m 1024 -n 512 -k 768"
-CONV = (
-    "convfp16 -F 1 -f NCHW -I NCHW -O NCHW -n 64 -c 256 -H 28 -W 28 -k 256 -y 3 -x 3 "
-    "-p 1 -q 1 -u 1 -v 1 -l 1 -j 1 -m conv -g 4 -t 1"
-)
-ATTN = (
-    "-t f16 -transQ false -transK true -transV false -transO false -g 12 -seq_len_q 384 "
-    "-seq_len_k 384 -head_dim_qk 64 -head_dim_v 64"
-)
 ERAS = ["E2", "E3"]
-
-
-def load_stand_in() -> ModuleType:
-    """The stand-in as a module, to compute what it reports (same generator, no subprocess)."""
-    spec = importlib.util.spec_from_file_location(
-        "fake_tuning_runner", FAKE / "bin" / "tuningRunner.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-STAND_IN = load_stand_in()
-
-
-def fake_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, log: bool = False) -> Path:
-    """A private copy of the stand-in build dir (the tool's cwd) and a clean environment: no
-    FAKE_* or MLIRTUNA_ROCMLIR* setting and no pinned GPU left from elsewhere. Shared by every
-    test file that drives the stand-in; `log` records each invocation's argv."""
-    build = tmp_path / "build"
-    shutil.copytree(FAKE, build)
-    for name in list(os.environ):
-        if name.startswith(("FAKE_", "MLIRTUNA_ROCMLIR")) or name.endswith("_VISIBLE_DEVICES"):
-            monkeypatch.delenv(name)
-    if log:
-        monkeypatch.setenv("FAKE_TUNINGRUNNER_LOG", str(tmp_path / "argv.jsonl"))
-    monkeypatch.setenv("MLIRTUNA_ROCMLIR_PYTHON", sys.executable)
-    return build
-
-
-@pytest.fixture
-def build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    return fake_build(tmp_path, monkeypatch, log=True)
-
-
-def calls(build: Path) -> list[dict]:
-    path = build.parent / "argv.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def tuning_calls(build: Path) -> list[dict]:
-    return [c for c in calls(build) if c["argv"] != ["--help"]]
-
-
-def context(**changes: object) -> TuneContext:
-    values = dict(
-        arch="gfx942",
-        arch_full=ARCH_FULL,
-        num_cu=304,
-        num_chiplets=8,
-        tuning_space="full",
-        gpu_id=3,
-        timeout_s=60.0,
-    )
-    values.update(changes)
-    return TuneContext(**values)  # type: ignore[arg-type]
-
-
-def tuner(build: Path, era: str, monkeypatch: pytest.MonkeyPatch, **kwargs: object) -> RocmlirTuner:
-    monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", era)
-    return RocmlirTuner(str(build), **kwargs)  # type: ignore[arg-type]
-
-
-def expected(op: str, config: str, space: str, era: str) -> dict[str, float | None]:
-    """perf config -> the stand-in driver's ns (None: N/A), computed with its own generator."""
-    _, flops = STAND_IN.describe(op, config, STAND_IN.Gpu(), era)
-    return {
-        pc: STAND_IN.candidate_time_ns(config, pc, flops)
-        for pc in STAND_IN.perf_configs(op, space, era)
-    }
 
 
 # --- construction -------------------------------------------------------------------------------
@@ -334,14 +259,6 @@ def test_bare_chip_name_compares_with_the_session_chip(
         parse("gemm", GEMM), context(tuning_space="quick")
     )
     assert outcome.winner.valid
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return False
-    return "\nState:\tZ" not in status  # a zombie waiting for init is gone for our purpose
 
 
 @pytest.mark.parametrize(("era", "ignore_term"), [("E2", False), ("E3", True)])

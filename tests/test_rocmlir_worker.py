@@ -8,60 +8,18 @@ import sys
 import pytest
 import sqlalchemy as sa
 from support.clitools import run_cli
-from test_rocmlir_tuner import ARCH_FULL, ATTN, CONV, GEMM, expected, fake_build, pid_alive
+from support.rocmlir import (  # noqa: F401 (quiet_build is the build fixture)
+    LINES,
+    expected,
+    pid_alive,
+    quiet_build,
+    rocmlir_session,
+    work,
+)
 
-from mlirtuna import catalog, sessions
 from mlirtuna.db.models import Candidate, Job, Result
-from mlirtuna.problems import ExpandOptions, parse
+from mlirtuna.problems import parse
 from mlirtuna.queue import jobs
-from mlirtuna.sessions import SessionSpec
-from mlirtuna.worker import Worker, WorkerSettings
-
-LINES = {"gemm": GEMM, "conv": CONV, "attention": ATTN}
-
-
-@pytest.fixture
-def build(tmp_path, monkeypatch):
-    build = fake_build(tmp_path, monkeypatch)
-    return build
-
-
-def rocmlir_session(db, tmp_path, op: str, space: str = "quick") -> int:
-    path = tmp_path / f"{op}-configs"
-    path.write_text(LINES[op] + "\n")
-    catalog.import_files(db, op, [str(path)], ExpandOptions(expand=False), tag=op)
-    sess = sessions.create(
-        db,
-        SessionSpec(
-            tuner="rocmlir",
-            arch_full=ARCH_FULL,
-            num_cu=304,
-            num_chiplets=8,
-            tuning_space=space,
-            rocm_v="6.4",
-            mlir_v="abc",
-        ),
-    )
-    jobs.load(db, sess.id, tag=op)
-    return sess.id
-
-
-def work(db, sid, build, **changes) -> Worker:
-    settings = WorkerSettings(
-        session_id=sid,
-        tuner="rocmlir",
-        gpu_id=0,
-        until_empty=True,
-        mlir_build_dir=str(build),
-        max_retries=1,
-        backoff_s=0,
-        job_timeout_s=60,
-    )
-    for key, value in changes.items():
-        setattr(settings, key, value)
-    worker = Worker(db, settings)
-    worker.run()
-    return worker
 
 
 @pytest.mark.parametrize("era", ["E2", "E3"])

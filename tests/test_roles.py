@@ -7,7 +7,7 @@ import uuid
 import pytest
 import sqlalchemy as sa
 from support.clitools import cli
-from test_worker import job_states, make_session
+from support.workers import job_states, make_session
 
 from mlirtuna.db import Database, roles
 from mlirtuna.tuners.sleep import SleepTuner

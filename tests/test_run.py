@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.console import Console
 from support.clitools import cli, mlirtuna_argv, run_cli, subprocess_env
 from support.perfrunner_reader import read_tuning_db
+from support.queueing import two_job_session
 
 from mlirtuna import queue
 from mlirtuna.cli import progress
@@ -153,22 +154,6 @@ def test_progress_render_shows_rate_eta_errors_and_workers():
     assert "4/10 jobs" in text and "4.0/min" in text and "ETA 0:01:30" in text
     assert "1 errors" in text
     assert "GPU 0: -t f16 -m 64" in text and "GPU 1: -t f32 -m 8" in text
-
-
-def two_job_session(db, tmp_path) -> int:
-    """A sleep session with two new gemm jobs."""
-    from mlirtuna import catalog, sessions
-    from mlirtuna.sessions import SessionSpec
-
-    path = tmp_path / "g"
-    path.write_text(
-        "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 8 -n 8 -k 8\n"
-        "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 9 -n 8 -k 8\n"
-    )
-    catalog.import_files(db, "gemm", [str(path)], tag="x")
-    sid = sessions.create(db, SessionSpec(tuner="sleep")).id
-    jobs.load(db, sid, tag="x")
-    return sid
 
 
 def test_live_view_reads_the_database(db, tmp_path):

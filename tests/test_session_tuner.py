@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from support.clitools import cli, run_cli
-from test_rocmlir_tuner import fake_build
+from support.rocmlir import fake_build
 
 from mlirtuna import catalog, queue, sessions
 from mlirtuna.db import Database

@@ -76,7 +76,7 @@ def test_a_worker_whose_disk_fills_keeps_its_result_then_stops_cleanly(tmp_path)
     import signal
     import time
 
-    from test_worker import job_states, make_session, start_worker, stderr_of, wait_for
+    from support.workers import job_states, make_session, start_worker, stderr_of, wait_for
 
     from mlirtuna.db import Database
 

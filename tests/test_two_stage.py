@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from support.clitools import cli, mlirtuna_argv, run_cli, subprocess_env
-from test_rocmlir_tuner import ARCH_FULL, fake_build
+from support.rocmlir import ARCH_FULL, fake_build
 
 from mlirtuna import catalog, queue, sessions
 from mlirtuna.db.models import Attempt, Bundle, BundleChunk, Candidate, Job, Result

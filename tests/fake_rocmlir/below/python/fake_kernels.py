@@ -1,0 +1,105 @@
+"""The problems and timings behind the fake rocmlir-gen / rocmlir-tuning-driver.
+
+- A problem module (what `rocmlir-gen -operation …` prints) is one comment line
+  `// fake-rocmlir-gen: <op> <problem flags>`; the problem is that text, --perf_config and
+  the passed --arch/--num_cu/--num_chiplets excluded.
+- A MIGraphX fusion module's problem is rocmlir-gen's tuning key (`--emit-tuning-key`) in the
+  form perfRunner@3fc5be9e parses (conv: no `-m conv -t 1`; gemm: no -transO, no
+  -supportsSplitK), from the stand-in's MIGraphX reader (../../bin/fake_fusion.py).
+- Candidates: a per-space count of perf configs; each one's time is derived from a sha256 of
+  problem + perf config, so every run prints the same numbers. About one in eight is N/A.
+
+Env: FAKE_ROCMLIR_CANDIDATES (count for every space), FAKE_ROCMLIR_NOISE (relative spread of
+the Stats, default 0.02).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bin"))
+import fake_fusion  # noqa: E402
+
+MARK = "// fake-rocmlir-gen: "
+SPACE_SIZE = {"quick": 4, "greedy": 6, "full": 8, "exhaustive": 16}
+_DROP = ("--arch", "--num_cu", "--num_chiplets", "--kernel-repeats", "-arch")
+
+
+def problem_of_argv(argv: list[str]) -> str:
+    """rocmlir-gen's command line without what does not name the problem."""
+    out: list[str] = []
+    skip = False
+    for tok in argv:
+        if skip:
+            skip = False
+        elif tok in _DROP:
+            skip = True
+        elif not tok.startswith(("--perf_config", "--num_cu=", "--num_chiplets=")):
+            out.append(tok)
+    return " ".join(out)
+
+
+def module_for(argv: list[str]) -> str:
+    return MARK + problem_of_argv(argv) + "\n"
+
+
+def migraphx_key_problem(text: str) -> str:
+    problem = fake_fusion.problem_string(text, new_layout=False)
+    return problem.replace(" -transO false", "")
+
+
+def problem_of_module(text: str) -> str:
+    for line in text.splitlines():
+        if line.startswith(MARK):
+            return line[len(MARK) :].strip()
+    return migraphx_key_problem(text)
+
+
+def _h(*parts: str) -> int:
+    return int.from_bytes(hashlib.sha256("|".join(parts).encode()).digest()[:8], "big")
+
+
+def perf_configs(problem: str, space: str) -> list[str]:
+    count = int(os.environ.get("FAKE_ROCMLIR_CANDIDATES", SPACE_SIZE.get(space, 8)))
+    fused = re.search(r"-operation (attention|gemm_gemm|conv_gemm)\b", problem)
+    out = []
+    for i in range(count):
+        m, n, k = 16 << (i % 4), 16 << ((i // 4) % 4), 4 << (i // 16)
+        out.append(f"attn:v2:{m},{n},{k},16,16,8,1,1" if fused else f"v2:{m},{n},{k},16,16,8,1,1,1")
+    return out
+
+
+def time_ns(problem: str, perf_config: str, index: int) -> float | None:
+    """The candidate's median time in ns; None (N/A) for about one in eight, never the first."""
+    h = _h(problem, perf_config)
+    if index > 0 and h % 8 == 0:
+        return None
+    base = 20_000 + _h(problem) % 80_000
+    return float(base + (h >> 8) % base)
+
+
+def stats(problem: str, perf_config: str, ns: float) -> str:
+    noise = float(os.environ.get("FAKE_ROCMLIR_NOISE", "0.02"))
+    jitter = 0.5 + (_h("stats", problem, perf_config) % 1000) / 1000
+    spread = ns * noise * jitter
+    return json.dumps(
+        {
+            "min": round(ns - spread, 1),
+            "median": ns,
+            "max": round(ns + 2 * spread, 1),
+            "stddev": round(spread / 2, 1),
+            "cv": round(spread / 2 / ns, 6),
+        },
+        separators=(",", ":"),
+    )
+
+
+def matches(env_var: str, problem: str) -> bool:
+    """Failure injection: the env var holds '|'-separated substrings of problems."""
+    subs = [s for s in os.environ.get(env_var, "").split("|") if s]
+    return any(s in problem for s in subs)

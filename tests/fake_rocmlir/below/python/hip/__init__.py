@@ -1,0 +1,1 @@
+"""Fake hip-python package (`from hip import hip`), see hip.py."""

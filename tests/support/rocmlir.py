@@ -1,0 +1,165 @@
+"""The stand-in tuningRunner.py (tests/fake_rocmlir) for the tests that drive the rocmlir tuner:
+a private copy of its build dir, its problems and what it reports, and a worker running it.
+
+Two fixtures named `build`, a private copy of the stand-in's build dir: `logged_build` logs each
+invocation's argv (read back with `calls`), `quiet_build` does not; a test module imports the one
+it wants and its tests request `build`."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from mlirtuna import catalog, sessions
+from mlirtuna.problems import ExpandOptions
+from mlirtuna.queue import jobs
+from mlirtuna.sessions import SessionSpec
+from mlirtuna.tuners.base import TuneContext
+from mlirtuna.tuners.rocmlir import RocmlirTuner
+from mlirtuna.worker import Worker, WorkerSettings
+
+FAKE = Path(__file__).parent.parent / "fake_rocmlir"
+ARCH_FULL = "gfx942:sramecc+:xnack-"
+GEMM = "-t f16 -out_datatype f16 -transA false -transB false -g 1 -m 1024 -n 512 -k 768"
+CONV = (
+    "convfp16 -F 1 -f NCHW -I NCHW -O NCHW -n 64 -c 256 -H 28 -W 28 -k 256 -y 3 -x 3 "
+    "-p 1 -q 1 -u 1 -v 1 -l 1 -j 1 -m conv -g 4 -t 1"
+)
+ATTN = (
+    "-t f16 -transQ false -transK true -transV false -transO false -g 12 -seq_len_q 384 "
+    "-seq_len_k 384 -head_dim_qk 64 -head_dim_v 64"
+)
+
+
+def load_stand_in() -> ModuleType:
+    """The stand-in as a module, to compute what it reports (same generator, no subprocess)."""
+    spec = importlib.util.spec_from_file_location(
+        "fake_tuning_runner", FAKE / "bin" / "tuningRunner.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+STAND_IN = load_stand_in()
+
+
+def fake_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, log: bool = False) -> Path:
+    """A private copy of the stand-in build dir (the tool's cwd) and a clean environment: no
+    FAKE_* or MLIRTUNA_ROCMLIR* setting and no pinned GPU left from elsewhere. Shared by every
+    test file that drives the stand-in; `log` records each invocation's argv."""
+    build = tmp_path / "build"
+    shutil.copytree(FAKE, build)
+    for name in list(os.environ):
+        if name.startswith(("FAKE_", "MLIRTUNA_ROCMLIR")) or name.endswith("_VISIBLE_DEVICES"):
+            monkeypatch.delenv(name)
+    if log:
+        monkeypatch.setenv("FAKE_TUNINGRUNNER_LOG", str(tmp_path / "argv.jsonl"))
+    monkeypatch.setenv("MLIRTUNA_ROCMLIR_PYTHON", sys.executable)
+    return build
+
+
+@pytest.fixture(name="build")
+def logged_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    return fake_build(tmp_path, monkeypatch, log=True)
+
+
+@pytest.fixture(name="build")
+def quiet_build(tmp_path, monkeypatch):
+    """The `build` of the worker-level tests: the stand-in's build dir, no argv log."""
+    build = fake_build(tmp_path, monkeypatch)
+    return build
+
+
+def calls(build: Path) -> list[dict]:
+    path = build.parent / "argv.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def tuning_calls(build: Path) -> list[dict]:
+    return [c for c in calls(build) if c["argv"] != ["--help"]]
+
+
+def context(**changes: object) -> TuneContext:
+    values = dict(
+        arch="gfx942",
+        arch_full=ARCH_FULL,
+        num_cu=304,
+        num_chiplets=8,
+        tuning_space="full",
+        gpu_id=3,
+        timeout_s=60.0,
+    )
+    values.update(changes)
+    return TuneContext(**values)  # type: ignore[arg-type]
+
+
+def tuner(build: Path, era: str, monkeypatch: pytest.MonkeyPatch, **kwargs: object) -> RocmlirTuner:
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", era)
+    return RocmlirTuner(str(build), **kwargs)  # type: ignore[arg-type]
+
+
+def expected(op: str, config: str, space: str, era: str) -> dict[str, float | None]:
+    """perf config -> the stand-in driver's ns (None: N/A), computed with its own generator."""
+    _, flops = STAND_IN.describe(op, config, STAND_IN.Gpu(), era)
+    return {
+        pc: STAND_IN.candidate_time_ns(config, pc, flops)
+        for pc in STAND_IN.perf_configs(op, space, era)
+    }
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status  # a zombie waiting for init is gone for our purpose
+
+
+LINES = {"gemm": GEMM, "conv": CONV, "attention": ATTN}
+
+
+def rocmlir_session(db, tmp_path, op: str, space: str = "quick") -> int:
+    path = tmp_path / f"{op}-configs"
+    path.write_text(LINES[op] + "\n")
+    catalog.import_files(db, op, [str(path)], ExpandOptions(expand=False), tag=op)
+    sess = sessions.create(
+        db,
+        SessionSpec(
+            tuner="rocmlir",
+            arch_full=ARCH_FULL,
+            num_cu=304,
+            num_chiplets=8,
+            tuning_space=space,
+            rocm_v="6.4",
+            mlir_v="abc",
+        ),
+    )
+    jobs.load(db, sess.id, tag=op)
+    return sess.id
+
+
+def work(db, sid, build, **changes) -> Worker:
+    settings = WorkerSettings(
+        session_id=sid,
+        tuner="rocmlir",
+        gpu_id=0,
+        until_empty=True,
+        mlir_build_dir=str(build),
+        max_retries=1,
+        backoff_s=0,
+        job_timeout_s=60,
+    )
+    for key, value in changes.items():
+        setattr(settings, key, value)
+    worker = Worker(db, settings)
+    worker.run()
+    return worker
