@@ -169,3 +169,15 @@ def test_each_module_of_a_real_fusion_batch_gets_its_own_conv_block(tmp_path: Pa
     rows = (REAL / case / "out.tsv").read_text().splitlines()[1:]
     for line, row in zip(lines, rows, strict=True):
         assert row.split("\t")[4] in {pc for pc, _ in got[line]}
+
+
+def test_a_row_waiting_for_its_driver_lines_keeps_its_block(tmp_path: Path) -> None:
+    # While a row waits for its driver lines on stderr (E4), its block stays its own: the next
+    # poll hands it out whole (found against the real tool: the first rows got no candidates).
+    shutil.copy(REAL / "gemm-batch" / "out.tsv", tmp_path / "out.tsv")
+    shutil.copy(REAL / "gemm-batch" / "out.tsv.debug", tmp_path / "out.tsv.debug")
+    lines = stdin_lines("gemm-batch")
+    tail = BatchTail(tmp_path / "out.tsv", [problems.parse("gemm", x) for x in lines], driver=[])
+    assert tail.poll(exited=False) == []  # the first row waits for its driver lines
+    ready = tail.poll(exited=True)
+    assert [(i, block and len(block)) for i, _row, block, _ in ready] == [(0, 8), (1, 8), (2, 8)]

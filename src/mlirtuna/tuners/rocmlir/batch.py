@@ -192,28 +192,30 @@ class BatchTail:
             if not (exited or k + 1 < len(self._rows) or k + 1 < len(self._blocks)):
                 break  # its .debug block may still be growing
             index, row = self._rows[k]
-            block = self._block_of(index, k)
+            b = self._block_of(index, k)
+            block = None if b is None else self._blocks[b]
             discarded = self._discarded(block, exited)
             if discarded is None:
                 break  # its driver lines are still in the pipe
             self._next += 1
+            if b is not None:
+                self._used.add(b)
             if index is None or index in self.done:
                 continue
             self.done.add(index)
             ready.append((index, row, block, discarded))
         return ready
 
-    def _block_of(self, index: int | None, k: int) -> list[DebugRow] | None:
-        """Row k's candidates: the block whose problem columns name the row's problem; the
-        k-th block only where the columns cannot tell (no column this reader can compare)."""
+    def _block_of(self, index: int | None, k: int) -> int | None:
+        """Which block holds row k's candidates: the one whose problem columns name the row's
+        problem; the k-th only where the columns cannot tell (no column this reader compares).
+        It is marked used only once the row is handed out."""
         if index is not None:
             for b, owner in enumerate(self._owners):
                 if owner == index and b not in self._used:
-                    self._used.add(b)
-                    return self._blocks[b]
+                    return b
         if k < len(self._blocks) and self._owners[k] is None and k not in self._used:
-            self._used.add(k)
-            return self._blocks[k]
+            return k
         return None
 
     def _owner(self, block: list[DebugRow]) -> int | None:
