@@ -191,18 +191,19 @@ def build(tmp_path, monkeypatch):
     return build
 
 
-def test_rocmlir_e3_measurements_become_candidate_statistics(db, tmp_path, build, monkeypatch):
+def test_rocmlir_e3_stats_become_candidate_statistics(db, tmp_path, build, monkeypatch):
     monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E3")
     monkeypatch.setenv("FAKE_TUNINGRUNNER_LOG", str(tmp_path / "argv.log"))
     sid = rocmlir_session(db, tmp_path, "gemm")
     assert work(db, sid, build).stats.completed == 1
     result, cands = rows(db, sid)
     valid = [c for c in cands if c.tflops]
-    # ten measurements each; a slow tick of the 6-digit ms values may be an outlier
-    assert valid and all(8 <= c.samples <= 10 and c.time_iqr is not None for c in valid)
+    # The Stats column (min/median/max/stddev/cv in ns) gives a spread but no sample count.
+    assert valid and all(c.samples is None and c.time_iqr > 0 for c in valid)
     assert all(0 < c.time_min <= c.kernel_time * 1.03 for c in valid)
     assert not any(c.remeasured for c in cands)  # E3 has no two-stage tuning
-    assert result.winner_margin is not None and result.winner_noise is not None
+    # Without a count the notch is unknown, not zero.
+    assert result.winner_margin is not None and result.winner_noise is None
     argv = json.loads((tmp_path / "argv.log").read_text().splitlines()[-1])["argv"]
     assert not any(a.startswith("--two-stage-topk") for a in argv)
 

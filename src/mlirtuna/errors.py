@@ -70,6 +70,12 @@ class NotRun(TunerError):
     job is given back (no retry counted) rather than failed."""
 
 
+class BatchRefused(TunerError):
+    """A batch's tool failed the whole call before it tuned any config (rocMLIR's tuningRunner
+    parses every config line first: one it cannot parse fails them all). Nothing is known
+    against any one job: each is tuned alone instead, no retry counted."""
+
+
 class Unsupported(TunerError):
     """The tuner cannot run this problem at all (data type, op, layout, size): retrying cannot
     help, so the job ends in error at once."""

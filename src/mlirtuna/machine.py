@@ -20,12 +20,38 @@ from mlirtuna.defaults import ENV_DOCKER_IMAGE
 ROCM_PATH = Path(os.environ.get("ROCM_PATH", "/opt/rocm"))
 
 
+# Chips built in workgroup-processor (WGP) mode: RDNA, wave size 32. rocMLIR's perfRunner
+# (chip_uses_wgp_mode: the arch's wave size is 32) counts CUs as HIP does, one per two-CU WGP.
+WGP_MODE_PREFIXES = ("gfx10", "gfx11", "gfx12")
+
+
 @dataclass(frozen=True)
 class Gpu:
     index: int  # position among GPU agents, as ROCR_VISIBLE_DEVICES counts them
     arch: str  # gfx942
     arch_full: str  # gfx942:sramecc+:xnack-
-    num_cu: int
+    num_cu: int  # as HIP and rocMLIR's tools count them (tool_num_cu), not rocminfo
+    rocminfo_cu: int = 0  # what rocminfo prints (twice num_cu on a WGP-mode chip)
+
+
+def wgp_mode(arch: str) -> bool:
+    """Whether the chip runs in WGP mode (wave size 32: gfx10, gfx11, gfx12)."""
+    return arch.split(":")[0].startswith(WGP_MODE_PREFIXES)
+
+
+def tool_num_cu(arch: str, rocminfo_cu: int) -> int:
+    """The CU count tuningRunner and perfRunner use (HIP's multiProcessorCount, AmdArchDb's
+    min_num_cu) for a GPU rocminfo says has `rocminfo_cu`: half of it on a WGP-mode chip."""
+    return rocminfo_cu // 2 if wgp_mode(arch) else rocminfo_cu
+
+
+def same_num_cu(arch: str, recorded: int, current: int) -> bool:
+    """Whether a CU count recorded by the tool or a session names the GPU counted `current`:
+    the same count, or on a WGP-mode chip the physical (rocminfo) count, twice HIP's, which
+    tuningRunner itself still accepts (matches_current_num_cu) and earlier sessions stored."""
+    if recorded == current:
+        return True
+    return wgp_mode(arch) and (recorded == 2 * current or 2 * recorded == current)
 
 
 def machine_name() -> str:
@@ -48,7 +74,8 @@ def _run(argv: list[str], timeout: float = 20.0) -> str | None:
 
 
 def parse_rocminfo(text: str) -> list[Gpu]:
-    """GPU agents from `rocminfo` output, in order (CPU agents are skipped)."""
+    """GPU agents from `rocminfo` output, in order (CPU agents are skipped); their CU count as
+    the tools see it (tool_num_cu)."""
     gpus: list[Gpu] = []
     for block in re.split(r"\n\*{5,}\s*\nAgent \d+\s*\n\*{5,}", text)[1:]:
         if not re.search(r"Device Type:\s*GPU", block):
@@ -58,7 +85,9 @@ def parse_rocminfo(text: str) -> list[Gpu]:
         isa = re.search(r"amdgcn-amd-amdhsa--(gfx[\w:+\-]+)", block)
         if name and cus:
             arch_full = isa.group(1) if isa else name.group(1)
-            gpus.append(Gpu(len(gpus), name.group(1), arch_full, int(cus.group(1))))
+            physical = int(cus.group(1))
+            chip = name.group(1)
+            gpus.append(Gpu(len(gpus), chip, arch_full, tool_num_cu(chip, physical), physical))
     return gpus
 
 
@@ -85,9 +114,19 @@ def rocm_version() -> str | None:
 
 def git_hash(path: str | Path) -> str | None:
     """The commit of the git checkout holding `path` (a build dir sits inside its source)."""
+    return _git(path, "rev-parse", "HEAD")
+
+
+def git_dir(path: str | Path) -> str | None:
+    """The git directory of the checkout holding `path` (for a tool run elsewhere that asks
+    git for its commit), or None outside a checkout."""
+    return _git(path, "rev-parse", "--absolute-git-dir")
+
+
+def _git(path: str | Path, *args: str) -> str | None:
     try:
         proc = subprocess.run(
-            ["git", "-C", str(path), "rev-parse", "HEAD"],
+            ["git", "-C", str(path), *args],
             capture_output=True,
             text=True,
             timeout=10,
@@ -95,7 +134,7 @@ def git_hash(path: str | Path) -> str | None:
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return proc.stdout.strip() if proc.returncode == 0 else None
+    return (proc.stdout.strip() or None) if proc.returncode == 0 else None
 
 
 def docker_image() -> str | None:

@@ -38,7 +38,7 @@ class Spread:
     median: float
     min: float
     iqr: float
-    samples: int  # kept after discarding outliers
+    samples: int | None  # kept after discarding outliers; None: the tool did not say
     discarded: int = 0
 
     @property
@@ -116,10 +116,13 @@ class Margin:
 
 
 def margin(winner: Spread, runner_up: Spread) -> Margin:
+    """Their margin; its noise only when both sample counts are known (without one, the
+    notch is unknown, not zero)."""
     base = winner.median if winner.median > 0 else 1.0
+    known = winner.samples is not None and runner_up.samples is not None
     return Margin(
         margin=runner_up.median / base - 1.0,
-        noise=(winner.noise + runner_up.noise) / base,
+        noise=(winner.noise + runner_up.noise) / base if known else None,
     )
 
 

@@ -98,6 +98,14 @@ def expand_problems(op: str, line: str, options: ExpandOptions = ExpandOptions()
     return _module(op).expand_problems(line, options)
 
 
+def tool_rejects(problem: Problem) -> str | None:
+    """Why rocMLIR's tuningRunner would refuse this problem's test vector (its perfRunner parser
+    rejects it before tuning anything, failing every config of the call), or None. An op module
+    says so with its own `tool_rejects`; the others' canonical forms are always accepted."""
+    check = getattr(_module(problem.op), "tool_rejects", None)
+    return None if check is None else check(problem)
+
+
 def expand(op: str, line: str, options: ExpandOptions = ExpandOptions()) -> list[str]:
     """perfRunner's expansion of one config line, as canonical test vectors."""
     return [p.canonical() for p in expand_problems(op, line, options)]

@@ -18,7 +18,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from mlirtuna.errors import InputError, UserError
-from mlirtuna.problems import ExpandOptions, Problem, check_options, expand_problems
+from mlirtuna.problems import (
+    ExpandOptions,
+    Problem,
+    check_options,
+    expand_problems,
+    tool_rejects,
+)
 from mlirtuna.problems.flags import int_value
 from mlirtuna.textinput import check_line, read_lines
 
@@ -73,6 +79,9 @@ def read_config_lines(
             check_line(line)  # lines from stdin or a string have not been through read_lines
             line, priority, dropped = _extras(line)
             problems = expand_problems(op, line, options)
+            for problem in problems:
+                if (why := tool_rejects(problem)) is not None:
+                    raise InputError(why)
         except InputError as error:
             raise error.at(source, lineno) from None
         for flag, value in dropped:

@@ -32,7 +32,7 @@ from mlirtuna.defaults import (
     DEFAULT_LEASE_S,
     DEFAULT_MAX_RETRIES,
 )
-from mlirtuna.errors import DatabaseError, NotRun, TunerError, Unsupported
+from mlirtuna.errors import BatchRefused, DatabaseError, NotRun, TunerError, Unsupported
 from mlirtuna.problems import Problem
 from mlirtuna.queue import AlsoInTransaction, Lease, bundles
 from mlirtuna.tuners.base import BatchItem, BatchTuner, TuneContext, TuneOutcome, Tuner
@@ -388,12 +388,30 @@ class Runner:
         self,
         group: list[Lease],
         call: Callable[[Sequence[Problem], TuneContext], Iterator[BatchItem]],
+        alone: Callable[[Lease], Settled] | None = None,
     ) -> Generator[Settled, None, None]:
         """One tool call for the group (`call(problems, ctx)`: a BatchTuner's tune_many, or a
         split session's benchmark_many, stages.py): each job's outcome as the tool writes it.
         The worker's alarm for the call is the job timeout times the batch size; when it fires,
         or the tuner fails as a whole, the job the tool was on fails and the ones not begun are
-        given back."""
+        given back. When the tool refused the whole call before tuning any of it (BatchRefused:
+        one config it cannot parse), each job is tuned alone (`alone`, by default `tune`) in
+        the same attempt: no retry is counted against the innocent ones."""
+        refused: list[Lease] = []
+        yield from self._tune_group(group, call, refused)
+        if refused:
+            log.warning("jobs %s: the batch's tool refused the call; tuning each alone",
+                        _ids(refused))  # fmt: skip
+        for lease in refused:
+            yield (alone or self.tune)(lease)
+
+    def _tune_group(
+        self,
+        group: list[Lease],
+        call: Callable[[Sequence[Problem], TuneContext], Iterator[BatchItem]],
+        refused: list[Lease],
+    ) -> Generator[Settled, None, None]:
+        """tune_many's one call; the jobs of a call refused as a whole go to `refused`."""
         try:
             ctx = self.context(group[0].problem)
         except TunerError as exc:
@@ -428,7 +446,10 @@ class Runner:
                     return
                 lease = group[item[0]]
                 left.remove(lease)
-                yield (lease, *_batch_outcome(item[1]))
+                if isinstance(item[1], BatchRefused):
+                    refused.append(lease)
+                else:
+                    yield (lease, *_batch_outcome(item[1]))
 
 
 def record_with(session: sessions.Session, lease: Lease) -> tuple[AlsoInTransaction | None, Finish]:

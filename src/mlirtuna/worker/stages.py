@@ -156,10 +156,11 @@ def benchmark(
             return
         artifacts = prepared.tmp / "artifacts"
         merge_artifacts([directory for _, _, directory in ready], artifacts)
-        if len(ready) == 1:
-            lease, problem, _ = ready[0]
+
+        def alone(lease: Lease) -> Settled:  # one job, or one of a call the tool refused
+            problem = runner.problem(lease)
             log.info("job %s: benchmarking %s", lease.job_id, problem.canonical())
-            yield (
+            return (
                 lease,
                 *runner.guarded(
                     lease,
@@ -168,6 +169,9 @@ def benchmark(
                     ),
                 ),
             )
+
+        if len(ready) == 1:
+            yield alone(ready[0][0])
             return
         # One tool call for every bundle (one start-up, the GPU busy meanwhile), each job
         # settled as its row appears, through the runner's batch code.
@@ -175,6 +179,7 @@ def benchmark(
         yield from runner.tune_many(
             group,
             lambda problems, ctx: split_tuner(runner).benchmark_many(problems, ctx, artifacts),
+            alone,
         )
     finally:
         if prepared is not None:

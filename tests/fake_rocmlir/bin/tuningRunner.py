@@ -11,7 +11,9 @@ FAKE_TUNINGRUNNER_ERA (default E3; E2.5 and E4 are described at their sections b
   [\\t<tflops>]"; --debug overwrites "<output>.debug" (pandas to_csv with the index column).
 - E3 (2026): --op required, --gpus/--timeout/--abort-on-error/--retune/..., greedy space, logging
   as "INFO: ..."/"ERROR: ...", the ten-column header and rows written as each config finishes,
-  "<output>.debug" appended (header once) with a MeasurementsMs column, "<output>.state" on
+  "<output>.debug" appended (header once) as rocMLIR 3fc5be9e writes it (numChiplets after
+  numCU; with --debug a last Stats column, the driver's statistics dict in ns as pandas writes
+  it; E4 adds Status), "<output>.state" on
   failure, already-tuned configs in the output file skipped unless --retune.
 
 No GPU, no compiler: each config gets a deterministic candidate list whose times come from a
@@ -26,6 +28,7 @@ Environment:
   FAKE_TUNINGRUNNER_CHILD_PIDFILE=path: where "hang" writes its child's pid,
   FAKE_TUNINGRUNNER_IGNORE_SIGTERM=1: "hang" ignores SIGTERM (so only SIGKILL stops it),
   FAKE_TUNINGRUNNER_FAULT: fail | hang | none | garbage | wrong_arch | empty | crash_partial
+    | usage (E3: argparse's usage error, exit 2)
     (E2/E3), fail (E2.5: a "### " line), fail | gpu_timeout (E4: driver exit 3, gpu_timed_out),
   FAKE_TUNINGRUNNER_FAULT_CONFIG=TEXT: the fault hits only configs containing TEXT (E3, E4),
   FAKE_TUNINGRUNNER_TWO_STAGE=1: E3 also takes E4's --two-stage-topk K (the K fastest of the
@@ -47,8 +50,10 @@ refuses a bundle of another GPU, or of another commit than FAKE_TUNINGRUNNER_COM
 status is success (fake_costs.benchmark_candidates) and writes rows, .debug and .state as E4's
 one-stage run does.
 
---op fusion (both eras): `--config FILE.mlir` (E3) or `--test-dir/--test_dir DIR`; each module is
-keyed as rocmlir-gen --emit-tuning-key would key it and tuned as that conv/gemm (fake_fusion.py).
+--op fusion (E2, E3): `--test-dir/--test_dir DIR` only (E3 refuses `--config FILE.mlir` with the
+real tool's usage error, exit 2); each module is keyed as rocmlir-gen --emit-tuning-key would key
+it and tuned as that conv/gemm (fake_fusion.py); E3 writes the keys to `fusion_config_file` in
+its working directory, as the real tool does.
 
 Standard library only (the real tool needs numpy/pandas/tqdm; tests must not).
 """
@@ -115,8 +120,8 @@ ATTN_COLUMNS_E2 = _words(
 )
 ATTN_COLUMNS_E3 = _words(
     "DataType Chip numCU TransQ TransK TransV TransO Causal ReturnLSE SplitKV "
-    "WithAttnScale WithAttnBias G SeqLenQ SeqLenK NumHeadsQ NumHeadsKV HeadDimQK HeadDimV "
-    "PerfConfig TFlops"
+    "SlidingWindowLookBack WithAttnScale WithAttnBias TransBias G SeqLenQ SeqLenK NumHeadsQ "
+    "NumHeadsKV HeadDimQK HeadDimV PerfConfig TFlops"
 )
 
 
@@ -406,9 +411,12 @@ def _describe_attention(tokens: list[str], gpu: Gpu, era: str) -> tuple[dict, fl
                 "SplitKV": int(f.get("-split_kv", "1")),
             }
         )
+    if era == "E3":
+        row["SlidingWindowLookBack"] = int(f.get("-sliding_window_lookback", "-1"))
     row["WithAttnScale"] = _bool(f.get("-with-attn-scale", "false"))
     if era == "E3":
         row["WithAttnBias"] = _bool(f.get("-with-attn-bias", "false"))
+        row["TransBias"] = _bool(f.get("-transBias", "false"))
     row.update({"G": g, "SeqLenQ": sq, "SeqLenK": sk})
     if era == "E3":
         row.update({"NumHeadsQ": hq, "NumHeadsKV": hkv})
@@ -464,18 +472,47 @@ def tune(
             progress(i, result)
         shown = "Discarded" if discarded else ("N/A" if ns is None else repr(ns))
         result.driver_lines.append(f"{pc}\t{shown}")
-        entry = dict(problem)
+        entry = with_chiplets(problem, gpu) if BASE_ERA[era] == "E3" else dict(problem)
         entry["PerfConfig"] = pc
         if "LDSBankConflict" in debug_columns(op, BASE_ERA[era]):
             entry["LDSBankConflict"] = "NaN"  # perfRunner's value when rocprof metrics are absent
         entry["TFlops"] = math.nan if discarded else compute_tflops(flops, ns)
         if BASE_ERA[era] == "E3" and debug:
             measured = ns is not None and not discarded
-            entry["MeasurementsMs"] = measurements_ms(config, pc, ns) if measured else None
+            entry["Stats"] = driver_stats(measurements_ms(config, pc, ns)) if measured else None
+            if era == "E4":
+                entry["Status"] = "Discarded" if discarded else ("ok" if measured else "N/A")
         result.entries.append(entry)
         if not math.isnan(entry["TFlops"]) and entry["TFlops"] > result.max_tflops:
             result.max_tflops, result.winner = entry["TFlops"], pc
     return result
+
+
+def with_chiplets(problem: dict, gpu: Gpu) -> dict:
+    """E3's table_entry: numChiplets right after numCU."""
+    entry = {}
+    for name, value in problem.items():
+        entry[name] = value
+        if name == "numCU":
+            entry["numChiplets"] = gpu.num_chiplets
+    return entry
+
+
+def driver_stats(ms: list[float]) -> dict:
+    """rocmlir-tuning-driver --show-stats' JSON for these runs (ns), as tuningRunner stores it
+    in the entry: pandas then writes the dict's repr into the Stats column."""
+    ns = sorted(m * 1e6 for m in ms)
+    mid = len(ns) // 2
+    median = ns[mid] if len(ns) % 2 else (ns[mid - 1] + ns[mid]) / 2
+    mean = sum(ns) / len(ns)
+    stddev = math.sqrt(sum((v - mean) ** 2 for v in ns) / len(ns))
+    return {
+        "min": round(ns[0], 1),
+        "median": round(median, 1),
+        "max": round(ns[-1], 1),
+        "stddev": round(stddev, 1),
+        "cv": round(stddev / mean, 5),
+    }
 
 
 def debug_cell(value) -> str:
@@ -662,6 +699,41 @@ def e2_write_output(args, gpu: Gpu, winners: list[Result], out) -> None:
             print(f"{gpu.arch}\t{gpu.num_cu}\t{r.test_vector}\t{r.winner}", file=out)
 
 
+# perfRunner's GemmConfiguration.from_command_line at rocMLIR 3fc5be9e: its flags, its required.
+E3_GEMM_FLAGS = ("-t", "-g", "-m", "-k", "-n", "-transA", "-transB", "-out_datatype",
+                 "-perf_config", "-perf_priority", "-scale_a_dtype", "-scale_b_dtype",
+                 "-transScaleA", "-transScaleB")  # fmt: skip
+E3_GEMM_REQUIRED = ("-t", "-out_datatype", "-g", "-m", "-k", "-n", "-transA", "-transB")
+
+
+def e3_check_gemm(config: str, from_file: bool) -> None:
+    """The real tool canonicalizes every line before tuning any: one it cannot parse is a
+    ValueError traceback, exit 1, nothing tuned (no rows, no .state). With -c, the tool's own
+    expansion supplies -out_datatype/-transA/-transB first."""
+    tokens = config.split()
+    pairs = dict(zip(tokens[::2], tokens[1::2], strict=False))
+    why = None
+    for opt, val in pairs.items():
+        if opt != "-scaledGemm" and opt not in E3_GEMM_FLAGS:
+            why = f"Unknown GEMM config argument {opt} -> {val}"
+            break
+    missing = [f for f in E3_GEMM_REQUIRED if f not in pairs]
+    if from_file:
+        missing = [f for f in missing if f not in ("-out_datatype", "-transA", "-transB")]
+    if why is None and missing:
+        why = "Incomplete GEMM configuration"
+    if why is None:
+        return
+    error = f"Failed to parse '{config}' as GemmConfiguration: {why}"
+    if from_file:
+        source = "/tmp/tuning_configs_fake.txt"
+        error = f"Failed to canonicalize config from {source} '{config}': {error}"
+    print("Traceback (most recent call last):", file=sys.stderr)
+    print('  File "tuningRunner.py", line 2165, in main', file=sys.stderr)
+    print(f"ValueError: {error}", file=sys.stderr)
+    sys.exit(1)
+
+
 def read_configs_file(path: str) -> list[str]:
     if path == "-":
         lines = [line.strip() for line in sys.stdin]
@@ -702,7 +774,14 @@ class Log:
 def e3_main(argv: list[str]) -> int:
     available = list(range(int(os.environ.get("FAKE_GPU_COUNT", "8"))))
     rocr, hip = os.environ.get("ROCR_VISIBLE_DEVICES"), os.environ.get("HIP_VISIBLE_DEVICES")
-    args = e3_parser(available).parse_args(argv)
+    parser = e3_parser(available)
+    args = parser.parse_args(argv)
+    if FAULT == "usage":  # a command line the tool refuses: argparse's error, exit 2
+        parser.error("argument --op: refused (FAKE_TUNINGRUNNER_FAULT=usage)")
+    if args.op == "fusion" and not args.test_dir:  # the real tool: modules from a directory
+        parser.error("argument --op=fusion: requires --test-dir to be specified")
+    if args.test_dir and args.op != "fusion":
+        parser.error("argument --test-dir: only valid with --op=fusion")
     log = Log(args.quiet)
     if rocr or hip:
         names = [
@@ -722,9 +801,14 @@ def e3_main(argv: list[str]) -> int:
         log.error("the stand-in tunes conv, gemm, attention and fusion only")
         return 1
     if args.op == "fusion":
-        configs = [key for _, key in fake_fusion.fusion_configs(args.config, args.test_dir)]
+        configs = [key for _, key in fake_fusion.fusion_configs(None, args.test_dir)]
+        with open("fusion_config_file", "w") as f:  # in the working directory, as the real one
+            f.writelines(f"{fake_fusion.strip_key_flags(c)}\n" for c in configs)
     else:
         configs = [args.config] if args.config else read_configs_file(args.configs_file)
+        if args.op == "gemm":
+            for config in configs:  # every line parsed before anything is tuned
+                e3_check_gemm(config, from_file=not args.config)
     context = f"{gpu.chip}/{gpu.num_cu}/{gpu.num_chiplets}/{args.tuning_space}"
     pending = configs if args.retune else [c for c in configs if not e3_already_tuned(args, gpu, c)]
     if len(pending) < len(configs):
@@ -840,13 +924,16 @@ def two_stage(result: Result, config: str, k: int) -> None:
     for e in result.entries:
         if id(e) not in top:
             e["TFlops"] = math.nan
-            if "MeasurementsMs" in e:
-                e["MeasurementsMs"] = None
+            if "Stats" in e:
+                e["Stats"] = None
+            if e.get("Status") == "ok":  # measured in the first pass only
+                e["Status"] = "Discarded"
             continue
         factor = 0.97 + 0.06 * _unit("precise", config, e["PerfConfig"])
         e["TFlops"] /= factor
-        if e.get("MeasurementsMs"):
-            e["MeasurementsMs"] = [round(m * factor, 6) for m in e["MeasurementsMs"]]
+        if e.get("Stats"):
+            stats = e["Stats"]
+            e["Stats"] = {k: v if k == "cv" else round(v * factor, 1) for k, v in stats.items()}
         if e["TFlops"] > result.max_tflops:
             result.max_tflops, result.winner = e["TFlops"], e["PerfConfig"]
 

@@ -18,13 +18,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from mlirtuna import keys
-from mlirtuna.errors import InputError, NotRun, TunerError, TunerTimeout
+from mlirtuna.errors import BatchRefused, InputError, NotRun, TunerError, TunerTimeout
 from mlirtuna.history import tuningdb
 from mlirtuna.problems import Problem
 from mlirtuna.tuners.base import BatchItem, TuneContext
-from mlirtuna.tuners.rocmlir.debugfile import DebugRow, parse_debug_lines
-from mlirtuna.tuners.rocmlir.outcome import GPU_TIMED_OUT, failure, row_outcome
-from mlirtuna.tuners.rocmlir.process import Run, TailReader, now, stop, tail
+from mlirtuna.tuners.rocmlir.debugfile import DebugRow, matches, parse_debug_lines
+from mlirtuna.tuners.rocmlir.outcome import GPU_TIMED_OUT, failure, row_outcome, usage_error
+from mlirtuna.tuners.rocmlir.process import Run, TailReader, last_error_line, now, stop, tail
 
 # Ops whose configs are config-list lines (fusion is a module file per call).
 BATCH_OPS = ("conv", "gemm", "attention", "gemm_gemm", "conv_gemm")
@@ -78,6 +78,21 @@ def unfinished(batch_tail: BatchTail, run: Run, out: Path) -> Iterator[tuple[int
     """The configs that got no row: the tool's own verdict from `.state`, else the failure
     for the first (it was running when the tool stopped), NotRun for the rest."""
     states = _config_states(out)
+    usage = usage_error(run)
+    if usage is not None:  # the call's own fault, the same for every config: none retried
+        for index in batch_tail.missing():
+            yield index, usage
+        return
+    if _refused(batch_tail, run, states):
+        last = last_error_line(run.stderr)
+        refused = BatchRefused(
+            f"tuningRunner failed its batch of {len(batch_tail.problems)} before tuning any "
+            f"config (exit status {run.returncode}" + (f": {last}" if last else "") + ")",
+            detail=tail(run.stderr),
+        )
+        for index in batch_tail.missing():
+            yield index, refused
+        return
     blamed = False
     for index in batch_tail.missing():
         problem = batch_tail.problems[index]
@@ -97,6 +112,19 @@ def unfinished(batch_tail: BatchTail, run: Run, out: Path) -> Iterator[tuple[int
             )
 
 
+def _refused(batch_tail: BatchTail, run: Run, states: dict[str, str]) -> bool:
+    """Whether the tool failed a batch as a whole before tuning any of it: it exited with an
+    error of its own (not a signal, not our timeout) and wrote no row and no config's state,
+    as rocMLIR's tuningRunner does for a config line its parser rejects."""
+    return (
+        len(batch_tail.problems) > 1
+        and run.returncode > 0
+        and batch_tail.timed_out is None
+        and not batch_tail.wrote_rows
+        and not states
+    )
+
+
 def _row_text(row: tuningdb.TuningRow) -> str:
     """What a batch's job keeps as the tool's output: its own row."""
     fields = (
@@ -110,9 +138,10 @@ class BatchTail:
     """Follows a batch's output and `.debug` files while the tool writes them.
 
     The tool tunes the configs one after the other and, for each, writes its result row and
-    then its `.debug` rows (a failed config writes neither). So the k-th row's candidates are
-    the k-th block of `.debug` rows, a block being a run of rows with the same problem columns;
-    block k is complete once row k+1 was seen before the `.debug` file was read, a block k+1
+    then its `.debug` rows (a failed config writes neither). A block is a run of `.debug` rows
+    with the same problem columns; a row's candidates are the block whose columns name the row's
+    problem (debugfile.matches: the rows name no test vector), never merely the k-th. Row k's
+    block is complete once row k+1 was seen before the `.debug` file was read, a block k+1
     has begun, or the tool has exited. Rows are matched to problems by their key (the plain
     part: E4 appends -supportsSplitK). Each file is read from where the last poll stopped,
     whole lines only: a poll costs what the tool wrote since, not the file so far.
@@ -135,6 +164,8 @@ class BatchTail:
         self._index = {p.canonical(): i for i, p in enumerate(problems)}
         self._rows: list[tuple[int | None, tuningdb.TuningRow]] = []
         self._blocks: list[list[DebugRow]] = []
+        self._owners: list[int | None] = []  # per block: the problem its columns name
+        self._used: set[int] = set()  # blocks handed out
         self._offsets = {self.out: 0, self.debug: 0}
         self._out_lines: list[str] = []
         self._debug_header: str | None = None
@@ -160,17 +191,43 @@ class BatchTail:
             k = self._next
             if not (exited or k + 1 < len(self._rows) or k + 1 < len(self._blocks)):
                 break  # its .debug block may still be growing
-            block = self._blocks[k] if k < len(self._blocks) else None
+            index, row = self._rows[k]
+            b = self._block_of(index, k)
+            block = None if b is None else self._blocks[b]
             discarded = self._discarded(block, exited)
             if discarded is None:
                 break  # its driver lines are still in the pipe
             self._next += 1
-            index, row = self._rows[k]
+            if b is not None:
+                self._used.add(b)
             if index is None or index in self.done:
                 continue
             self.done.add(index)
             ready.append((index, row, block, discarded))
         return ready
+
+    def _block_of(self, index: int | None, k: int) -> int | None:
+        """Which block holds row k's candidates: the one whose problem columns name the row's
+        problem; the k-th only where the columns cannot tell (no column this reader compares).
+        It is marked used only once the row is handed out."""
+        if index is not None:
+            for b, owner in enumerate(self._owners):
+                if owner == index and b not in self._used:
+                    return b
+        if k < len(self._blocks) and self._owners[k] is None and k not in self._used:
+            return k
+        return None
+
+    def _owner(self, block: list[DebugRow]) -> int | None:
+        """The problem of the batch a block's columns name, when exactly one does."""
+        named = [i for i, p in enumerate(self.problems) if matches(p, block[0].problem)]
+        return named[0] if len(named) == 1 else None
+
+    @property
+    def wrote_rows(self) -> bool:
+        """Whether the tool wrote any result row (a problem of the batch's or not)."""
+        lines = self._out_lines
+        return bool(self._rows) or any(line.strip() and line[0] != "#" for line in lines)
 
     def missing(self) -> list[int]:
         """The problems that got no row, in the order the tool was given them."""
@@ -240,6 +297,7 @@ class BatchTail:
                 self._blocks[-1].append(row)
             else:
                 self._blocks.append([row])
+                self._owners.append(self._owner([row]))
 
 
 def driver_segment(lines: list[tuple[str, str]], start: int, block: list[DebugRow]) -> int | None:

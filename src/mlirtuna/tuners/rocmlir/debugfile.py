@@ -1,24 +1,107 @@
 """The `.debug` file tuningRunner writes with `--debug`: one row per candidate it tried.
 
-A pandas TSV of perfRunner's table_entry() columns. Columns are found by name (they differ per
-op and era; E2 adds an unnamed index column first, E3 a MeasurementsMs column last). There is
-no time column: the time is derived from TFlops by the caller.
+A pandas TSV (tuningRunner's DebugFileWriter) of perfRunner's table_entry() columns, read by its
+header names, never by position: the columns differ per op and era (rocMLIR's E3 at 3fc5be9e:
+the problem's columns with `Chip numCU numChiplets`, then `PerfConfig [LDSBankConflict] TFlops
+Stats`; E4 adds `Status`; E2 has an unnamed index column first). A column this reader does not
+know is ignored. The header is written once; a file whose header changes mid-file (the tool
+refuses to append another op's schema) is an error.
+
+- `Stats`: the driver's statistics of the candidate's runs, in ns, as pandas writes the dict
+  (`{'min': …, 'median': …, 'max': …, 'stddev': …, 'cv': …}`, Python's repr; JSON accepted).
+  Read into a stats.Spread: its median and min; the IQR taken as 1.349 * stddev (a normal
+  distribution's), and the sample count only where the dict gives one (`count`/`n`/`samples`).
+  Empty for N/A candidates.
+- `MeasurementsMs`: the stand-in's earlier per-run list in ms (summarized with stats.summarize).
+- `Status` (E4): the driver's verdict; a candidate without TFlops keeps it as its reason.
+
+There is no time column: the time is derived from TFlops by the caller. Rows name no test vector:
+a batch tells its configs' blocks apart by the problem columns (`problem`, `matches`).
 """
 
 from __future__ import annotations
 
+import ast
 import csv
 import dataclasses
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from mlirtuna.errors import TunerError
+from mlirtuna import stats
+from mlirtuna.errors import InputError, TunerError
+from mlirtuna.problems import Problem
+from mlirtuna.problems.fusion import FusionProblem
 
-# .debug columns that describe the candidate, not the problem: the rest tell blocks apart.
-_CANDIDATE_COLUMNS = ("PerfConfig", "TFlops", "MeasurementsMs", "LDSBankConflict")
+# A normal distribution's IQR in standard deviations: Stats gives stddev, a Spread holds an IQR.
+IQR_PER_STDDEV = 1.349
+
+# Per op: the .debug problem columns that name a problem's field (table_entry's names), used to
+# tell a batch's blocks apart. Layout and Direction columns are spelled as rocmlir-gen spells
+# them and are left out: the sizes and types already tell configs of one batch apart.
+_CONV_SIZES = {
+    "N": "batchsize",
+    "C": "in_channels",
+    "H": "in_h",
+    "W": "in_w",
+    "K": "out_channels",
+    "Y": "fil_h",
+    "X": "fil_w",
+    "DilationH": "dilation_h",
+    "DilationW": "dilation_w",
+    "StrideH": "conv_stride_h",
+    "StrideW": "conv_stride_w",
+    "PaddingH": "pad_h",
+    "PaddingW": "pad_w",
+}
+_GEMM = {"G": "group_size", "M": "m", "K": "k", "N": "n", "TransA": "trans_a", "TransB": "trans_b"}
+FIELD_COLUMNS: dict[str, dict[str, str]] = {
+    "conv": {"DataType": "data_type", **_CONV_SIZES},
+    "gemm": {"DataType": "data_type", "OutDataType": "out_data_type", **_GEMM},
+    "attention": {
+        "DataType": "data_type",
+        **{f"Trans{x}": f"trans_{x.lower()}" for x in "QKVO"},
+        "Causal": "causal",
+        "ReturnLSE": "return_lse",
+        "SplitKV": "split_kv",
+        "G": "group_size",
+        "SeqLenQ": "seq_len_q",
+        "SeqLenK": "seq_len_k",
+        "NumHeadsQ": "num_heads_q",
+        "NumHeadsKV": "num_heads_kv",
+        "HeadDimQK": "head_dim_qk",
+        "HeadDimV": "head_dim_v",
+        "WithAttnScale": "with_attn_scale",
+        "WithAttnBias": "with_attn_bias",
+        "TransBias": "trans_bias",
+    },
+    "gemm_gemm": {
+        "DataType": "data_type",
+        **_GEMM,
+        "TransC": "trans_c",
+        "TransO": "trans_o",
+        "O": "gemm_o",
+    },
+    "conv_gemm": {
+        "DataType": "data_type",
+        **_CONV_SIZES,
+        "TransC": "trans_c",
+        "TransO": "trans_o",
+        "O": "gemm_o",
+    },
+}
+# The columns that describe the problem and the GPU (one config's rows share them); every other
+# named column is the candidate's (PerfConfig, TFlops, Stats, Status, LDSBankConflict, …) or
+# unknown, and ignored.
+PROBLEM_COLUMNS = frozenset(
+    ["Chip", "numCU", "numChiplets", "Direction", "FilterLayout", "InputLayout", "OutputLayout"]
+    + ["ScaledGemm", "ScaleADtype", "ScaleBDtype", "TransScaleA", "TransScaleB"]
+    + ["SlidingWindowLookBack", "OutDataType"]
+    + [name for columns in FIELD_COLUMNS.values() for name in columns]
+)
 
 
 @dataclass(frozen=True)
@@ -29,11 +112,12 @@ class DebugRow:
     perf_config: str
     tflops: float | None
     lineno: int
-    measurements_ms: tuple[float, ...] | None = None  # E3's MeasurementsMs, when written
-    # The problem's columns (every column but the candidate's): one config's rows share them.
-    problem: tuple[str, ...] = ()
+    spread: stats.Spread | None = None  # from Stats (or the stand-in's MeasurementsMs)
+    status: str | None = None  # E4's Status column, when written
+    # The problem's columns as (name, value) pairs: one config's rows share them.
+    problem: tuple[tuple[str, str], ...] = ()
 
-    def _replace_problem(self, problem: tuple[str, ...]) -> DebugRow:
+    def _replace_problem(self, problem: tuple[tuple[str, str], ...]) -> DebugRow:
         return dataclasses.replace(self, problem=problem)
 
 
@@ -54,15 +138,21 @@ def parse_debug_lines(lines: Iterable[str], path: Path, skipped: int = 0) -> lis
         pc_col, tf_col = header.index("PerfConfig"), header.index("TFlops")
     except ValueError:
         raise TunerError(f"{path}:1: .debug header lacks PerfConfig or TFlops") from None
-    ms_col = header.index("MeasurementsMs") if "MeasurementsMs" in header else None
-    problem_cols = [i for i, name in enumerate(header) if name not in _CANDIDATE_COLUMNS]
-    return [
-        _debug_row(
-            path, reader.line_num + skipped, fields, len(header), pc_col, tf_col, ms_col
-        )._replace_problem(tuple(fields[i] for i in problem_cols))
-        for fields in reader
-        if fields and fields != header
-    ]
+    named = {name: i for i, name in enumerate(header) if name}
+    problem_cols = [(name, i) for name, i in named.items() if name in PROBLEM_COLUMNS]
+    rows = []
+    for fields in reader:
+        if not fields or fields == header:
+            continue
+        lineno = reader.line_num + skipped
+        if "PerfConfig" in fields and "TFlops" in fields:
+            raise TunerError(
+                f"{path}:{lineno}: the .debug header changed mid-file (another op's or era's "
+                "columns appended to this file)"
+            )
+        row = _debug_row(path, lineno, fields, len(header), pc_col, tf_col, named)
+        rows.append(row._replace_problem(tuple((n, fields[i]) for n, i in problem_cols)))
+    return rows
 
 
 def _debug_row(
@@ -72,7 +162,7 @@ def _debug_row(
     width: int,
     pc_col: int,
     tf_col: int,
-    ms_col: int | None = None,
+    named: Mapping[str, int],
 ) -> DebugRow:
     if len(fields) != width:
         raise TunerError(f"{path}:{lineno}: {len(fields)} fields, the .debug header has {width}")
@@ -83,13 +173,54 @@ def _debug_row(
         raise TunerError(f"{path}:{lineno}: TFlops {text!r} is not a number") from None
     if not fields[pc_col]:
         raise TunerError(f"{path}:{lineno}: empty PerfConfig")
-    ms = _measurements(fields[ms_col]) if ms_col is not None else None
-    return DebugRow(fields[pc_col], tflops, lineno, ms)
+    spread = None
+    if "Stats" in named:
+        spread = parse_stats(fields[named["Stats"]])
+    elif "MeasurementsMs" in named:
+        spread = _measurements(fields[named["MeasurementsMs"]])
+    status = fields[named["Status"]].strip() or None if "Status" in named else None
+    return DebugRow(fields[pc_col], tflops, lineno, spread, status)
 
 
-def _measurements(text: str) -> tuple[float, ...] | None:
-    """A MeasurementsMs cell (pandas writes the list's repr); None when empty or unreadable:
-    the statistics are extra, a candidate without them is still a candidate."""
+def parse_stats(text: str) -> stats.Spread | None:
+    """A Stats cell (module docstring); None when empty or unreadable: the statistics are
+    extra, a candidate without them is still a candidate."""
+    if not text.strip():
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return None
+    if not isinstance(value, dict):
+        return None
+    median, low = _number(value.get("median")), _number(value.get("min"))
+    stddev = _number(value.get("stddev"))
+    if median is None or median <= 0:
+        return None
+    count = next((value[k] for k in ("count", "n", "samples") if k in value), None)
+    samples = (
+        count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else None
+    )
+    return stats.Spread(
+        median=median,
+        min=low if low is not None and 0 < low <= median else median,
+        iqr=IQR_PER_STDDEV * stddev if stddev is not None and stddev >= 0 else 0.0,
+        samples=samples,
+    )
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _measurements(text: str) -> stats.Spread | None:
+    """A MeasurementsMs cell (the list's repr, in ms) summarized in ns; None when empty or
+    unreadable."""
     try:
         values = json.loads(text) if text.strip() else None
     except ValueError:
@@ -97,7 +228,49 @@ def _measurements(text: str) -> tuple[float, ...] | None:
     if not isinstance(values, list) or not values:
         return None
     try:
-        ms = tuple(float(v) for v in values)
+        ms = [float(v) for v in values]
     except (TypeError, ValueError):
         return None
-    return ms if all(math.isfinite(v) and v > 0 for v in ms) else None
+    if not all(math.isfinite(v) and v > 0 for v in ms):
+        return None
+    return stats.summarize([m * 1e6 for m in ms])
+
+
+def matches(problem: Problem, columns: tuple[tuple[str, str], ...]) -> bool | None:
+    """Whether a block's problem columns name `problem` (a fusion problem: the conv/gemm of its
+    tuning key); None when no column can tell (an op or layout this reader has no names for)."""
+    problem = _tuned(problem)
+    fields = FIELD_COLUMNS.get(problem.op, {})
+    compared = False
+    for name, cell in columns:
+        attr = fields.get(name)
+        if attr is None or not hasattr(problem, attr):
+            continue
+        compared = True
+        if not _same(getattr(problem, attr), cell):
+            return False
+    return True if compared else None
+
+
+def _tuned(problem: Problem) -> Any:
+    """The problem the tool tunes: a fusion module's conv/gemm key, else the problem."""
+    if isinstance(problem, FusionProblem):
+        try:
+            return problem.key_problem()
+        except InputError:
+            return problem
+    return problem
+
+
+def _same(value: Any, cell: str) -> bool:
+    text = cell.strip()
+    if isinstance(value, bool):
+        return text.lower() in ("true", "1") if value else text.lower() in ("false", "0", "")
+    if isinstance(value, int):
+        try:
+            return int(float(text)) == value
+        except ValueError:
+            return False
+    if value is None:
+        return text in ("", "False", "false")
+    return str(value).lower() == text.lower()

@@ -15,8 +15,8 @@ import re
 from collections.abc import Set
 from pathlib import Path
 
-from mlirtuna import keys, stats
-from mlirtuna.errors import InputError, TunerError, TunerTimeout
+from mlirtuna import keys, machine, stats
+from mlirtuna.errors import InputError, TunerError, TunerTimeout, Unsupported
 from mlirtuna.history import tuningdb
 from mlirtuna.problems import Problem
 from mlirtuna.problems.fusion import FusionProblem, parse_key
@@ -34,6 +34,9 @@ from mlirtuna.tuners.rocmlir.process import (
 GPU_TIMED_OUT = "gpu_timed_out"  # E4's state for a driver that exited 3 (--gpu-run-timeout)
 DISCARDED = "Discarded by rocmlir-tuning-driver (E4: over its time budget)"
 _TIMED_OUT_RE = re.compile(r"Tuning timed out after")
+# argparse's usage error: "<prog>: error: <message>" (exit status 2).
+_USAGE_RE = re.compile(r"^\S[^\n]*?: error: [^\n]*$", re.MULTILINE)
+USAGE_EXIT = 2
 # One line of rocmlir-tuning-driver's output as E4 logs it with --debug: "<perfConfig>\tDiscarded".
 # (?<!\S): a match starts only where a word does; without it every position inside a long perf
 # config is tried again, quadratic in its length (0.3 s for a batch's stderr).
@@ -89,6 +92,9 @@ def failure(run: Run, out: Path | None = None) -> TunerError:
             "GPU run timed out (tuningRunner state gpu_timed_out, driver exit status 3)",
             detail=tail(run.stderr),
         )
+    usage = usage_error(run)
+    if usage is not None:
+        return usage
     if run.returncode < 0:
         what = f"was killed by signal {-run.returncode}"
     else:
@@ -98,6 +104,20 @@ def failure(run: Run, out: Path | None = None) -> TunerError:
     if _TIMED_OUT_RE.search(run.stderr):  # E3's own --timeout fired
         return TunerTimeout(message, detail=tail(run.stderr))
     return TunerError(message, detail=tail(run.stderr))
+
+
+def usage_error(run: Run) -> Unsupported | None:
+    """The tool refused its command line (argparse: exit 2 and its `error:` line): the same
+    call fails the same way every time, so it is an error at once, never retried."""
+    if run.returncode != USAGE_EXIT:
+        return None
+    lines = _USAGE_RE.findall(run.stderr)
+    if not lines:
+        return None
+    return Unsupported(
+        f"tuningRunner refused its command line (exit 2, not retried): {lines[-1].strip()}",
+        detail=tail(run.stderr),
+    )
 
 
 def result_row(problem: Problem, out: Path, run: Run) -> tuple[tuningdb.TuningRow, list[str]]:
@@ -186,12 +206,14 @@ def _row_phase(row: tuningdb.TuningRow) -> tuple[dt.datetime, dt.datetime] | Non
 
 def _check_gpu(row: tuningdb.TuningRow, ctx: TuneContext) -> None:
     """Refuse results tuned on another GPU than the session's (a different arch, or the same
-    chip with another CU or chiplet count, e.g. MI300X vs MI308X)."""
+    chip with another CU or chiplet count, e.g. MI300X vs MI308X). CUs are counted as the tool
+    counts them; on a WGP-mode chip rocminfo's doubled count names the same GPU, as the tool's
+    own matches_current_num_cu accepts it."""
     # E2 writes ','.join of every agent's name; a full name carries feature flags.
     archs = row.arch.split(",")
     session_arch = ctx.arch_full if ":" in row.arch else ctx.arch
     same_arch = all(a == (ctx.arch_full if ":" in a else ctx.arch) for a in archs)
-    same_cu = row.num_cu is None or row.num_cu == ctx.num_cu
+    same_cu = row.num_cu is None or machine.same_num_cu(ctx.arch, row.num_cu, ctx.num_cu)
     same_chiplets = row.num_chiplets is None or row.num_chiplets == ctx.num_chiplets
     if same_arch and same_cu and same_chiplets:
         return
@@ -210,17 +232,20 @@ def tflops_candidate(
     perf_config: str,
     tool_tflops: float | None,
     flops: float,
-    measurements_ms: tuple[float, ...] | None = None,
+    spread: stats.Spread | None = None,
     two_stage: bool = False,
+    status: str | None = None,
 ) -> Candidate:
     """The .debug file holds the tool's TFlops, not its time: the driver's ns is recovered
-    with the same flop count (perfRunner's formula, which mlirtuna.problems mirrors). With
-    two-stage tuning only the top k keep numbers: those were measured twice."""
+    with the same flop count (perfRunner's formula, which mlirtuna.problems mirrors). `spread`:
+    the run's statistics (the Stats column). With two-stage tuning only the top k keep numbers:
+    those were measured twice. `status`: E4's Status for the candidate, its reason when N/A."""
     if tool_tflops is None or not math.isfinite(tool_tflops) or tool_tflops <= 0:
         why = "N/A, or Discarded outside the top k" if two_stage else "N/A"
+        if status and status.lower() not in ("ok", "success", "n/a"):
+            why = status
         return Candidate(perf_config, error=f"not applicable (rocmlir-tuning-driver: {why})")
     ns = flops / (tool_tflops * 1e3)
-    spread = stats.summarize([m * 1e6 for m in measurements_ms]) if measurements_ms else None
     return Candidate(
         perf_config,
         kernel_time_ns=ns,
@@ -239,11 +264,16 @@ def debug_candidates(
     """One candidate per perf config (greedy spaces may measure one twice: keep the best)."""
     best: dict[str, Candidate] = {}
     for row in rows:
-        if row.tflops is None and row.perf_config in discarded:
+        # E4's Status says it for each row; without it, the driver's lines on stderr do.
+        if row.status is not None:
+            is_discarded = row.status.lower() == "discarded"
+        else:
+            is_discarded = row.perf_config in discarded
+        if row.tflops is None and is_discarded:
             cand = Candidate(row.perf_config, error=DISCARDED)
         else:
             cand = tflops_candidate(
-                row.perf_config, row.tflops, flops, row.measurements_ms, two_stage
+                row.perf_config, row.tflops, flops, row.spread, two_stage, row.status
             )
         prev = best.get(row.perf_config)
         if prev is None or (cand.valid and (not prev.valid or _tflops(cand) > _tflops(prev))):

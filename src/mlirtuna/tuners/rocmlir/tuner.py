@@ -3,6 +3,7 @@ docstring for what each era gets and why)."""
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import tempfile
@@ -10,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mlirtuna import machine
 from mlirtuna.defaults import ENV_ROCMLIR_BUILD, ENV_ROCMLIR_PYTHON
 from mlirtuna.errors import TunerError, Unsupported, UserError
 from mlirtuna.problems import Problem
@@ -85,7 +87,7 @@ class RocmlirTuner:
             out = Path(tmp) / "tuning.tsv"
             write_module(out, problem)
             argv = self.command(problem, ctx, out)
-            run = self._run(argv, self._env(ctx, era), ctx.timeout_s)
+            run = self._run(argv, self._env(ctx, era), ctx.timeout_s, self._cwd(problem, out))
             return read_outcome(problem, ctx, out, run, self.two_stage(ctx))
 
     def command(
@@ -124,10 +126,10 @@ class RocmlirTuner:
             config = "--configs-file=-"
         elif not isinstance(problem, FusionProblem):
             config = f"--config={problem.canonical()}"
-        elif self.era.name == "E2":  # E2 reads fusion modules from a directory only
+        elif self.era.name in E2_LIKE:  # the directory holding only this job's module
             config = f"--test_dir={module_path(out, problem).parent}"
         else:
-            config = f"--config={module_path(out, problem)}"
+            config = f"--test-dir={module_path(out, problem).parent}"
         return [
             self.python,
             str(self.script),
@@ -163,7 +165,8 @@ class RocmlirTuner:
             f"--target-num-cu={ctx.num_cu}",
             f"--target-num-chiplets={ctx.num_chiplets}",
         ]
-        run = self._run(argv, process.scrubbed_env(), ctx.timeout_s)
+        cwd = self._cwd(problem, dest.parent / "tuning.tsv")
+        run = self._run(argv, process.scrubbed_env(), ctx.timeout_s, cwd)
         if run.returncode != 0:
             raise failure(run)
         commits = index_commits(dest)
@@ -181,7 +184,7 @@ class RocmlirTuner:
             out = Path(tmp) / "tuning.tsv"
             write_module(out, problem)
             argv = [*self.command(problem, ctx, out), f"--benchmark-artifacts={artifacts}"]
-            run = self._run(argv, self._env(ctx, era), ctx.timeout_s)
+            run = self._run(argv, self._env(ctx, era), ctx.timeout_s, self._cwd(problem, out))
             if run.returncode != 0 and commit_refused(run.stderr):
                 why = process.last_error_line(run.stderr)
                 raise Unsupported(f"tuningRunner refused the bundle: {why}")
@@ -215,8 +218,27 @@ class RocmlirTuner:
             env["ROCR_VISIBLE_DEVICES"] = str(ctx.gpu_id)
         return env
 
-    def _run(self, argv: list[str], env: dict[str, str], timeout: float | None) -> process.Run:
-        return process.run(argv, self.build_dir, env, timeout, self.kill_grace_s)
+    def _run(
+        self, argv: list[str], env: dict[str, str], timeout: float | None, cwd: Path | None = None
+    ) -> process.Run:
+        """The tool in the build directory, or in `cwd` (a fusion call's private directory),
+        where it still reports the build's commit (its commitId is `git rev-parse HEAD` of its
+        working directory: GIT_DIR names the build's checkout)."""
+        if cwd is None:
+            return process.run(argv, self.build_dir, env, timeout, self.kill_grace_s)
+        if self._git_dir:
+            env = {**env, "GIT_DIR": self._git_dir}
+        return process.run(argv, cwd, env, timeout, self.kill_grace_s)
+
+    def _cwd(self, problem: Problem, out: Path) -> Path | None:
+        """A fusion call's working directory: the job's own temporary directory, since the tool
+        writes `fusion_config_file` into its working directory (a shared one would collide
+        between concurrent jobs); None (the build directory) for every other op."""
+        return out.parent if isinstance(problem, FusionProblem) else None
+
+    @functools.cached_property
+    def _git_dir(self) -> str | None:
+        return machine.git_dir(self.build_dir)
 
     # -- a batch: one tool call for several configs (E3, E4) ------------------------------
 
