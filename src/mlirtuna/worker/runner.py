@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, TypeVar
 
 from mlirtuna import catalog, machine, queue, sessions, tuners
@@ -425,7 +426,7 @@ def record_with(session: sessions.Session, lease: Lease) -> tuple[AlsoInTransact
     artifacts."""
     if lease.stage != BENCHMARK or session.keep_artifacts:
         return None, _nothing
-    removed: list[str | None] = []
+    removed: list[Path | None] = []
     also = bundles.delete_with(lease.session_id, lease.problem_id, removed)
     return also, lambda: bundles.remove_files(removed)
 
