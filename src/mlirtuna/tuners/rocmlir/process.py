@@ -22,14 +22,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, cast
 
-from mlirtuna.defaults import ENV_DB, ENV_DB_PASSWORD
+from mlirtuna.defaults import ENV_DB, ENV_DB_PASSWORD, ENV_TOOL_ENV
 from mlirtuna.errors import TunerError, TunerTimeout
 
 STDERR_TAIL_LINES = 40
 STDOUT_KEEP_BYTES = 1 << 20  # --help and the banner lines are far smaller
 STDERR_KEEP_BYTES = 256 << 10
-# Environment variables a tool never gets: the database URL and password reach only mlirtuna.
-SECRET_ENV = (ENV_DB, ENV_DB_PASSWORD, "PGPASSWORD", "MYSQL_PWD")
+# The environment a tool gets is an allowlist: what a shell, Python, ROCm and the tool itself
+# need. Names, and prefixes ending in "*"; MLIRTUNA_TOOL_ENV adds more (comma-separated).
+TOOL_ENV = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TZ", "LANG", "LANGUAGE", "LC_*",
+    "TMPDIR", "TMP", "TEMP", "LD_LIBRARY_PATH", "PYTHON*", "VIRTUAL_ENV",
+    "ROCM*", "HIP*", "HSA*", "ROCR*", "AMD*", "GPU_*", "MIOPEN*", "ROCBLAS*", "HIPBLASLT*",
+    "ROCMLIR*", "MLIR*", "LLVM*", "OMP_*",
+)  # fmt: skip
+# Never passed, even when listed: the database's URL and passwords reach only mlirtuna.
+SECRET_ENV = (
+    ENV_DB, ENV_DB_PASSWORD, "PGPASSWORD", "MYSQL_PWD", "DATABASE_URL", "SQLALCHEMY_DATABASE_URI",
+)  # fmt: skip
 # Any line of rocmlir-tuning-driver's output as E4 logs it with --debug,
 # "<perfConfig>\t<ns|N/A|Discarded>" (read from a batch's stderr as it arrives). (?<!\S): a match
 # starts only where a word does; without it every position inside a long perf config is tried
@@ -55,9 +65,21 @@ def now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def scrubbed_env() -> dict[str, str]:
-    """This process's environment without the database's URL and password."""
-    return {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+def scrubbed_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The tool's environment: the variables of this process's (or `environ`) that TOOL_ENV or
+    MLIRTUNA_TOOL_ENV allow, never a secret (SECRET_ENV, MLIRTUNA_ROLE_PASSWORD_*)."""
+    env = os.environ if environ is None else environ
+    extra = [x.strip() for x in env.get(ENV_TOOL_ENV, "").split(",") if x.strip()]
+    allowed = [*TOOL_ENV, *extra]
+    names = {a for a in allowed if not a.endswith("*")}
+    prefixes = tuple(a[:-1] for a in allowed if a.endswith("*"))
+
+    def passed(name: str) -> bool:
+        if name in SECRET_ENV or name.startswith("MLIRTUNA_"):
+            return False
+        return name in names or name.startswith(prefixes)
+
+    return {k: v for k, v in env.items() if passed(k)}
 
 
 def start(
