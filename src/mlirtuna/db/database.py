@@ -28,14 +28,20 @@ class Database:
     """One database: an engine plus the unit-of-work context manager every query runs in."""
 
     def __init__(
-        self, url: str | URL | None = None, *, check_schema: bool = True, create: bool = True
+        self,
+        url: str | URL | None = None,
+        *,
+        check_schema: bool = True,
+        create: bool = True,
+        read_only: bool = False,
     ) -> None:
-        """`create=False`: a SQLite file that does not exist is an error, never made (reads)."""
+        """`create=False`: a SQLite file that does not exist is an error, never made (reads);
+        `read_only`: a SQLite file's journal mode is left as it is (make_engine)."""
         self.url = url if isinstance(url, URL) else resolve_url(url)
         self.backend = self.url.get_backend_name()  # sqlite | postgresql | mysql | mariadb
         if not create:
             require_sqlite_file(self.url)
-        self.engine = make_engine(self.url)
+        self.engine = make_engine(self.url, read_only)
         if check_schema:
             try:
                 self.ensure_schema()
