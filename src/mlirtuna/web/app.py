@@ -36,7 +36,7 @@ HERE = Path(__file__).parent
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8765
 POLL_MS = 2000  # how often the farm page asks for fresh numbers
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
-MAX_INT = 2**53  # ids, offsets, limits: far above any table, far below every column's range
+MAX_INT = 2**31 - 1  # ids, offsets, limits: the servers' id columns are 32-bit integers
 MAX_PARAM_CHARS = 1000  # a query parameter (`q`, a tag, a threshold)
 SECURITY_HEADERS = [
     (b"content-security-policy",
