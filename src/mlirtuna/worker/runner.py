@@ -27,7 +27,12 @@ from mlirtuna import catalog, machine, queue, sessions, tuners
 from mlirtuna.db import Database, faults
 from mlirtuna.db.faults import first_line
 from mlirtuna.db.models import BENCHMARK
-from mlirtuna.defaults import DEFAULT_BACKOFF_S, DEFAULT_LEASE_S, DEFAULT_MAX_RETRIES
+from mlirtuna.defaults import (
+    DEFAULT_BACKOFF_S,
+    DEFAULT_LEASE_S,
+    DEFAULT_MAX_RETRIES,
+    KILL_GRACE_S,
+)
 from mlirtuna.errors import DatabaseError, NotRun, TunerError, Unsupported
 from mlirtuna.problems import Problem
 from mlirtuna.queue import AlsoInTransaction, Lease, bundles
@@ -477,8 +482,10 @@ def _ids(leases: list[Lease]) -> str:
 
 
 def _grace_s(timeout: float) -> float:
-    """How long past the job timeout a tuner may take to stop itself before the worker does."""
-    return min(30.0, max(0.5, timeout / 4))
+    """How long past the job timeout a tuner may take to stop itself before the worker does:
+    longer than a tool's own SIGTERM-to-SIGKILL grace, so that the worker's alarm does not cut
+    the tool's stop short (process.stop kills the group even then)."""
+    return max(2 * KILL_GRACE_S, min(30.0, timeout / 4))
 
 
 @contextlib.contextmanager
