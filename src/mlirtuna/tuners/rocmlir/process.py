@@ -183,7 +183,8 @@ def _processes() -> dict[int, int]:
 
 
 def _descendants(root: int) -> set[int]:
-    parents, found, frontier = _processes(), set(), {root}
+    parents, frontier = _processes(), {root}
+    found: set[int] = set()
     while frontier:
         frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
         found |= frontier
@@ -195,7 +196,7 @@ def _marked(mark: str | None) -> set[int]:
     if mark is None:
         return set()
     needle = f"{TOOL_MARK}={mark}".encode()
-    found = set()
+    found: set[int] = set()
     for pid in _processes():
         with contextlib.suppress(OSError):
             if needle in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
