@@ -8,14 +8,11 @@ tests/test_web_browser.py."""
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import time
 
-import httpx
 import pytest
-from support.clitools import mlirtuna_argv, subprocess_env
 from support.webfarm import make
-from test_web_browser import CHROMIUM, Page, _free_port, sync_api
+from support.webserve import serving
+from test_web_browser import CHROMIUM, Page, sync_api
 
 from mlirtuna.db import Database
 
@@ -59,28 +56,10 @@ def hostile(tmp_path_factory):
     farm = make(db, tmp)
     db.dispose()
     ids = poison(tmp / "mlirtuna.db")
-    port = _free_port()
-    proc = subprocess.Popen(
-        mlirtuna_argv("serve", "--port", str(port)),
-        env=subprocess_env(db_url),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(300):
-            try:
-                httpx.get(f"{url}/api/sessions", timeout=2).raise_for_status()
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        with sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            yield browser, url, farm, ids
-            browser.close()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    with serving(db_url) as url, sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield browser, url, farm, ids
+        browser.close()
 
 
 def test_every_page_shows_hostile_data_as_text(hostile):
