@@ -20,7 +20,7 @@ def serve(
         False, "--public", help="Allow a --host that other machines reach (no login: read-only)."
     ),
     allow_host: list[str] = typer.Option(
-        [],
+        None,
         "--allow-host",
         help="A Host name browsers may use besides localhost (repeatable), e.g. this machine's.",
     ),
@@ -49,7 +49,7 @@ def serve(
     url = f"http://{_netloc(host, port)}/"
     common.err(f"mlirtuna dashboard of {db.display_url} (read-only) at {url}")
     # The access log shows paths only; the database URL (and any password) is never logged.
-    app = create_app(db, allow_hosts=allow_host)
+    app = create_app(db, allow_hosts=allow_host or ())
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
