@@ -83,7 +83,7 @@ def time_urls(db_url: str, size: Size, repeat: int) -> list[tuple]:
     from mlirtuna.web.app import create_app, open_read_only
 
     db = open_read_only(db_url)
-    client = TestClient(create_app(db))
+    client = TestClient(create_app(db), base_url="http://127.0.0.1")
     rows = []
     try:
         for page, paths in urls(db_url, size).items():

@@ -21,6 +21,9 @@ HERE = Path(__file__).parent
 DATA = HERE / "data"
 FAKE_ROCMLIR = HERE / "fake_rocmlir"
 
+# The stand-in tool reads FAKE_* variables; the tool's environment is an allowlist.
+os.environ.setdefault("MLIRTUNA_TOOL_ENV", "FAKE_*")
+
 SERVER_ENV = {"postgresql": "MLIRTUNA_TEST_POSTGRES", "mysql": "MLIRTUNA_TEST_MYSQL"}
 REQUIRE_ALL = os.environ.get("MLIRTUNA_TEST_REQUIRE_ALL") == "1"
 _skipped: dict[str, str] = {}

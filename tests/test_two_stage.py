@@ -464,7 +464,7 @@ def test_progress_and_dashboard_show_both_stages(db, db_url, tmp_path, build):
     sid = session(db, build)
     ro = open_read_only(db_url)
     try:
-        client = TestClient(create_app(ro))
+        client = TestClient(create_app(ro), base_url="http://127.0.0.1")
         before = client.get(f"/api/sessions/{sid}").json()
         assert before["counts"]["waiting"] == 2 and before["active"]
         work(db, sid, build, "compile")

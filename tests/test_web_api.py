@@ -49,7 +49,7 @@ def farm(db: Database, tmp_path) -> Farm:
 @pytest.fixture
 def client(db_url, farm) -> TestClient:
     ro = open_read_only(db_url)
-    yield TestClient(create_app(ro))
+    yield TestClient(create_app(ro), base_url="http://127.0.0.1")
     ro.dispose()
 
 
@@ -244,7 +244,7 @@ def test_stale_heartbeat_is_flagged_before_the_lease_expires(db, db_url, farm):
     lease = queue.claim(db, sid, queue.Claimant("node7", 3, 4242), lease_s=3600)
     assert lease is not None
     ro = open_read_only(db_url)
-    client = TestClient(create_app(ro))
+    client = TestClient(create_app(ro), base_url="http://127.0.0.1")
     (busy,) = get(client, "/api/workers")
     assert (busy["machine_name"], busy["gpu_id"], busy["pid"]) == ("node7", 3, 4242)
     assert busy["job_id"] == lease.job_id and not busy["stale"] and not busy["expired"]
@@ -288,7 +288,7 @@ def test_password_never_reaches_a_page_or_an_answer(db_url, farm, request):
     with_pw = re.sub(r"://([^@/:]+)@", rf"://\1:{secret}@", db_url)
     ro = open_read_only(with_pw)
     try:
-        client = TestClient(create_app(ro))
+        client = TestClient(create_app(ro), base_url="http://127.0.0.1")
         ids = {"a": farm.cpu_a, "b": farm.cpu_b, "g": farm.gpu, "p": farm.problems[0], "j": 1}
         paths = [p.format(**ids) for p in PAGES] + [
             "/api/farm",

@@ -12,18 +12,16 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
-import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 import sqlalchemy as sa
 from support.clitools import mlirtuna_argv, run_cli, subprocess_env
 from support.webfarm import Farm, make
+from support.webserve import serving
 
 from mlirtuna import catalog, queue, sessions
 from mlirtuna.db import Database
@@ -60,12 +58,6 @@ class Site:
     farm: Farm
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Iterator[Site]:
     tmp = tmp_path_factory.mktemp("web")
@@ -77,26 +69,10 @@ def site(tmp_path_factory) -> Iterator[Site]:
     assert run.code == 0, run.stderr
     db = Database(db_url)
     farm = make(db, tmp)
-    port = _free_port()
-    env = subprocess_env(db_url)
-    proc = subprocess.Popen(
-        mlirtuna_argv("serve", "--port", str(port)),
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(300):
-            try:
-                httpx.get(f"{url}/api/sessions", timeout=2).raise_for_status()
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        yield Site(url, db, db_url, run.json()["session"], farm)
+        with serving(db_url) as url:
+            yield Site(url, db, db_url, run.json()["session"], farm)
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
         db.dispose()
 
 

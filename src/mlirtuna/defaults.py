@@ -17,4 +17,6 @@ ENV_DB_PASSWORD = "MLIRTUNA_DB_PASSWORD"  # its password, kept out of the URL
 ENV_ROLE_PASSWORD = "MLIRTUNA_ROLE_PASSWORD_{}"  # …_ADMIN, …_WORKER, …_READER (db roles)
 ENV_ROCMLIR_BUILD = "MLIRTUNA_ROCMLIR_BUILD"  # the rocMLIR build dir (--mlir-build-dir)
 ENV_ROCMLIR_PYTHON = "MLIRTUNA_ROCMLIR_PYTHON"  # the python that runs tuningRunner.py
+KILL_GRACE_S = 5.0  # a tool's time between SIGTERM and SIGKILL (the worker waits longer)
+ENV_TOOL_ENV = "MLIRTUNA_TOOL_ENV"  # more variables the tool may see: "NAME,PREFIX*"
 ENV_DOCKER_IMAGE = "MLIRTUNA_DOCKER_IMAGE"  # the image a session records (machine.docker_image)

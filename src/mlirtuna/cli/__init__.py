@@ -39,10 +39,10 @@ class _Group(TyperGroup):
                 raise
             # A database error no command expects (a missing table, a read-only or full disk,
             # a file that is not a database): one line naming the database, exit 2.
-            from mlirtuna.db import error_line, mask, resolve_url
+            from mlirtuna.db import error_line, resolve_url
 
             st = common.state(ctx)
-            _fail(ctx, error_line(mask(resolve_url(st.db_url)), exc), 2)
+            _fail(ctx, error_line(resolve_url(st.db_url), exc), 2)
 
 
 def _fail(ctx: click.Context, exc: Exception, code: int) -> None:

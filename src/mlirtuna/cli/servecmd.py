@@ -11,9 +11,19 @@ from mlirtuna.errors import UserError
 def serve(
     ctx: typer.Context,
     host: str = typer.Option(
-        "127.0.0.1", "--host", help="Address to listen on; 0.0.0.0 opens it to the network."
+        "127.0.0.1",
+        "--host",
+        help="Address to listen on; one that is not loopback (0.0.0.0) needs --public.",
     ),
     port: int = typer.Option(8765, "--port", help="TCP port to listen on."),
+    public: bool = typer.Option(
+        False, "--public", help="Allow a --host that other machines reach (no login: read-only)."
+    ),
+    allow_host: list[str] = typer.Option(
+        None,
+        "--allow-host",
+        help="A Host name browsers may use besides localhost (repeatable), e.g. this machine's.",
+    ),
 ) -> None:
     """Serve a read-only web dashboard of the farm: sessions, live workers, winners, problem
     trends, comparisons, and the same as JSON under /api/."""
@@ -25,12 +35,33 @@ def serve(
         raise UserError(
             f"the dashboard needs the web extra: pip install 'mlirtuna[web]' ({exc})"
         ) from None
+    if not _loopback(host):
+        if not public:
+            raise UserError(
+                f"--host {host} opens the dashboard to other machines: add --public to mean it"
+            )
+        common.err(
+            f"warning: the dashboard listens on {host}, open to every machine that reaches it "
+            "(no login); browsers must use a name given with --allow-host"
+        )
     db = open_read_only(common.state(ctx).db_url)
     ctx.find_root().call_on_close(db.dispose)
     url = f"http://{_netloc(host, port)}/"
     common.err(f"mlirtuna dashboard of {db.display_url} (read-only) at {url}")
     # The access log shows paths only; the database URL (and any password) is never logged.
-    uvicorn.run(create_app(db), host=host, port=port, log_level="warning")
+    app = create_app(db, allow_hosts=allow_host or ())
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _netloc(host: str, port: int) -> str:

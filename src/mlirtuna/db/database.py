@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from mlirtuna.db import faults
 from mlirtuna.db.engine import has_tables, make_engine, require_sqlite_file
 from mlirtuna.db.faults import UNAVAILABLE, fault_of
-from mlirtuna.db.urls import mask, resolve_url, wrong_url
+from mlirtuna.db.urls import mask, resolve_url, scrub, wrong_url
 from mlirtuna.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
 
 log = logging.getLogger(__name__)
@@ -28,14 +28,20 @@ class Database:
     """One database: an engine plus the unit-of-work context manager every query runs in."""
 
     def __init__(
-        self, url: str | URL | None = None, *, check_schema: bool = True, create: bool = True
+        self,
+        url: str | URL | None = None,
+        *,
+        check_schema: bool = True,
+        create: bool = True,
+        read_only: bool = False,
     ) -> None:
-        """`create=False`: a SQLite file that does not exist is an error, never made (reads)."""
+        """`create=False`: a SQLite file that does not exist is an error, never made (reads);
+        `read_only`: a SQLite file's journal mode is left as it is (make_engine)."""
         self.url = url if isinstance(url, URL) else resolve_url(url)
         self.backend = self.url.get_backend_name()  # sqlite | postgresql | mysql | mariadb
         if not create:
             require_sqlite_file(self.url)
-        self.engine = make_engine(self.url)
+        self.engine = make_engine(self.url, read_only)
         if check_schema:
             try:
                 self.ensure_schema()
@@ -96,7 +102,8 @@ class Database:
         except DBAPIError as exc:
             if fault_of(exc) == UNAVAILABLE:
                 raise DatabaseUnavailable(
-                    f"cannot reach the database {self.display_url}: {_first_line(exc.orig)}"
+                    f"cannot reach the database {self.display_url}: "
+                    f"{scrub(_first_line(exc.orig), self.url)}"
                 ) from exc
             # Anything else (a missing table, a refused login, a read-only file) waiting will
             # not cure: it goes up as it is; the CLI prints it as one line (error_line).
@@ -148,10 +155,12 @@ class Database:
         return faults.retrying_conflicts(write, tries)
 
 
-def error_line(display_url: str | None, exc: DBAPIError) -> DatabaseError:
-    """A database error as the one line a command prints (the URL masked)."""
-    where = f" on {display_url}" if display_url else ""
-    return DatabaseError(f"database error{where}: {_first_line(exc.orig)}")
+def error_line(url: URL | None, exc: DBAPIError) -> DatabaseError:
+    """A database error as the one line a command prints (the URL masked, its secrets scrubbed
+    from the driver's message)."""
+    if url is None:
+        return DatabaseError(f"database error: {_first_line(exc.orig)}")
+    return DatabaseError(f"database error on {mask(url)}: {scrub(_first_line(exc.orig), url)}")
 
 
 def _first_line(exc: BaseException | None) -> str:

@@ -17,10 +17,11 @@ from mlirtuna.errors import DatabaseError
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
-def make_engine(url: URL) -> Engine:
+def make_engine(url: URL, read_only: bool = False) -> Engine:
+    """`read_only`: a SQLite file is only read, its journal mode left as it is (the dashboard)."""
     try:
         if url.get_backend_name() == "sqlite":
-            return _sqlite_engine(url)
+            return _sqlite_engine(url, read_only)
         # READ COMMITTED on MariaDB/MySQL: no gap locks, so concurrent claims and records of
         # different jobs do not deadlock over index ranges (PostgreSQL's default already is).
         mysql = url.get_backend_name() in ("mysql", "mariadb")
@@ -97,7 +98,7 @@ def require_sqlite_file(url: URL) -> None:
         )
 
 
-def _sqlite_engine(url: URL) -> Engine:
+def _sqlite_engine(url: URL, read_only: bool = False) -> Engine:
     if url.database and url.database != ":memory:":
         parent = Path(url.database).expanduser().resolve().parent
         if not parent.is_dir():
@@ -113,10 +114,13 @@ def _sqlite_engine(url: URL) -> Engine:
         # We issue BEGIN ourselves (below); pysqlite's own transaction handling would defer it.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")  # readers never block the writer
+        if read_only:  # a reader changes nothing, not even the journal mode
+            cur.execute("PRAGMA query_only=ON")
+        else:
+            cur.execute("PRAGMA journal_mode=WAL")  # readers never block the writer
+            cur.execute("PRAGMA synchronous=NORMAL")  # safe with WAL; a commit need not fsync
         cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute("PRAGMA synchronous=NORMAL")  # safe with WAL; a commit need not fsync
         cur.close()
 
     @event.listens_for(engine, "begin")

@@ -38,6 +38,11 @@ def resolve_url(url: str | None = None) -> URL:
             f"bad database URL {mask_text(text)!r}: expected e.g. sqlite:///mlirtuna.db, "
             "postgresql://user@host/db or mysql://user@host/db"
         ) from None
+    if parsed.host and "@" in parsed.host:
+        raise DatabaseError(
+            f"bad database URL {mask(parsed)!r}: an @ in the user name or password must be "
+            "written %40 (or give the password in the environment)"
+        )
     driver = _DRIVERS.get(parsed.drivername)
     if driver:
         parsed = parsed.set(drivername=driver)
@@ -73,8 +78,30 @@ def _check_query(url: URL) -> None:
 
 
 def mask(url: URL) -> str:
-    """The URL as it may be printed: the password replaced by ***."""
-    return url.render_as_string(hide_password=True)
+    """The URL as it may be printed, rebuilt from its parts (scheme, user, host, port,
+    database): a password shows as ***, and the query string never shows at all (psycopg takes
+    `?password=`, and options may carry other secrets). The one function every place that
+    shows a URL uses."""
+    host = url.host.rsplit("@", 1)[-1] if url.host else url.host  # an unencoded @ in a password
+    shown = URL.create(
+        url.drivername,
+        username=url.username,
+        password="***" if url.password is not None or url.host != host else None,
+        host=host,
+        port=url.port,
+        database=url.database,
+    )
+    return shown.render_as_string(hide_password=True)
+
+
+def scrub(text: str, url: URL) -> str:
+    """A driver's message with the URL's secrets (its password, in the URL or its query) and its
+    query string replaced by ***: drivers may echo what they were given."""
+    secrets = [url.password, *url.query.values(), *(url.host or "").split("@")[:-1]]
+    for secret in sorted({str(x) for x in secrets if x}, key=len, reverse=True):
+        if len(secret) >= 3:
+            text = text.replace(secret, "***")
+    return text
 
 
 def mask_text(text: str) -> str:
@@ -85,8 +112,8 @@ def mask_text(text: str) -> str:
         # Unparseable: keep the scheme and what follows the last @, never what precedes it.
         scheme, sep, rest = text.partition("://")
         if "@" not in rest:
-            return text
-        return f"{scheme}{sep}***@{rest.rsplit('@', 1)[1]}"
+            return f"{scheme}{sep}{rest.split('?', 1)[0]}"
+        return f"{scheme}{sep}***@{rest.rsplit('@', 1)[1].split('?', 1)[0]}"
 
 
 def wrong_url(url: URL) -> str | None:

@@ -16,10 +16,15 @@ keeps artifacts.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import io
 import os
+import re
+import shutil
 import tarfile
+import tempfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -27,7 +32,16 @@ from typing import Any, cast
 import sqlalchemy as sa
 
 from mlirtuna.db import Database, db_now
-from mlirtuna.db.models import BENCHMARK, NEW, RUNNING, WAITING, Bundle, BundleChunk, Job
+from mlirtuna.db.models import (
+    BENCHMARK,
+    NEW,
+    RUNNING,
+    WAITING,
+    Bundle,
+    BundleChunk,
+    Job,
+    TuningSession,
+)
 from mlirtuna.errors import Unsupported
 from mlirtuna.queue import settle
 from mlirtuna.queue.claim import Lease
@@ -37,6 +51,8 @@ CHUNKS_PER_TRANSACTION = 8  # ~8 MiB per commit: a big bundle never becomes one 
 SUFFIX = ".tar.gz"
 
 _B, _C, _J = Bundle.__table__, BundleChunk.__table__, Job.__table__
+_S = TuningSession.__table__
+_TOKEN = re.compile(r"[0-9a-f]{12,32}")
 
 
 class BundleMissing(Unsupported):
@@ -66,16 +82,120 @@ def pack(directory: Path, dest: Path, commit_id: str) -> Packed:
     return Packed(dest, dest.stat().st_size, digest.hexdigest(), commit_id)
 
 
-def unpack(data: bytes | Path, dest: Path) -> None:
-    """Unpack a bundle into `dest`; the "data" filter refuses absolute paths, `..` and links
-    out of the directory (a bundle is data from the database, not trusted code)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    if isinstance(data, Path):
-        with tarfile.open(data, "r:gz") as tar:
-            tar.extractall(dest, filter="data")
+MAX_FILE_BYTES = 1 << 30  # one unpacked file
+MAX_TOTAL_BYTES = 4 << 30  # all of a bundle, unpacked
+MAX_MEMBERS = 100_000
+MAX_NAME = 1024  # characters of a member's name
+_COPY_BYTES = 1 << 20
+
+
+class BundleRefused(Unsupported):
+    """A bundle that is not plain data (a link, a device, a name out of its directory, too big):
+    nothing of it is written."""
+
+
+def unpack(
+    data: bytes | Path,
+    dest: Path,
+    max_file: int = MAX_FILE_BYTES,
+    max_total: int = MAX_TOTAL_BYTES,
+) -> None:
+    """Unpack a bundle into the new directory `dest`. A bundle is data from the database, not
+    trusted code, and never needs links: every member is checked before anything is written
+    (regular files and directories only, strict relative names, a cap per file and in total),
+    then it is unpacked into a temporary sibling that is renamed to `dest` once whole.
+    BundleRefused, with nothing written, for anything else."""
+    with (
+        open(data, "rb") if isinstance(data, Path) else io.BytesIO(data) as raw,
+        tarfile.open(fileobj=raw, mode="r:gz") as tar,
+    ):
+        try:
+            members = _checked_members(tar, max_file, max_total)
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise BundleRefused(f"bundle is not a whole tar.gz: {exc}") from None
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+        try:
+            for member, parts in members:
+                _extract_one(tar, member, tmp.joinpath(*parts))
+            if dest.exists():
+                dest.rmdir()  # an empty directory made for it; a full one is an error
+            os.rename(tmp, dest)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+
+def _checked_members(
+    tar: tarfile.TarFile, max_file: int, max_total: int
+) -> list[tuple[tarfile.TarInfo, tuple[str, ...]]]:
+    """Every member with its name's parts, checked; BundleRefused at the first that is not
+    plain data. Reading the headers reads (and decompresses) the archive once, bounded by the
+    caps: a member over them stops it."""
+    checked: list[tuple[tarfile.TarInfo, tuple[str, ...]]] = []
+    seen: dict[tuple[str, ...], bool] = {}  # name -> is a directory
+    total = 0
+    for member in tar:
+        if len(checked) >= MAX_MEMBERS:
+            raise BundleRefused(f"bundle has more than {MAX_MEMBERS} members")
+        parts = _name_parts(member.name)
+        if member.type in (tarfile.REGTYPE, tarfile.AREGTYPE):
+            if member.size > max_file:
+                raise BundleRefused(
+                    f"bundle member {parts[-1]!r} is {member.size} bytes, over the cap of "
+                    f"{max_file} bytes per file"
+                )
+            total += member.size
+            if total > max_total:
+                raise BundleRefused(f"bundle unpacks to over {max_total} bytes (the cap)")
+        elif member.type != tarfile.DIRTYPE:
+            raise BundleRefused(
+                f"bundle member {'/'.join(parts)!r} is not a regular file or directory "
+                f"(tar type {member.type!r}): bundles never hold links or devices"
+            )
+        for i in range(1, len(parts)):  # every parent is a directory, never a file
+            if seen.get(parts[:i]) is False:
+                raise BundleRefused(f"bundle member {'/'.join(parts)!r} is under a file")
+        if parts in seen and not (seen[parts] and member.isdir()):
+            raise BundleRefused(f"bundle member {'/'.join(parts)!r} appears twice")
+        seen[parts] = member.isdir()
+        checked.append((member, parts))
+    return checked
+
+
+def _name_parts(name: str) -> tuple[str, ...]:
+    """The parts of a member's name: relative, no `.` or `..`, no empty part, no control
+    character or backslash; BundleRefused otherwise."""
+    shown = ascii(name[:80])
+    if not name or len(name) > MAX_NAME:
+        raise BundleRefused(f"bundle member name {shown} is empty or too long")
+    if name.startswith("/") or any(ord(c) < 32 or c in "\\\x7f" for c in name):
+        raise BundleRefused(f"bundle member name {shown} is absolute or has control characters")
+    parts = tuple(p for p in name.rstrip("/").split("/"))
+    if any(p in ("", ".", "..") for p in parts):
+        raise BundleRefused(f"bundle member name {shown} is not a plain relative name")
+    return parts
+
+
+def _extract_one(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -> None:
+    """One checked member; the file is created new (never through a link), with exactly its
+    declared size read."""
+    if member.isdir():
+        target.mkdir(parents=True, exist_ok=True)
         return
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        tar.extractall(dest, filter="data")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    source = tar.extractfile(member)
+    assert source is not None  # a regular file
+    mode = 0o755 if member.mode & 0o111 else 0o644
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    with source, open(os.open(target, flags, mode), "wb") as out:
+        left = member.size
+        while left > 0:
+            block = source.read(min(_COPY_BYTES, left))
+            if not block:
+                raise BundleRefused(f"bundle member {target.name!r} is truncated")
+            out.write(block)
+            left -= len(block)
 
 
 # -- storing (compile worker) -------------------------------------------------------------------
@@ -116,8 +236,35 @@ def store(db: Database, lease: Lease, packed: Packed, artifact_store: str | None
 
 
 def _file_name(artifact_store: str, lease: Lease) -> Path:
-    name = f"s{lease.session_id}-p{lease.problem_id}-j{lease.job_id}-{lease.token[:12]}{SUFFIX}"
-    return Path(artifact_store) / name
+    path = stored_file(
+        artifact_store, lease.session_id, lease.problem_id, lease.job_id, lease.token
+    )
+    if path is None:
+        raise Unsupported(f"artifact store {artifact_store}: a bundle's file would be outside it")
+    return path
+
+
+def stored_file(
+    artifact_store: str | None,
+    session_id: object,
+    problem_id: object,
+    job_id: object,
+    token: object,
+) -> Path | None:
+    """The file of a bundle in the session's artifact store, derived from its ids; None when
+    there is no store or the name would not resolve to a file right inside it. A file system
+    path is never read from the database: a row (which the worker role may write) names no
+    file of its own choosing, so it can make nothing be read or deleted elsewhere."""
+    if not artifact_store or not isinstance(token, str) or not _TOKEN.fullmatch(token):
+        return None
+    try:
+        ids = [int(str(v)) for v in (session_id, problem_id, job_id)]  # SQLite: any text
+    except ValueError:
+        return None
+    root = Path(artifact_store).resolve()
+    name = f"s{ids[0]}-p{ids[1]}-j{ids[2]}-{token[:12]}{SUFFIX}"
+    path = (root / name).resolve()  # a symlink in the store resolves out of it: refused
+    return path if path.is_relative_to(root) and path.parent == root else None
 
 
 def _write_file(src: Path, dest: Path) -> None:
@@ -203,21 +350,39 @@ def sweep_orphans(db: Database, session_id: int) -> int:
     return len(paths)
 
 
-def _delete(conn: sa.Connection, where) -> list[str | None]:
-    """Delete the bundles matching `where`, chunks first; their files' paths (None for a
-    bundle in the database), to remove after the commit."""
-    rows = conn.execute(sa.select(_B.c.id, _B.c.path).where(where)).all()
+def _delete(conn: sa.Connection, where) -> list[Path | None]:
+    """Delete the bundles matching `where`, chunks first; one file per bundle (None for one in
+    the database, or whose name is not in the store), to remove after the commit."""
+    rows = conn.execute(
+        sa.select(
+            _B.c.id,
+            _B.c.path,
+            _B.c.session_id,
+            _B.c.problem_id,
+            _B.c.job_id,
+            _B.c.lease_token,
+            _S.c.artifact_store,
+        )
+        .join(_S, _S.c.id == _B.c.session_id, isouter=True)
+        .where(where)
+    ).all()
     if rows:
         ids = [r.id for r in rows]
         conn.execute(sa.delete(_C).where(_C.c.bundle_id.in_(ids)))
         conn.execute(sa.delete(_B).where(_B.c.id.in_(ids)))
-    return [r.path for r in rows]
+    return [_row_file(r) if r.path is not None else None for r in rows]
 
 
-def remove_files(paths: list[str | None]) -> None:
+def _row_file(row: Any) -> Path | None:
+    return stored_file(
+        row.artifact_store, row.session_id, row.problem_id, row.job_id, row.lease_token
+    )
+
+
+def remove_files(paths: list[Path | None]) -> None:
     for path in paths:
-        if path:
-            with contextlib.suppress(FileNotFoundError):
+        if path is not None:
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
                 os.remove(path)
 
 
@@ -237,7 +402,8 @@ def fetch(db: Database, session_id: int, problem_id: int) -> Fetched:
     requeue compiles it again)."""
     with db.session() as s:
         row = s.execute(
-            sa.select(_B)
+            sa.select(_B, _S.c.artifact_store)
+            .join(_S, _S.c.id == _B.c.session_id)
             .where(
                 _B.c.session_id == session_id,
                 _B.c.problem_id == problem_id,
@@ -257,10 +423,17 @@ def fetch(db: Database, session_id: int, problem_id: int) -> Fetched:
             )
             data = b"".join(chunks)
     if row.path is not None:
+        path = _row_file(row)
+        if path is None:
+            delete(db, row.id)
+            raise BundleMissing(
+                f"bundle {row.id} names no file in its session's artifact store; removed, "
+                "requeue compiles it"
+            )
         try:
-            data = Path(row.path).read_bytes()
+            data = path.read_bytes()
         except OSError as e:
-            raise BundleMissing(f"bundle {row.id}: cannot read {row.path}: {e}") from None
+            raise BundleMissing(f"bundle {row.id}: cannot read {path}: {e}") from None
     digest = hashlib.sha256(data).hexdigest()
     if len(data) != row.size or digest != row.sha256:
         delete(db, row.id)
@@ -277,7 +450,7 @@ def delete(db: Database, bundle_id: int) -> None:
     remove_files(paths)
 
 
-def delete_with(session_id: int, problem_id: int, removed: list[str | None]):
+def delete_with(session_id: int, problem_id: int, removed: list[Path | None]):
     """An `also` for queue.record: delete the problem's bundles in its benchmark job's own
     transaction; their files' paths are put in `removed`, to remove after the commit."""
 
@@ -296,7 +469,7 @@ def exists(conn: sa.Connection, session_id: int, problem_id: int) -> bool:
     return conn.execute(stmt.limit(1)).first() is not None
 
 
-def delete_session(conn: sa.Connection, session_id: int) -> list[str | None]:
+def delete_session(conn: sa.Connection, session_id: int) -> list[Path | None]:
     """Every bundle of a session (session delete); the files to remove after the commit."""
     return _delete(conn, _B.c.session_id == session_id)
 
@@ -316,6 +489,7 @@ def check_commit(commit_id: str, session_commit: str, where: str) -> None:
 
 __all__ = [
     "BundleMissing",
+    "BundleRefused",
     "Fetched",
     "Packed",
     "check_commit",
@@ -328,6 +502,7 @@ __all__ = [
     "finish_compile",
     "pack",
     "store",
+    "stored_file",
     "sweep_orphans",
     "unpack",
 ]

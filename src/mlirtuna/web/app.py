@@ -1,13 +1,24 @@
 """The dashboard application: a read-only database handle, templates, static files, routes.
 
 Read-only is enforced by the database, not by discipline: every connection the dashboard opens is
-put in read-only mode (SQLite `query_only`, a read-only transaction default on the servers), so
-a bug in a route cannot write. On a server, a read-only role (docs/ci.md) does the same again.
+put in read-only mode (SQLite `query_only`, its journal mode left as it is; a read-only
+transaction default on the servers), so a bug in a route cannot write. On a server, a read-only
+role (docs/ci.md) does the same again.
+
+What a browser gets is data, never markup or a way in (issue 23): every answer carries a CSP with
+no inline script, `X-Frame-Options: DENY` and `nosniff`; a request whose Host is not a loopback
+name (or one given with `serve --allow-host`) is refused, so DNS rebinding cannot read the API;
+ids, offsets and query strings out of range are a 400, never a database overflow (500). The
+interactive API docs are off (they load their scripts from a CDN); /api/openapi.json stays.
 """
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Iterable
 from pathlib import Path
+from urllib.parse import parse_qsl
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -24,6 +35,19 @@ from mlirtuna.web import routes
 HERE = Path(__file__).parent
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8765
 POLL_MS = 2000  # how often the farm page asks for fresh numbers
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+MAX_INT = 2**31 - 1  # ids, offsets, limits: the servers' id columns are 32-bit integers
+MAX_PARAM_CHARS = 1000  # a query parameter (`q`, a tag, a threshold)
+SECURITY_HEADERS = [
+    (b"content-security-policy",
+     b"default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+     b"img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; "
+     b"frame-ancestors 'none'"),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+]  # fmt: skip
+_INT = re.compile(r"[-+]?\d+")
 
 _READ_ONLY = {
     "sqlite": "PRAGMA query_only = ON",
@@ -43,7 +67,7 @@ def open_read_only(url: str | URL | None) -> Database:
                 f"no database file {path or '(none)'}: "
                 "`mlirtuna run` or `mlirtuna import` makes one"
             )
-    db = Database(resolved, check_schema=False)
+    db = Database(resolved, check_schema=False, create=False, read_only=True)
     statement = _READ_ONLY[db.backend]
 
     @event.listens_for(db.engine, "connect")
@@ -62,11 +86,12 @@ def open_read_only(url: str | URL | None) -> Database:
     return db
 
 
-def create_app(db: Database, poll_ms: int = POLL_MS) -> FastAPI:
+def create_app(db: Database, poll_ms: int = POLL_MS, allow_hosts: Iterable[str] = ()) -> FastAPI:
+    """The dashboard; `allow_hosts`: Host names answered besides the loopback ones."""
     app = FastAPI(
         title="mlirtuna dashboard",
         version=__version__,
-        docs_url="/api/docs",
+        docs_url=None,  # Swagger UI loads its scripts from a CDN: off, not served from afar
         redoc_url=None,
         openapi_url="/api/openapi.json",
     )
@@ -78,7 +103,65 @@ def create_app(db: Database, poll_ms: int = POLL_MS) -> FastAPI:
     app.include_router(routes.api)
     app.include_router(routes.pages)
     app.add_exception_handler(UserError, _user_error)
+    app.add_middleware(Guard, hosts={*LOOPBACK_HOSTS, *(h.lower() for h in allow_hosts)})
     return app
+
+
+class Guard:
+    """Every answer with the security headers; a request with an unknown Host, or a number or
+    text out of range in its path or query, refused with 400 before any route runs."""
+
+    def __init__(self, app, hosts: set[str]) -> None:
+        self.app, self.hosts = app, hosts
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+            await send(message)
+
+        why = self._refusal(scope)
+        if why is None:
+            await self.app(scope, receive, send_with_headers)
+            return
+        body = json.dumps({"error": why}).encode()
+        await send_with_headers(
+            {
+                "type": "http.response.start",
+                "status": 400,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    def _refusal(self, scope) -> str | None:
+        headers = dict(scope.get("headers") or [])
+        host = _host_name(headers.get(b"host", b"").decode("latin-1"))
+        if host not in self.hosts:
+            return "unknown Host: serve --allow-host NAME answers another name"
+        query = scope.get("query_string", b"").decode("latin-1")
+        values = [*scope["path"].split("/"), *(v for _, v in parse_qsl(query))]
+        for value in values:
+            if len(value) > MAX_PARAM_CHARS:
+                return f"a parameter longer than {MAX_PARAM_CHARS} characters"
+            if _INT.fullmatch(value.strip()) and abs(int(value)) > MAX_INT:
+                return f"a number out of range (at most {MAX_INT})"
+        return None
+
+
+def _host_name(host: str) -> str:
+    """The name of a Host header, without its port: `[::1]:8765` is `::1`."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 async def _user_error(request: Request, exc: Exception) -> Response:

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, TypeVar
 
 from mlirtuna import catalog, machine, queue, sessions, tuners
@@ -31,6 +32,7 @@ from mlirtuna.defaults import (
     DEFAULT_BATCH_WAIT_S,
     DEFAULT_LEASE_S,
     DEFAULT_MAX_RETRIES,
+    KILL_GRACE_S,
 )
 from mlirtuna.errors import BatchRefused, DatabaseError, NotRun, TunerError, Unsupported
 from mlirtuna.problems import Problem
@@ -458,7 +460,7 @@ def record_with(session: sessions.Session, lease: Lease) -> tuple[AlsoInTransact
     artifacts."""
     if lease.stage != BENCHMARK or session.keep_artifacts:
         return None, _nothing
-    removed: list[str | None] = []
+    removed: list[Path | None] = []
     also = bundles.delete_with(lease.session_id, lease.problem_id, removed)
     return also, lambda: bundles.remove_files(removed)
 
@@ -509,8 +511,10 @@ def _ids(leases: list[Lease]) -> str:
 
 
 def _grace_s(timeout: float) -> float:
-    """How long past the job timeout a tuner may take to stop itself before the worker does."""
-    return min(30.0, max(0.5, timeout / 4))
+    """How long past the job timeout a tuner may take to stop itself before the worker does:
+    longer than a tool's own SIGTERM-to-SIGKILL grace, so that the worker's alarm does not cut
+    the tool's stop short (process.stop kills the group even then)."""
+    return max(2 * KILL_GRACE_S, min(30.0, timeout / 4))
 
 
 @contextlib.contextmanager

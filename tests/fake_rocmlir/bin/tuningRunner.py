@@ -524,7 +524,17 @@ def debug_cell(value) -> str:
 
 def hang() -> None:
     """Sleep forever, with a child in the same process group (as the real driver pipeline is)."""
-    child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(60)"])
+    # FAKE_TUNINGRUNNER_SETSID_CHILD=1: the child leaves the group and ignores SIGTERM (a
+    # daemon the driver left behind); FAKE_TUNINGRUNNER_TOOL_PIDFILE: where this pid goes.
+    escape = os.environ.get("FAKE_TUNINGRUNNER_SETSID_CHILD") == "1"
+    code = "import signal, time\n" + (
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" if escape else ""
+    )
+    child = subprocess.Popen([sys.executable, "-c", code + "while True: time.sleep(60)"],
+                             start_new_session=escape)  # fmt: skip
+    if os.environ.get("FAKE_TUNINGRUNNER_TOOL_PIDFILE"):
+        with open(os.environ["FAKE_TUNINGRUNNER_TOOL_PIDFILE"], "w") as f:
+            f.write(f"{os.getpid()}\n")
     pidfile = os.environ.get("FAKE_TUNINGRUNNER_CHILD_PIDFILE")
     if pidfile:
         with open(pidfile, "w") as f:

@@ -17,19 +17,35 @@ import re
 import signal
 import subprocess
 import threading
+import uuid
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, cast
 
-from mlirtuna.defaults import ENV_DB, ENV_DB_PASSWORD
+from mlirtuna.defaults import ENV_DB, ENV_DB_PASSWORD, ENV_TOOL_ENV
 from mlirtuna.errors import TunerError, TunerTimeout
 
 STDERR_TAIL_LINES = 40
 STDOUT_KEEP_BYTES = 1 << 20  # --help and the banner lines are far smaller
 STDERR_KEEP_BYTES = 256 << 10
-# Environment variables a tool never gets: the database URL and password reach only mlirtuna.
-SECRET_ENV = (ENV_DB, ENV_DB_PASSWORD, "PGPASSWORD", "MYSQL_PWD")
+# The environment a tool gets is an allowlist: what a shell, Python, ROCm and the tool itself
+# need. Names, and prefixes ending in "*"; MLIRTUNA_TOOL_ENV adds more (comma-separated).
+TOOL_ENV = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TZ", "LANG", "LANGUAGE", "LC_*",
+    "TMPDIR", "TMP", "TEMP", "LD_LIBRARY_PATH", "PYTHON*", "VIRTUAL_ENV",
+    "ROCM*", "HIP*", "HSA*", "ROCR*", "AMD*", "GPU_*", "MIOPEN*", "ROCBLAS*", "HIPBLASLT*",
+    "ROCMLIR*", "MLIR*", "LLVM*", "OMP_*",
+)  # fmt: skip
+# Never passed, even when listed: the database's URL and passwords reach only mlirtuna.
+SECRET_ENV = (
+    ENV_DB, ENV_DB_PASSWORD, "PGPASSWORD", "MYSQL_PWD", "DATABASE_URL", "SQLALCHEMY_DATABASE_URI",
+)  # fmt: skip
+# Set in the tool's environment, different for each run: a process that left the tool's process
+# group and session (setsid) still carries it, and is found and killed by it when the tool stops.
+TOOL_MARK = "MLIRTUNA_TOOL_RUN"
+_marks: weakref.WeakKeyDictionary[subprocess.Popen[bytes], str] = weakref.WeakKeyDictionary()
 # Any line of rocmlir-tuning-driver's output as E4 logs it with --debug,
 # "<perfConfig>\t<ns|N/A|Discarded>" (read from a batch's stderr as it arrives). (?<!\S): a match
 # starts only where a word does; without it every position inside a long perf config is tried
@@ -55,9 +71,21 @@ def now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def scrubbed_env() -> dict[str, str]:
-    """This process's environment without the database's URL and password."""
-    return {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+def scrubbed_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The tool's environment: the variables of this process's (or `environ`) that TOOL_ENV or
+    MLIRTUNA_TOOL_ENV allow, never a secret (SECRET_ENV, MLIRTUNA_ROLE_PASSWORD_*)."""
+    env = os.environ if environ is None else environ
+    extra = [x.strip() for x in env.get(ENV_TOOL_ENV, "").split(",") if x.strip()]
+    allowed = [*TOOL_ENV, *extra]
+    names = {a for a in allowed if not a.endswith("*")}
+    prefixes = tuple(a[:-1] for a in allowed if a.endswith("*"))
+
+    def passed(name: str) -> bool:
+        if name in SECRET_ENV or name.startswith("MLIRTUNA_"):
+            return False
+        return name in names or name.startswith(prefixes)
+
+    return {k: v for k, v in env.items() if passed(k)}
 
 
 def start(
@@ -65,11 +93,12 @@ def start(
 ) -> tuple[subprocess.Popen[bytes], TailReader, TailReader]:
     """Start the tool, its stdout and stderr read by threads; `stdin`: text fed to it;
     `driver`: keep stderr's driver lines (TailReader)."""
+    mark = f"{os.getpid()}-{uuid.uuid4().hex}"
     try:
         proc = subprocess.Popen(
             argv,
             cwd=cwd,
-            env=env,
+            env={**env, TOOL_MARK: mark},
             stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -77,6 +106,7 @@ def start(
         )
     except OSError as e:
         raise TunerError(f"cannot run {argv[0]} {argv[1]}: {e}") from e
+    _marks[proc] = mark
     if proc.stdin is not None:
         # The tool reads all of stdin before it starts (load_configs_from_stdin); a few
         # configs fit in the pipe's buffer, so this write does not wait for the tool.
@@ -119,15 +149,64 @@ def run(
 
 
 def stop(proc: subprocess.Popen[bytes], readers: Sequence[TailReader], kill_grace_s: float) -> None:
-    """SIGTERM the process group, SIGKILL it after the grace period."""
-    _signal_group(proc.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=kill_grace_s)
-    _signal_group(proc.pid, signal.SIGKILL)  # also children that outlived their parent
-    proc.wait()
-    for reader in readers:
-        # Something outside the group may still hold a pipe; do not wait for it forever.
-        reader.join(kill_grace_s)
+    """SIGTERM the process group, SIGKILL it after the grace period, and with it every process
+    the tool started that left the group (setsid): its descendants, and whatever carries its
+    mark. The SIGKILL is sent even when the wait is interrupted (the worker's own alarm)."""
+    mark = _marks.get(proc)
+    escaped = _descendants(proc.pid)  # while the tool lives, a setsid child is still its child
+    try:
+        _signal_group(proc.pid, signal.SIGTERM)
+        for pid in escaped:
+            _signal(pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=kill_grace_s)
+    finally:
+        _signal_group(proc.pid, signal.SIGKILL)  # also children that outlived their parent
+        for pid in escaped | _descendants(proc.pid) | _marked(mark):
+            _signal(pid, signal.SIGKILL)
+        proc.wait()
+        for reader in readers:
+            # Something outside the group may still hold a pipe; do not wait for it forever.
+            reader.join(kill_grace_s)
+
+
+def _processes() -> dict[int, int]:
+    """Every process's parent, from /proc ({} where there is none)."""
+    parents = {}
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    stat = Path(f"/proc/{name}/stat").read_bytes()
+                    parents[int(name)] = int(stat[stat.rindex(b")") + 2 :].split()[1])
+    return parents
+
+
+def _descendants(root: int) -> set[int]:
+    parents, frontier = _processes(), {root}
+    found: set[int] = set()
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _marked(mark: str | None) -> set[int]:
+    """The processes whose environment carries the tool run's mark (this user's only)."""
+    if mark is None:
+        return set()
+    needle = f"{TOOL_MARK}={mark}".encode()
+    found: set[int] = set()
+    for pid in _processes():
+        with contextlib.suppress(OSError):
+            if needle in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                found.add(pid)
+    return found
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mlirtuna import machine
-from mlirtuna.defaults import ENV_ROCMLIR_BUILD, ENV_ROCMLIR_PYTHON
+from mlirtuna.defaults import ENV_ROCMLIR_BUILD, ENV_ROCMLIR_PYTHON, KILL_GRACE_S
 from mlirtuna.errors import TunerError, Unsupported, UserError
 from mlirtuna.problems import Problem
 from mlirtuna.problems.fusion import FusionProblem
@@ -38,7 +38,11 @@ class RocmlirTuner:
     name = "rocmlir"
 
     def __init__(
-        self, build_dir: str | None = None, *, python: str | None = None, kill_grace_s: float = 5.0
+        self,
+        build_dir: str | None = None,
+        *,
+        python: str | None = None,
+        kill_grace_s: float = KILL_GRACE_S,
     ) -> None:
         build = build_dir or os.environ.get(ENV_ROCMLIR_BUILD)
         if not build:

@@ -2,6 +2,7 @@
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
+// Every value put into innerHTML or plotly text goes through esc(): data, never markup.
 const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => (
   { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 const num = (v, digits = 3) => (v === null || v === undefined ? "–" : Number(v).toFixed(digits));
@@ -57,12 +58,12 @@ function histogram(el, h, xTitle) {
 function progressBar(p) {
   const pct = p.total ? (100 * p.done) / p.total : 0;
   const err = p.total ? (100 * p.counts.error) / p.total : 0;
-  return `<div class="bar" title="${p.done}/${p.total}"><div class="ok" style="width:${pct - err}%"></div>` +
-    `<div class="bad" style="width:${err}%"></div></div><span class="muted">${p.done}/${p.total}</span>`;
+  return `<div class="bar" title="${esc(p.done)}/${esc(p.total)}"><div class="ok" style="width:${esc(pct - err)}%"></div>` +
+    `<div class="bad" style="width:${esc(err)}%"></div></div><span class="muted">${esc(p.done)}/${esc(p.total)}</span>`;
 }
 
 function context(s) {
-  return `${esc(s.arch_full)} · ${s.num_cu} CU · ${s.num_chiplets} chiplet(s)<br>` +
+  return `${esc(s.arch_full)} · ${esc(s.num_cu)} CU · ${esc(s.num_chiplets)} chiplet(s)<br>` +
     `<span class="muted">ROCm ${esc(s.rocm_v || "–")} · rocMLIR ${esc(s.mlir_v || "–")} · ${esc(s.tuning_space)} · ${esc(s.tuner)}</span>`;
 }
 
@@ -76,16 +77,16 @@ function sessionWhat(p) {
 }
 
 const SESSION_COLUMNS = [
-  { label: "session", html: (p) => `<a href="/sessions/${p.session.id}">${p.session.id}</a>` },
+  { label: "session", html: (p) => `<a href="/sessions/${esc(p.session.id)}">${esc(p.session.id)}</a>` },
   { label: "name · op · opened", html: sessionWhat, cls: "what" },
   { label: "context", html: (p) => context(p.session) },
   { label: "reason", html: (p) => `${esc(p.session.reason)}${p.session.ticket ? ` <span class="muted">${esc(p.session.ticket)}</span>` : ""}` },
-  { label: "new", html: (p) => p.counts.new, cls: "n" },
-  { label: "waiting", html: (p) => p.counts.waiting, cls: "n" },
-  { label: "running", html: (p) => p.counts.running, cls: "n" },
-  { label: "completed", html: (p) => p.counts.completed, cls: "n" },
-  { label: "error", html: (p) => p.counts.error, cls: "n" },
-  { label: "cancelled", html: (p) => p.counts.cancelled, cls: "n" },
+  { label: "new", html: (p) => esc(p.counts.new), cls: "n" },
+  { label: "waiting", html: (p) => esc(p.counts.waiting), cls: "n" },
+  { label: "running", html: (p) => esc(p.counts.running), cls: "n" },
+  { label: "completed", html: (p) => esc(p.counts.completed), cls: "n" },
+  { label: "error", html: (p) => esc(p.counts.error), cls: "n" },
+  { label: "cancelled", html: (p) => esc(p.counts.cancelled), cls: "n" },
   { label: "progress", html: progressBar },
   { label: "jobs/min", html: (p) => (p.active ? num(p.per_minute, 1) : ""), cls: "n" },
   { label: "ETA", html: (p) => (p.active ? duration(p.eta_s) : ""), cls: "n" },
@@ -93,9 +94,9 @@ const SESSION_COLUMNS = [
 
 const WORKER_COLUMNS = [
   { label: "machine", key: "machine_name" },
-  { label: "GPU", html: (w) => (w.gpu_id >= 0 ? w.gpu_id : `cpu (pid ${w.pid})`) },
-  { label: "session", html: (w) => `<a href="/sessions/${w.session_id}">${w.session_id}</a>` },
-  { label: "problem", html: (w) => `<a href="/problems/${w.problem_id}?session=${w.session_id}">${esc(w.test_vector)}</a>`, cls: "vector" },
+  { label: "GPU", html: (w) => esc(w.gpu_id >= 0 ? w.gpu_id : `cpu (pid ${w.pid})`) },
+  { label: "session", html: (w) => `<a href="/sessions/${esc(w.session_id)}">${esc(w.session_id)}</a>` },
+  { label: "problem", html: (w) => `<a href="/problems/${esc(w.problem_id)}?session=${esc(w.session_id)}">${esc(w.test_vector)}</a>`, cls: "vector" },
   { label: "running", html: (w) => duration(w.running_s), cls: "n" },
   { label: "heartbeat", html: (w) => `${num(w.heartbeat_age_s, 1)} s ago`, cls: "n" },
   { label: "status", html: (w) => (w.expired ? '<span class="bad-text">lease expired</span>'
@@ -152,14 +153,14 @@ function wirePaging(state, load, { table, form, prev, next }) {
 // ------------------------------------------------------------------ session
 
 const WINNER_COLUMNS = [
-  { label: "problem", sort: "test_vector", html: (r) => `<a href="/problems/${r.problem_id}?session=${SESSION}">${esc(r.test_vector)}</a>`, cls: "vector" },
+  { label: "problem", sort: "test_vector", html: (r) => `<a href="/problems/${esc(r.problem_id)}?session=${esc(SESSION)}">${esc(r.test_vector)}</a>`, cls: "vector" },
   { label: "op", key: "op", sort: "op" },
   { label: "type", key: "data_type", sort: "data_type" },
   { label: "perf config", key: "perf_config", sort: "perf_config", cls: "vector" },
   { label: "TFlops", html: (r) => sig(r.tflops), sort: "tflops", cls: "n" },
   { label: "time (µs)", html: (r) => num(r.kernel_time === null ? null : r.kernel_time / 1000, 2), sort: "kernel_time", cls: "n" },
   { label: "candidates", key: "candidates", sort: "candidates", cls: "n" },
-  { label: "job", html: (r) => (r.job_id ? `<a href="/jobs/${r.job_id}">${r.job_id}</a>` : "") },
+  { label: "job", html: (r) => (r.job_id ? `<a href="/jobs/${esc(r.job_id)}">${esc(r.job_id)}</a>` : "") },
   { label: "margin", html: margin, cls: "n" },
 ];
 
@@ -204,7 +205,7 @@ function sessionPage() {
     }
   }).catch(showError);
   api(`/api/sessions/${SESSION}`).then((p) => {
-    const stages = Object.entries(p.stages || {}).map(([k, v]) => `${esc(k)} ${v.done}/${v.total}`);
+    const stages = Object.entries(p.stages || {}).map(([k, v]) => `${esc(k)} ${esc(v.done)}/${esc(v.total)}`);
     $("#progress").innerHTML = progressBar(p) +
       (p.active ? ` <span class="muted">${num(p.per_minute, 1)} jobs/min · ETA ${duration(p.eta_s)}</span>` : "") +
       (stages.length ? ` <span class="muted" id="stages">${stages.join(" · ")}</span>` : "");
@@ -219,7 +220,7 @@ function sessionPage() {
     table($("#errors"), [
       { label: "jobs", key: "count", cls: "n" },
       { label: "first line of the error", key: "first_line", cls: "vector" },
-      { label: "job", html: (g) => g.job_ids.map((id) => `<a href="/jobs/${id}">${id}</a>`).join(" ") },
+      { label: "job", html: (g) => g.job_ids.map((id) => `<a href="/jobs/${esc(id)}">${esc(id)}</a>`).join(" ") },
     ], groups);
     $("#no-errors").hidden = groups.length > 0;
   }).catch(showError);
@@ -269,15 +270,15 @@ function problemPage() {
       byContext.get(p.context).push(p);
     }
     const traces = [...byContext].map(([ctx, ps]) => ({
-      type: "scatter", mode: "lines+markers", name: ctx,
+      type: "scatter", mode: "lines+markers", name: esc(ctx),
       x: ps.map((p) => p.created_at), y: ps.map((p) => p.tflops),
-      text: ps.map((p) => `session ${p.session_id}<br>rocMLIR ${p.mlir_v || "?"}<br>${p.perf_config}`),
+      text: ps.map((p) => `session ${esc(p.session_id)}<br>rocMLIR ${esc(p.mlir_v || "?")}<br>${esc(p.perf_config)}`),
       hovertemplate: "%{y:.3g} TFlops<br>%{text}<extra></extra>",
     }));
     Plotly.newPlot($("#trend-plot"), traces, { margin: { t: 10 }, height: 320, showlegend: true,
       legend: { orientation: "h" }, ...trendAxes(points) }, PLOT_CONFIG);
     table($("#history"), [
-      { label: "session", html: (p) => `<a href="/sessions/${p.session_id}">${p.session_id}</a>` },
+      { label: "session", html: (p) => `<a href="/sessions/${esc(p.session_id)}">${esc(p.session_id)}</a>` },
       { label: "opened", key: "created_at" },
       { label: "context", key: "context" },
       { label: "ROCm", key: "rocm_v" },
@@ -306,9 +307,9 @@ function problemPage() {
         x: c.valid.map((v) => v.perf_config), y: c.valid.map((v) => v.tflops),
         marker: { size: isWinner.map((w) => (w ? 12 : 7)), color: isWinner.map((w) => (w ? "#c0392b" : "#3b6ea5")),
           symbol: c.valid.map((v) => (v.remeasured ? "diamond" : "circle")) },
-        customdata: c.valid.map((v) => `${v.remeasured ? "re-measured" : "first pass"}<br>` +
+        customdata: c.valid.map((v) => `${esc(v.perf_config)}<br>${v.remeasured ? "re-measured" : "first pass"}<br>` +
           Object.entries(v.fields || {}).map(([k, x]) => `${esc(k)}=${esc(x)}`).join(" ")),
-        hovertemplate: "%{x}<br>%{y:.3g} TFlops · %{customdata}<extra></extra>",
+        hovertemplate: "%{customdata}<br>%{y:.3g} TFlops<extra></extra>",
       }], { margin: { t: 10, b: 40 }, height: 340, xaxis: { showticklabels: false, title: { text: `${c.valid.length} valid perf configs, best first; ◆ re-measured (${c.valid.filter((v) => v.remeasured).length}), red: winner` } },
         yaxis: { title: { text: "TFlops" } } }, PLOT_CONFIG);
       table($("#invalid"), [
@@ -479,7 +480,7 @@ function comparePage() {
     const lo = Math.min(...all), hi = Math.max(...all);
     Plotly.newPlot($("#compare-plot"), [
       { type: "scatter", mode: "markers", name: "problems", x: c.points.tflops_a, y: c.points.tflops_b,
-        text: c.points.test_vector, hovertemplate: "%{text}<br>A %{x:.3f} · B %{y:.3f}<extra></extra>" },
+        text: c.points.test_vector.map(esc), hovertemplate: "%{text}<br>A %{x:.3f} · B %{y:.3f}<extra></extra>" },
       { type: "scatter", mode: "lines", name: "B = A", x: [lo, hi], y: [lo, hi], line: { dash: "dot", color: "#888" }, hoverinfo: "skip" },
     ], { margin: { t: 10 }, height: 480, xaxis: { type: "log", title: { text: "A TFlops" } },
       yaxis: { type: "log", title: { text: "B TFlops" } }, showlegend: false }, PLOT_CONFIG);

@@ -1,0 +1,100 @@
+"""Timeouts that kill (issue 23): a tool that ignores SIGTERM, with a child that left its process
+group and session (setsid) and ignores SIGTERM too, is gone after a timeout; and the SIGKILL is
+sent even when the wait for the tool is cut short by the worker's own alarm."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+
+import pytest
+import sqlalchemy as sa
+from support.clitools import run_cli
+from test_rocmlir_tuner import GEMM, context, pid_alive, tuner
+from test_rocmlir_worker import (
+    build,  # noqa: F401 (a fixture)
+    rocmlir_session,
+)
+
+from mlirtuna.db.models import Job
+from mlirtuna.errors import TunerTimeout
+from mlirtuna.problems import parse
+from mlirtuna.tuners.rocmlir import process
+
+STUBBORN = """
+import os, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen([sys.executable, "-c", "import signal, time\\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\\nwhile True: time.sleep(60)"],
+    start_new_session=True)
+print(child.pid, flush=True)
+while True: time.sleep(60)
+"""
+
+
+def gone(*pids: int, within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(pid_alive(p) for p in pids)
+
+
+def test_an_interrupted_stop_still_kills_the_tool_and_its_setsid_child(tmp_path):
+    proc, out, err = process.start([sys.executable, "-c", STUBBORN], tmp_path, {"PATH": "/usr/bin"})
+    deadline = time.monotonic() + 10
+    while not out.data.strip() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    child = int(out.data.split()[0])
+
+    class Alarm(Exception):
+        pass
+
+    def fire(_signum, _frame):
+        raise Alarm
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, 0.3)  # inside stop's 5 s SIGTERM grace
+    start = time.monotonic()
+    try:
+        with pytest.raises(Alarm):
+            process.stop(proc, (out, err), kill_grace_s=5.0)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert time.monotonic() - start < 4
+    assert proc.returncode == -signal.SIGKILL
+    assert gone(child)
+
+
+def test_a_tool_timeout_kills_a_child_that_left_the_group(build, monkeypatch, tmp_path):  # noqa: F811
+    pids = tmp_path / "tool.pid", tmp_path / "child.pid"
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_FAULT", "hang")
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_IGNORE_SIGTERM", "1")
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_SETSID_CHILD", "1")
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_TOOL_PIDFILE", str(pids[0]))
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_CHILD_PIDFILE", str(pids[1]))
+    t = tuner(build, "E3", monkeypatch, kill_grace_s=0.5)
+    with pytest.raises(TunerTimeout):
+        t.tune(parse("gemm", GEMM), context(tuning_space="quick", timeout_s=1.5))
+    assert gone(*(int(p.read_text()) for p in pids))
+
+
+def test_the_worker_kills_a_stubborn_tool_under_a_short_job_timeout(db, db_url, tmp_path, build):  # noqa: F811
+    pids = tmp_path / "tool.pid", tmp_path / "child.pid"
+    sid = rocmlir_session(db, tmp_path, "gemm")
+    start = time.monotonic()
+    run = run_cli(
+        db_url, "worker", "--session", str(sid), "--tuner", "rocmlir", "--gpus", "0",
+        "--mlir-build-dir", str(build), "--until-empty", "--job-timeout", "1",
+        "--max-retries", "1", MLIRTUNA_ROCMLIR_PYTHON=sys.executable,
+        FAKE_TUNINGRUNNER_FAULT="hang", FAKE_TUNINGRUNNER_IGNORE_SIGTERM="1",
+        FAKE_TUNINGRUNNER_SETSID_CHILD="1", FAKE_TUNINGRUNNER_TOOL_PIDFILE=str(pids[0]),
+        FAKE_TUNINGRUNNER_CHILD_PIDFILE=str(pids[1]), timeout=120,
+    )  # fmt: skip
+    assert run.code == 0, run.stderr
+    assert time.monotonic() - start < 60
+    with db.session() as s:
+        job = s.scalars(sa.select(Job).where(Job.session_id == sid)).one()
+    assert job.state == "error" and "ran past the job timeout of 1 s" in job.result
+    assert gone(*(int(p.read_text()) for p in pids))

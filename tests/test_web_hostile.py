@@ -1,0 +1,87 @@
+"""Hostile strings in the database are shown as text in a real Chromium (issue 23): a farm whose
+text fields, and integer columns SQLite lets hold text, carry markup. On every page: no element
+the data injected, no dialog, no script run, no link in a plot's legend or hover.
+
+SQLite only (the one backend that stores text in an integer column); the fixtures follow
+tests/test_web_browser.py."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from support.webfarm import make
+from support.webserve import serving
+from test_web_browser import CHROMIUM, Page, sync_api
+
+from mlirtuna.db import Database
+
+pytestmark = pytest.mark.slow
+
+IMG = '<img src=x id=pwned-img onerror="window.__pwned=1;alert(1)">'
+SCRIPT = "<script id=pwned-script>window.__pwned=2;alert(2)</script>"
+LINK = '<a id=pwned-link href="https://evil.example/">click</a>'
+HOSTILE = f"{IMG}{SCRIPT}{LINK}"
+
+
+def poison(path) -> dict[str, int]:
+    """Hostile text in every field a page shows; one job made to look held by a worker."""
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "UPDATE session SET reason = ?, ticket = ?, arch_full = ?, rocm_v = ?, mlir_v = ?, "
+            "num_cu = ?, num_chiplets = ?",
+            (HOSTILE, HOSTILE[:64], HOSTILE, HOSTILE[:64], HOSTILE[:64], IMG, SCRIPT),
+        )
+        conn.execute("UPDATE result SET perf_config = ?", (HOSTILE,))
+        conn.execute("UPDATE candidate SET perf_config = perf_config || ?", (HOSTILE,))
+        conn.execute("UPDATE candidate SET error = ? WHERE error IS NOT NULL", (HOSTILE,))
+        conn.execute("UPDATE attempt SET pid = ?, message = ?", (IMG, HOSTILE))
+        job, session, problem = conn.execute(
+            "SELECT id, session_id, problem_id FROM job ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+        conn.execute(
+            "UPDATE job SET state = 'running', gpu_id = ?, machine_name = ?, "
+            "heartbeat_at = claimed_at, lease_expires_at = claimed_at WHERE id = ?",
+            (SCRIPT, HOSTILE, job),
+        )
+        conn.execute("UPDATE job SET result = ?, reason = ?", (HOSTILE, HOSTILE))
+    return {"job": job, "session": session, "problem": problem}
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("hostile")
+    db_url = f"sqlite:///{tmp / 'mlirtuna.db'}"
+    db = Database(db_url)
+    farm = make(db, tmp)
+    db.dispose()
+    ids = poison(tmp / "mlirtuna.db")
+    with serving(db_url) as url, sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield browser, url, farm, ids
+        browser.close()
+
+
+def test_every_page_shows_hostile_data_as_text(hostile):
+    browser, url, farm, ids = hostile
+    pages = [
+        "/", f"/sessions/{farm.gpu}", f"/sessions/{farm.failed}", f"/sessions/{ids['session']}",
+        f"/problems/{farm.problems[0]}?session={farm.gpu}", f"/jobs/{ids['job']}",
+        f"/compare?a={farm.cpu_a}&b={farm.gpu}",
+    ]  # fmt: skip
+    for path in pages:
+        page = Page(browser, url)
+        dialogs: list[str] = []
+        page.tab.on("dialog", lambda d, seen=dialogs: (seen.append(d.message), d.dismiss()))
+        page.open(path)
+        page.tab.wait_for_timeout(2500)  # a poll or two, the plots drawn
+        injected = page.tab.evaluate(
+            "() => [...document.querySelectorAll('#pwned-img, #pwned-script, #pwned-link, "
+            'img[src=x], a[href^="https://evil"]\')].length'
+        )
+        assert injected == 0, path
+        assert page.tab.evaluate("() => window.__pwned === undefined"), path
+        assert dialogs == [], path
+        assert "<img src=x" in page.tab.inner_text("body") or path.startswith("/compare"), path
+        page.errors = [e for e in page.errors if "Failed to load resource" not in e]
+        page.close()  # no console error (a CSP violation is one)
