@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from test_two_stage import count, fake_build, problems, session, work
+from support.rocmlir import fake_build, work
+from support.twostage import count, problems, session
 
 from mlirtuna import sessions
 from mlirtuna.db import db_now

@@ -11,10 +11,13 @@ import time
 import pytest
 import sqlalchemy as sa
 from support.clitools import run_cli
-from test_rocmlir_tuner import GEMM, context, pid_alive, tuner
-from test_rocmlir_worker import (
-    build,  # noqa: F401 (a fixture)
+from support.rocmlir import (  # noqa: F401 (quiet_build is the build fixture)
+    GEMM,
+    context,
+    pid_alive,
+    quiet_build,
     rocmlir_session,
+    tuner,
 )
 
 from mlirtuna.db.models import Job
@@ -67,7 +70,7 @@ def test_an_interrupted_stop_still_kills_the_tool_and_its_setsid_child(tmp_path)
     assert gone(child)
 
 
-def test_a_tool_timeout_kills_a_child_that_left_the_group(build, monkeypatch, tmp_path):  # noqa: F811
+def test_a_tool_timeout_kills_a_child_that_left_the_group(build, monkeypatch, tmp_path):
     pids = tmp_path / "tool.pid", tmp_path / "child.pid"
     monkeypatch.setenv("FAKE_TUNINGRUNNER_FAULT", "hang")
     monkeypatch.setenv("FAKE_TUNINGRUNNER_IGNORE_SIGTERM", "1")
@@ -80,7 +83,7 @@ def test_a_tool_timeout_kills_a_child_that_left_the_group(build, monkeypatch, tm
     assert gone(*(int(p.read_text()) for p in pids))
 
 
-def test_the_worker_kills_a_stubborn_tool_under_a_short_job_timeout(db, db_url, tmp_path, build):  # noqa: F811
+def test_the_worker_kills_a_stubborn_tool_under_a_short_job_timeout(db, db_url, tmp_path, build):
     pids = tmp_path / "tool.pid", tmp_path / "child.pid"
     sid = rocmlir_session(db, tmp_path, "gemm")
     start = time.monotonic()

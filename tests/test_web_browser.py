@@ -10,8 +10,6 @@ SQLite only: the backends are covered by test_web_api.py; this is about what the
 from __future__ import annotations
 
 import datetime as dt
-import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from support.browser import CHROMIUM, Page, sync_api
 from support.clitools import mlirtuna_argv, run_cli, subprocess_env
 from support.webfarm import Farm, make
 from support.webserve import serving
@@ -34,19 +33,7 @@ from mlirtuna.web import explore
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = (
-    os.environ.get("MLIRTUNA_TEST_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-)
 EXAMPLE = Path(__file__).parent.parent / "examples" / "gemm-small"
-SHOTS = Path(__file__).parent / "screenshots"
-VIEWPORT = {"width": 1280, "height": 800}
-
-if not Path(CHROMIUM).is_file():
-    pytest.skip(
-        f"browser tests skipped: no Chromium at {CHROMIUM} (apt-get install chromium)",
-        allow_module_level=True,
-    )
-sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need playwright")
 
 
 @dataclass
@@ -82,45 +69,6 @@ def browser():
         chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         yield chromium
         chromium.close()
-
-
-class Page:
-    """A Chromium tab that records every console error and uncaught exception."""
-
-    def __init__(self, browser, base: str) -> None:
-        self.base = base
-        self.tab = browser.new_page(viewport=VIEWPORT)
-        self.errors: list[str] = []
-        self.tab.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
-        self.tab.on("pageerror", lambda e: self.errors.append(str(e)))
-
-    def open(self, path: str) -> None:
-        response = self.tab.goto(self.base + path)
-        assert response is not None and response.status == 200, path
-        self.tab.wait_for_load_state("networkidle")
-
-    def rows(self, table: str) -> list[list[str]]:
-        return self.tab.eval_on_selector_all(
-            f"{table} tbody tr", "trs => trs.map(tr => [...tr.cells].map(td => td.innerText))"
-        )
-
-    def plot(self, element: str) -> list[dict]:
-        """The traces Plotly drew in the element: x and y of each."""
-        self.tab.wait_for_function(
-            f"() => document.querySelector('{element}') && "
-            f"document.querySelector('{element}').data !== undefined"
-        )
-        return self.tab.eval_on_selector(
-            element, "el => el.data.map(t => ({x: t.x || [], y: t.y || [], name: t.name}))"
-        )
-
-    def shot(self, name: str) -> None:
-        SHOTS.mkdir(exist_ok=True)
-        self.tab.screenshot(path=str(SHOTS / f"{name}.png"))
-
-    def close(self) -> None:
-        assert self.errors == [], self.errors
-        self.tab.close()
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
+from support.browser import CHROMIUM, Page, sync_api
 from support.webfarm import make
 from support.webserve import serving
-from test_web_browser import CHROMIUM, Page, sync_api
 
 from mlirtuna.db import Database
 

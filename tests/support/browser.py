@@ -1,0 +1,62 @@
+"""The dashboard's browser tests: Debian's Chromium driven by Playwright's Python API (no browser
+download). Importing this skips the importing test module when either is missing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = (
+    os.environ.get("MLIRTUNA_TEST_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+)
+SHOTS = Path(__file__).parent.parent / "screenshots"  # tests/screenshots, not committed
+VIEWPORT = {"width": 1280, "height": 800}
+
+if not Path(CHROMIUM).is_file():
+    pytest.skip(
+        f"browser tests skipped: no Chromium at {CHROMIUM} (apt-get install chromium)",
+        allow_module_level=True,
+    )
+sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need playwright")
+
+
+class Page:
+    """A Chromium tab that records every console error and uncaught exception."""
+
+    def __init__(self, browser, base: str) -> None:
+        self.base = base
+        self.tab = browser.new_page(viewport=VIEWPORT)
+        self.errors: list[str] = []
+        self.tab.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.tab.on("pageerror", lambda e: self.errors.append(str(e)))
+
+    def open(self, path: str) -> None:
+        response = self.tab.goto(self.base + path)
+        assert response is not None and response.status == 200, path
+        self.tab.wait_for_load_state("networkidle")
+
+    def rows(self, table: str) -> list[list[str]]:
+        return self.tab.eval_on_selector_all(
+            f"{table} tbody tr", "trs => trs.map(tr => [...tr.cells].map(td => td.innerText))"
+        )
+
+    def plot(self, element: str) -> list[dict]:
+        """The traces Plotly drew in the element: x and y of each."""
+        self.tab.wait_for_function(
+            f"() => document.querySelector('{element}') && "
+            f"document.querySelector('{element}').data !== undefined"
+        )
+        return self.tab.eval_on_selector(
+            element, "el => el.data.map(t => ({x: t.x || [], y: t.y || [], name: t.name}))"
+        )
+
+    def shot(self, name: str) -> None:
+        SHOTS.mkdir(exist_ok=True)
+        self.tab.screenshot(path=str(SHOTS / f"{name}.png"))
+
+    def close(self) -> None:
+        assert self.errors == [], self.errors
+        self.tab.close()
