@@ -288,7 +288,11 @@ def test_compare_separates_noise_from_regression(db, db_url, tmp_path) -> None:
     # The dashboard's compare page splits them the same way, with a noise column and links.
     ro = open_read_only(db_url)
     try:
-        page = TestClient(create_app(ro)).get(f"/api/compare?a={a}&b={b}").json()
+        page = (
+            TestClient(create_app(ro), base_url="http://127.0.0.1")
+            .get(f"/api/compare?a={a}&b={b}")
+            .json()
+        )
     finally:
         ro.dispose()
     assert [r["test_vector"] for r in page["regressions_changed"]] == [changed]
