@@ -52,7 +52,7 @@ def _edges(modules: dict[str, Path]) -> dict[str, set[str]]:
         for module, imported in _imports(path, package):
             if f"{module}.{imported}" in modules:
                 deps.add(f"{module}.{imported}")
-            elif module in modules:
+            if module in modules:  # `from pkg import mod` runs pkg/__init__ first
                 deps.add(module)
         edges[name] = deps - {name}
     return edges

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from mlirtuna.cli import common
+import mlirtuna.cli.common as common
 
 app = typer.Typer(
     no_args_is_help=True, suggest_commands=False, help="Create or upgrade the database schema."

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from mlirtuna.cli import common, options
+import mlirtuna.cli.common as common
+import mlirtuna.cli.options as options
 from mlirtuna.errors import UserError
 
 if TYPE_CHECKING:

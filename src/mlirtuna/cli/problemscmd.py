@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from mlirtuna.cli import common, options
+import mlirtuna.cli.common as common
+import mlirtuna.cli.options as options
 
 OP_HELP = "conv, gemm, attention, gemm_gemm, conv_gemm or fusion (.mlir files / directories)."
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from mlirtuna.cli import common
+import mlirtuna.cli.common as common
 from mlirtuna.defaults import DEFAULT_QUICK_THRESHOLD
 from mlirtuna.errors import UserError
 

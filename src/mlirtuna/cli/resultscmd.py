@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from mlirtuna.cli import common
+import mlirtuna.cli.common as common
 from mlirtuna.errors import UserError
 
 if TYPE_CHECKING:

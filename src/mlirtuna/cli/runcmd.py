@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from mlirtuna.cli import common, options
+import mlirtuna.cli.common as common
+import mlirtuna.cli.options as options
 from mlirtuna.defaults import DEFAULT_TUNING_SPACE
 
 if TYPE_CHECKING:
@@ -73,8 +74,8 @@ def run(
     as_csv: bool = typer.Option(False, "--csv", help="Print the winners as CSV at the end."),
 ) -> None:
     """Import, open a session, load jobs, tune them here, export the tuning DB, show winners."""
+    import mlirtuna.cli.progress as progress
     from mlirtuna import flow
-    from mlirtuna.cli import progress
     from mlirtuna.worker import WorkerSettings
 
     common.output_format(as_json, as_csv)  # both at once: refused before any work

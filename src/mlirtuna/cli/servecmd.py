@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from mlirtuna.cli import common
+import mlirtuna.cli.common as common
 from mlirtuna.errors import UserError
 
 

@@ -6,7 +6,8 @@ import sys
 
 import typer
 
-from mlirtuna.cli import common, options
+import mlirtuna.cli.common as common
+import mlirtuna.cli.options as options
 from mlirtuna.defaults import DEFAULT_TOPK, DEFAULT_TUNING_SPACE
 from mlirtuna.errors import UserError
 

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from mlirtuna.cli import common, options
+import mlirtuna.cli.common as common
+import mlirtuna.cli.options as options
 from mlirtuna.defaults import DEFAULT_BACKOFF_S, DEFAULT_BATCH_WAIT_S, DEFAULT_LEASE_S
 from mlirtuna.errors import UserError
 

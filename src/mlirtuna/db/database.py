@@ -14,7 +14,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from mlirtuna.db import faults
+import mlirtuna.db.faults as faults
 from mlirtuna.db.engine import has_tables, make_engine, require_sqlite_file
 from mlirtuna.db.faults import UNAVAILABLE, fault_of
 from mlirtuna.db.urls import mask, resolve_url, scrub, wrong_url

@@ -39,11 +39,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
+import mlirtuna.history.tsvimport as tsvimport
+import mlirtuna.history.winners as winners
 from mlirtuna import keys, problems, sessions, stats
 from mlirtuna.db import Database
 from mlirtuna.db.models import COMPLETED, Candidate, Job, Problem, Result
 from mlirtuna.errors import InputError, UserError
-from mlirtuna.history import tsvimport, winners
 
 DEFAULT_THRESHOLD = 0.05
 

@@ -40,11 +40,13 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+import mlirtuna.history.debugexport as debugexport
+import mlirtuna.history.tuningdb as tuningdb
+import mlirtuna.history.winners as winners
 from mlirtuna import keys
 from mlirtuna.db import Database
 from mlirtuna.db.models import Candidate, FusionConfig, Job, Problem, Result, TuningSession
 from mlirtuna.errors import NotFound, UserError
-from mlirtuna.history import debugexport, tuningdb, winners
 
 FORMATS = ("v3", "v2", "t4", "debug")
 T4_SCHEMA_VERSION = "1.0.0"  # Kernel Tuner's kernel_tuner/schema/T4/1.0.0/results-schema.json

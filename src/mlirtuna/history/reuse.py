@@ -20,11 +20,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session as OrmSession
 
+import mlirtuna.history.winners as winners
 from mlirtuna import sessions
 from mlirtuna.db import Database, db_now
 from mlirtuna.db.models import COMPLETED, Job, Problem, Result, TuningSession
 from mlirtuna.errors import UserError
-from mlirtuna.history import winners
 from mlirtuna.keys import perf_config_family  # the one place for families
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import Session

@@ -43,11 +43,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+import mlirtuna.history.tuningdb as tuningdb
 from mlirtuna import catalog, keys, problems
 from mlirtuna.db import Database, utcnow
 from mlirtuna.db.models import ERROR, Job, Result, TuningSession
 from mlirtuna.errors import InputError, UserError
-from mlirtuna.history import tuningdb
 
 TUNER = "imported"
 DEFAULT_TUNING_SPACE = "exhaustive"

@@ -26,8 +26,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import mlirtuna.problems.conv as conv
+import mlirtuna.problems.gemm as gemm
+import mlirtuna.problems.gemm_gemm as gemm_gemm
 from mlirtuna.errors import InputError, UserError
-from mlirtuna.problems import conv, gemm, gemm_gemm
 from mlirtuna.problems.flags import Columns, ExpandOptions
 from mlirtuna.problems.migraphx import Function, Module, Op, read_module
 

@@ -31,6 +31,7 @@ from typing import Any, cast
 
 import sqlalchemy as sa
 
+import mlirtuna.queue.settle as settle
 from mlirtuna.db import Database, db_now
 from mlirtuna.db.models import (
     BENCHMARK,
@@ -43,7 +44,6 @@ from mlirtuna.db.models import (
     TuningSession,
 )
 from mlirtuna.errors import Unsupported
-from mlirtuna.queue import settle
 from mlirtuna.queue.claim import Lease
 
 CHUNK_BYTES = 1 << 20

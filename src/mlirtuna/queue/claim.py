@@ -15,12 +15,12 @@ from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
+import mlirtuna.queue.sql as sql
 from mlirtuna import catalog
 from mlirtuna.catalog import load_problem
 from mlirtuna.db import Database
 from mlirtuna.db.models import RUNNING, TUNE, Job
 from mlirtuna.problems import Problem
-from mlirtuna.queue import sql
 
 _J = Job.__table__
 

@@ -353,7 +353,7 @@ def requeue(db: Database, session_id: int, state: str = ERROR, job_id: int | Non
 
 def _bundle_gone(s: Session, session_id: int, where: list) -> list[int]:
     """The problems of the benchmark jobs selected by `where` that have no complete bundle."""
-    from mlirtuna.queue import bundles
+    import mlirtuna.queue.bundles as bundles
 
     picked = s.scalars(sa.select(Job.problem_id).where(*where, Job.stage == BENCHMARK)).all()
     conn = s.connection()

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+import mlirtuna.queue.sql as sql
 from mlirtuna.db import Database, db_now, rowcount
 from mlirtuna.db.models import BENCHMARK, COMPILE, ERROR, NEW, RUNNING, WAITING, Attempt, Job
 from mlirtuna.db.text import MAX_CANDIDATE_ERROR_BYTES
 from mlirtuna.db.text import cut_text as _cut
 from mlirtuna.keys import perf_config_family
-from mlirtuna.queue import sql
 from mlirtuna.queue.claim import Lease
 
 if TYPE_CHECKING:  # annotations only: `status` and `jobs` need no tuner code loaded

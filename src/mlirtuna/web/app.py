@@ -27,10 +27,10 @@ from fastapi.templating import Jinja2Templates
 from sqlalchemy import event
 from sqlalchemy.engine import URL
 
+import mlirtuna.web.routes as routes
 from mlirtuna import __version__
 from mlirtuna.db import Database, resolve_url
 from mlirtuna.errors import DatabaseError, NotFound, UserError
-from mlirtuna.web import routes
 
 HERE = Path(__file__).parent
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8765

@@ -13,12 +13,13 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse
 
+import mlirtuna.web.explore as explore
+import mlirtuna.web.farm as farm
 from mlirtuna import sessions
 from mlirtuna.db import Database
 from mlirtuna.errors import UserError
 from mlirtuna.history import compare
 from mlirtuna.queue import jobs
-from mlirtuna.web import explore, farm
 
 api = APIRouter(prefix="/api")
 pages = APIRouter()

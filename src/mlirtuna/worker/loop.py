@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Generator
 
+import mlirtuna.worker.stages as stages
 from mlirtuna import queue, sessions, tuners
 from mlirtuna.db import Database, faults
 from mlirtuna.db.models import BENCHMARK, COMPILE, TUNE
@@ -29,7 +30,6 @@ from mlirtuna.errors import TunerError, UserError
 from mlirtuna.queue import Claimant, Lease, jobs
 from mlirtuna.queue.wakeup import Wakeup
 from mlirtuna.tuners.base import Tuner
-from mlirtuna.worker import stages
 from mlirtuna.worker.prefetch import Prefetch
 from mlirtuna.worker.runner import (
     Finish,

@@ -24,8 +24,8 @@ import threading
 import time
 from collections.abc import Callable
 
+import mlirtuna.worker.stages as stages
 from mlirtuna.queue import Lease
-from mlirtuna.worker import stages
 from mlirtuna.worker.runner import Runner
 
 log = logging.getLogger(__name__)

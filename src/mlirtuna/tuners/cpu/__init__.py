@@ -34,11 +34,11 @@ from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
+import mlirtuna.tuners.timing as timing
 from mlirtuna import stats
 from mlirtuna.errors import TunerError, TunerTimeout, Unsupported
 from mlirtuna.problems import Problem
 from mlirtuna.stats import Spread
-from mlirtuna.tuners import timing
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome
 from mlirtuna.tuners.cpu.kernels import Blocks, CpuOp
 from mlirtuna.tuners.cpu.ops import make_op

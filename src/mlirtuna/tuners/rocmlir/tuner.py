@@ -11,13 +11,15 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import mlirtuna.tuners.rocmlir.batch as batch
+import mlirtuna.tuners.rocmlir.eras as eras
+import mlirtuna.tuners.rocmlir.process as process
 from mlirtuna import machine
 from mlirtuna.defaults import ENV_ROCMLIR_BUILD, ENV_ROCMLIR_PYTHON, KILL_GRACE_S
 from mlirtuna.errors import TunerError, Unsupported, UserError
 from mlirtuna.problems import Problem
 from mlirtuna.problems.fusion import FusionProblem
 from mlirtuna.tuners.base import BatchItem, Compiled, TuneContext, TuneOutcome
-from mlirtuna.tuners.rocmlir import batch, eras, process
 from mlirtuna.tuners.rocmlir.artifacts import INDEX, commit_refused, index_commits
 from mlirtuna.tuners.rocmlir.eras import E2_LIKE, Era, detect_era, tool_space
 from mlirtuna.tuners.rocmlir.fusionkey import module_path, write_module
