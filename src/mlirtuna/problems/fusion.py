@@ -176,6 +176,13 @@ def derive_key(fn: Function, where: str) -> tuple[str, str]:
         return "gemm", dot_key(fn, op).canonical()
     except InputError as exc:
         raise exc.at(where, op.line) from None
+    except (ValueError, TypeError, KeyError, IndexError) as exc:  # an attribute of a wrong kind
+        raise InputError(
+            f"migraphx.{op.name}: cannot read its operands or attributes "
+            f"({type(exc).__name__}: {str(exc)[:80]})",
+            where,
+            op.line,
+        ) from None
 
 
 def _pair(op: Op, name: str, default: int) -> tuple[int, int]:

@@ -22,10 +22,10 @@ import dataclasses
 import logging
 import shutil
 import tarfile
-import tempfile
 from collections.abc import Generator
 from pathlib import Path
 
+from mlirtuna import machine
 from mlirtuna.db.models import COMPILE
 from mlirtuna.errors import TunerError, Unsupported
 from mlirtuna.problems import Problem
@@ -55,7 +55,7 @@ def compile_job(runner: Runner, lease: Lease) -> Finish:
     makes the bundle visible with the job's completion, or fails the job."""
     problem = runner.problem(lease)
     session = runner.session
-    tmp = Path(tempfile.mkdtemp(prefix="mlirtuna-compile-"))
+    tmp = machine.make_temp_dir("compile")
     try:
 
         def build() -> bundles.Packed:
@@ -125,7 +125,7 @@ class Prepared:
 def prepare(runner: Runner, leases: list[Lease]) -> Prepared:
     """These benchmark jobs' bundles fetched, checked and unpacked (a fresh temporary
     directory; `Prepared.discard` removes it)."""
-    prepared = Prepared(Path(tempfile.mkdtemp(prefix="mlirtuna-benchmark-")), [], [])
+    prepared = Prepared(machine.make_temp_dir("benchmark"), [], [])
     try:
         for lease in leases:
             problem = runner.problem(lease)
@@ -204,7 +204,8 @@ def _unpacked(runner: Runner, lease: Lease, dest: Path) -> Path | str:
     except bundles.BundleMissing as exc:
         return str(exc)
     try:
-        bundles.unpack(fetched.data, dest)
+        cap = runner.session.bundle_cap_bytes  # the session's: one file may be all of it
+        bundles.unpack(fetched.data, dest, max_file=cap, max_total=cap)
         for commit in index_commits(dest) | {fetched.commit_id}:
             bundles.check_commit(commit, runner.session.mlir_v, f"bundle {fetched.bundle_id}")
     except (TunerError, tarfile.TarError) as exc:

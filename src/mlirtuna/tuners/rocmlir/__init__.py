@@ -81,7 +81,7 @@ from mlirtuna.tuners.rocmlir.eras import (
 )
 from mlirtuna.tuners.rocmlir.fusionkey import emit_tuning_key, key_pipeline
 from mlirtuna.tuners.rocmlir.outcome import DISCARDED, GPU_TIMED_OUT
-from mlirtuna.tuners.rocmlir.process import scrubbed_env
+from mlirtuna.tuners.rocmlir.process import kill_tools, scrubbed_env
 from mlirtuna.tuners.rocmlir.tuner import RocmlirTuner
 
 __all__ = [
@@ -99,6 +99,7 @@ __all__ = [
     "emit_tuning_key",
     "index_commits",
     "key_pipeline",
+    "kill_tools",
     "merge_artifacts",
     "parse_debug_lines",
     "read_debug_file",
