@@ -59,6 +59,7 @@ def worker_update_columns() -> dict[str, tuple[str, ...]]:
 WORKER_UPDATE = tuple(worker_update_columns())
 PASSWORD_ENV = ENV_ROLE_PASSWORD  # …_ADMIN, …_WORKER, …_READER
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,40}\Z")
+_DQ = '"'  # PostgreSQL's identifier quote
 
 
 def role_names(prefix: str) -> dict[str, str]:
@@ -107,7 +108,7 @@ def _postgresql(db: Database, names: dict[str, str], with_passwords: bool) -> li
         # revoking it revokes its column privileges too).
         f'REVOKE UPDATE ON {", ".join(WORKER_UPDATE)} FROM "{worker}"',
         *(
-            f'GRANT UPDATE ({", ".join(columns)}) ON {table} TO "{worker}"'
+            f'GRANT UPDATE ({_quoted(columns, _DQ)}) ON {table} TO "{worker}"'
             for table, columns in worker_update_columns().items()
         ),
         f'GRANT INSERT ON {", ".join(WORKER_INSERT)} TO "{worker}"',
@@ -130,6 +131,10 @@ def _postgresql(db: Database, names: dict[str, str], with_passwords: bool) -> li
     return sql
 
 
+def _quoted(columns: tuple[str, ...], quote: str) -> str:
+    return ", ".join(f"{quote}{c}{quote}" for c in columns)
+
+
 def _policy(prefix: str, name: str, body: str) -> list[str]:
     policy = f'"{prefix}_{name}"'
     return [f"DROP POLICY IF EXISTS {policy} ON job", f"CREATE POLICY {policy} ON job {body}"]
@@ -147,8 +152,7 @@ def _mysql(db: Database, names: dict[str, str], with_passwords: bool) -> list[st
         f"GRANT ALL ON `{database}`.* TO '{admin}'@'%'",
         f"GRANT SELECT ON `{database}`.* TO '{worker}'@'%', '{reader}'@'%'",
         *(
-            f"GRANT UPDATE ({', '.join(f'`{c}`' for c in columns)}) ON `{database}`.`{t}` "
-            f"TO '{worker}'@'%'"
+            f"GRANT UPDATE ({_quoted(columns, '`')}) ON `{database}`.`{t}` TO '{worker}'@'%'"
             for t, columns in worker_update_columns().items()
         ),
         *(f"GRANT INSERT ON `{database}`.`{t}` TO '{worker}'@'%'" for t in WORKER_INSERT),

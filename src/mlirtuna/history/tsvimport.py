@@ -59,7 +59,7 @@ _LIMITS = {"arch": 32, "arch_full": 128, "tuning space": 16, "commitId": 64, "pe
 # What a row may hold (issue 23): an arch as gcnArchName writes it (gfx942, gfx90a,
 # gfx942:sramecc+:xnack-), TFlops of a real chip (a million TFlops is far past any GPU), a
 # duration of at most a year, a tuning space of one word.
-ARCH_RE = re.compile(r"gfx[0-9a-f]{1,8}(?::[A-Za-z][A-Za-z0-9_]{0,31}[+-]?){0,8}\Z")
+ARCH_RE = re.compile(r"gfx[0-9a-f]{1,8}(?::[A-Za-z][A-Za-z0-9_-]{0,31}[+-]?){0,8}\Z")
 MAX_TFLOPS = 1e6
 MAX_DURATION_S = 366 * 86400.0
 _SPACE_WORD = re.compile(r"[A-Za-z0-9_:.-]{1,64}\Z")

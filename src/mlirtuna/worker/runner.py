@@ -374,7 +374,8 @@ class Runner:
         job now). Once every job the tool still works for is lost, its output can never be
         recorded: stop it (its process group, as a timeout does) instead of running on."""
         with self._running_lock:
-            if self._running.get(lease.job_id, (None,))[0] != lease.token:
+            held = self._running.get(lease.job_id)
+            if held is None or held[0] != lease.token:
                 return  # not (or no longer) running here
             self._running[lease.job_id] = (lease.token, True)
             self._stop_if_all_lost()
