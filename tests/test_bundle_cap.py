@@ -6,12 +6,12 @@ from __future__ import annotations
 import random
 
 import pytest
-from support.clitools import cli
 from support.rocmlir import fake_build, work
 from support.twostage import COMMIT, problems, session
 
 from mlirtuna import queue, sessions
 from mlirtuna.defaults import DEFAULT_BUNDLE_CAP_BYTES
+from mlirtuna.errors import UserError
 from mlirtuna.queue import Claimant, bundles, jobs
 
 
@@ -50,11 +50,8 @@ def test_the_default_cap_and_the_refusals(db, tmp_path, build):
     problems(db, tmp_path, 1)
     sid = session(db, build)
     assert sessions.get(db, sid).bundle_cap_bytes == DEFAULT_BUNDLE_CAP_BYTES
-    url = str(db.url.render_as_string(hide_password=False))
-    for args, why in [
-        (["--bundle-cap-mib", "5"], "go with --split"),
-        (["--split", "compile,benchmark", "--bundle-cap-mib", "0"], "1 to"),
-    ]:
-        run = cli(url, "session", "new", "--tuner", "rocmlir", "--arch", "gfx942",
-                  "--num-cu", "304", "--mlir-build-dir", str(build), "--mlir-v", COMMIT, *args)  # fmt: skip
-        assert run.code == 2 and why in run.stderr and len(run.stderr.splitlines()) == 1
+    with pytest.raises(UserError, match="go with --split"):
+        session(db, build, split=None, bundle_cap_mib=5)
+    for bad in (0, -1, 1 << 30):
+        with pytest.raises(UserError, match="--bundle-cap-mib"):
+            session(db, build, bundle_cap_mib=bad)

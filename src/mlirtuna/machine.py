@@ -168,7 +168,9 @@ def platform_machine() -> str:
 # boot): `mlirtuna-KIND-PID.START-xxxxxxxx`. A SIGKILLed worker cannot remove its own; the next
 # worker on the host sweeps those whose owner is gone (a pid reused since has another start time).
 TEMP_KINDS = ("benchmark", "compile", "rocmlir")
-_TEMP_RE = re.compile(r"mlirtuna-(?:benchmark|compile|rocmlir)-(\d{1,10})\.(\d{1,20})-[A-Za-z0-9_]+")
+_TEMP_RE = re.compile(
+    r"mlirtuna-(?:benchmark|compile|rocmlir)-([0-9]{1,10})\.([0-9]{1,20})-[A-Za-z0-9_]+"
+)
 
 
 def _start_time(pid: int) -> str | None:
@@ -225,9 +227,10 @@ def sweep_stale_temp(root: str | Path | None = None) -> list[Path]:
         if not match:
             continue
         try:
-            if not entry.is_dir(follow_symlinks=False) or entry.stat(
-                follow_symlinks=False
-            ).st_uid != os.getuid():
+            if (
+                not entry.is_dir(follow_symlinks=False)
+                or entry.stat(follow_symlinks=False).st_uid != os.getuid()
+            ):
                 continue
         except OSError:
             continue

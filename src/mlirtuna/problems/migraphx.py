@@ -113,7 +113,7 @@ def parse_type(text: str, where: str = "") -> TensorType:
         raise InputError(f"cannot read the type {text.strip()!r}{where}")
     dims = match.group(1).split(",")[0].strip().split("x")
     dtype = dims[-1].strip()
-    if not all(_DIM.match(d.strip()) for d in dims[:-1]):  # int() takes `1_0` and `１０`
+    if not all(_DIM.match(d.strip()) for d in dims[:-1]):  # int() takes `1_0`, fullwidth digits
         raise InputError(f"dynamic or unreadable shape {quote(match.group(0))}{where}")
     shape = tuple(int(d) for d in dims[:-1])
     dtype = {"si8": "i8", "si32": "i32"}.get(dtype, dtype)

@@ -18,9 +18,7 @@ depends_on = None
 
 def upgrade() -> None:
     with op.batch_alter_table("bundle", schema=None) as batch_op:
-        batch_op.add_column(
-            sa.Column("in_store", sa.Boolean(), server_default="0", nullable=False)
-        )
+        batch_op.add_column(sa.Column("in_store", sa.Boolean(), server_default="0", nullable=False))
     op.execute(
         sa.text("UPDATE bundle SET in_store = :yes WHERE path IS NOT NULL").bindparams(yes=True)
     )
