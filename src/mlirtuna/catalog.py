@@ -110,6 +110,8 @@ def read_modules(
 ) -> Parsed:
     """Read and key every module first (one bad module: nothing written); each is at most
     `max_bytes`, read in a bounded way."""
+    if max_bytes < 1 << 20:
+        raise UserError(f"--max-module-mib {max_bytes >> 20}: at least 1")
     parsed = Parsed()
     for path in module_files(paths):
         parsed.lines += 1

@@ -30,8 +30,6 @@ def import_(
     max_module_mib: int = typer.Option(
         DEFAULT_MAX_MODULE_BYTES >> 20,
         "--max-module-mib",
-        min=1,
-        max=4096,
         help="Fusion: refuse a .mlir module larger than this (MiB), before reading it.",
     ),
 ) -> None:

@@ -59,7 +59,10 @@ _LIMITS = {"arch": 32, "arch_full": 128, "tuning space": 16, "commitId": 64, "pe
 # What a row may hold (issue 23): an arch as gcnArchName writes it (gfx942, gfx90a,
 # gfx942:sramecc+:xnack-), TFlops of a real chip (a million TFlops is far past any GPU), a
 # duration of at most a year, a tuning space of one word.
-ARCH_RE = re.compile(r"gfx[0-9a-f]{1,8}(?::[A-Za-z][A-Za-z0-9_-]{0,31}[+-]?){0,8}\Z")
+# (mlirtuna's own CPU sessions export `cpu-x86_64` and the like.)
+ARCH_RE = re.compile(
+    r"(?:gfx[0-9a-f]{1,8}(?::[A-Za-z][A-Za-z0-9_-]{0,31}[+-]?){0,8}|cpu-[A-Za-z0-9_]{1,24})\Z"
+)
 MAX_TFLOPS = 1e6
 MAX_DURATION_S = 366 * 86400.0
 _SPACE_WORD = re.compile(r"[A-Za-z0-9_:.-]{1,64}\Z")
@@ -452,7 +455,9 @@ def check_ranges(row: tuningdb.TuningRow) -> None:
     TFlops negative, infinite or past MAX_TFLOPS (E2's `-inf` and NaN are markers, kept), a
     negative or endless duration, a tuning space that is not one word."""
     if not ARCH_RE.match(row.arch):
-        raise InputError(f"arch {quote(row.arch)} is not like gfx942 or gfx942:sramecc+:xnack-")
+        raise InputError(
+            f"arch {quote(row.arch)} is not like gfx942, gfx942:sramecc+:xnack- or cpu-x86_64"
+        )
     t = row.tflops
     if t is not None and not math.isnan(t) and t != -math.inf and not (0 <= t <= MAX_TFLOPS):
         raise InputError(f"TFlops {t!r} is out of range (0 to {MAX_TFLOPS:g}, -inf or nan)")
