@@ -34,6 +34,7 @@ def server_db(db):
 def prefix(server_db):
     name = f"t{uuid.uuid4().hex[:10]}"
     roles.apply_roles(server_db, name)
+    roles.apply_roles(server_db, name)  # again (after `db upgrade`): the same grants, no error
     yield name
     roles.drop_roles(server_db, name)
 
@@ -195,3 +196,16 @@ def test_the_worker_columns_leave_out_what_a_job_is():
     assert not {"priority", "session_id", "problem_id", "stage", "reason"} & set(columns["job"])
     assert columns["bundle"] == ("complete",)
     assert {"ended_at", "outcome", "message"} <= set(columns["attempt"])
+
+
+def test_applying_again_replaces_an_older_table_wide_update(done, prefix, server_db):
+    _, worker_db = done
+    worker = f"{prefix}_worker"
+    if server_db.backend == "postgresql":
+        grant = f'GRANT UPDATE ON job TO "{worker}"'
+    else:  # PyMySQL formats with %: the host's % is doubled
+        grant = f"GRANT UPDATE ON `{server_db.url.database}`.`job` TO '{worker}'@'%%'"
+    with server_db.engine.begin() as conn:  # what `db roles` granted before issue 23
+        conn.exec_driver_sql(grant)
+    roles.apply_roles(server_db, prefix)
+    assert refused(worker_db, "UPDATE job SET priority = 99")
