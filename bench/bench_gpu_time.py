@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
 import json
 import math
 import os
@@ -530,7 +531,7 @@ def in_call_gaps(
 def stream_gaps(stretches: Sequence[tuple[float, float]]) -> float:
     """Seconds between consecutive benchmarking stretches of one slot."""
     ordered = sorted(stretches)
-    return sum(max(b[0] - a[1], 0.0) for a, b in zip(ordered, ordered[1:], strict=False))
+    return sum(max(b[0] - a[1], 0.0) for a, b in itertools.pairwise(ordered))
 
 
 def measure(db: Database, sid: int, logs: Path, plan: Plan, scenario: Scenario) -> Outcome:
@@ -851,9 +852,13 @@ def options():
     add("--batch-wait", type=float, help="two-stage GPU workers' --batch-wait S (default: "
         "the worker's; 0 with --no-prefetch: the behaviour before issue 24)")  # fmt: skip
     add("--no-prefetch", action="store_true", help="two-stage GPU workers' --no-prefetch")
-    add("--goal", action="store_true", help="issue 24's goal only: two-stage, a benchmark "
+    add(
+        "--goal",
+        action="store_true",
+        help="issue 24's goal only: two-stage, a benchmark "
         "stream per GPU slot, compile workers for >= 1.2x the GPU demand; the last line is "
-        "`goal: mean GPU slot busy NN.N %%` (K=32 variant: --goal --batch 32 --problems 128)")
+        "`goal: mean GPU slot busy NN.N %%` (K=32 variant: --goal --batch 32 --problems 128)",
+    )
     add("--compile-batch", type=int, help="--goal: the compile workers' --batch (default 8)")
     return p.parse_args()
 
@@ -913,7 +918,9 @@ def main() -> None:
         if args.goal:
             shares = [t.share for r in results if isinstance(r, Outcome)
                       for t in r.slots.values() if t is not None]  # fmt: skip
-            goal_lines.append(f"goal: mean GPU slot busy {fmt(100 * (mean(shares) or math.nan), '.1f')} %")
+            goal_lines.append(
+                f"goal: mean GPU slot busy {fmt(100 * (mean(shares) or math.nan), '.1f')} %"
+            )
     caps = capacity_rows(plans[0], chosen)
     if caps:
         sections += ["#### Two-stage: compile capacity vs GPU demand (from the costs)",

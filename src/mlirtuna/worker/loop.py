@@ -31,7 +31,6 @@ from mlirtuna.queue import Claimant, Lease, jobs
 from mlirtuna.queue.wakeup import Wakeup
 from mlirtuna.tuners.base import StreamingTuner, Tuner
 from mlirtuna.worker.prefetch import Prefetch
-from mlirtuna.worker.stream import Streamer
 from mlirtuna.worker.runner import (
     Finish,
     GiveBack,
@@ -41,6 +40,7 @@ from mlirtuna.worker.runner import (
     WorkerSettings,
     WorkerStats,
 )
+from mlirtuna.worker.stream import Streamer
 
 log = logging.getLogger(__name__)
 

@@ -19,6 +19,7 @@ bundles, one tool call) settles job by job. Both are built on the runner's publi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import shutil
 import tarfile
@@ -31,9 +32,9 @@ from mlirtuna.db.models import COMPILE
 from mlirtuna.errors import DatabaseError, TunerError, Unsupported
 from mlirtuna.problems import Problem
 from mlirtuna.queue import Lease, bundles
-from mlirtuna.tuners.base import SplitTuner
+from mlirtuna.tuners.base import Compiled, SplitTuner
 from mlirtuna.tuners.rocmlir import index_commits, merge_artifacts
-from mlirtuna.worker.runner import Finish, Runner, Settled
+from mlirtuna.worker.runner import Finish, GiveBack, Runner, Settled
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,11 @@ def compile_batch(runner: Runner, leases: list[Lease]) -> None:
             for lease in leases:
                 problem = runner.problem(lease)
                 lease = dataclasses.replace(lease, problem=problem)
-                if len(leases) > 1 and runner.batch_tuner is not None and _batchable(runner, problem):
+                if (
+                    len(leases) > 1
+                    and runner.batch_tuner is not None
+                    and _batchable(runner, problem)
+                ):
                     groups.setdefault(problem.op, []).append(lease)
                 else:
                     alone.append(lease)
@@ -150,7 +155,7 @@ def _compile_group(
                 left.append(lease)
                 continue
             packed, err, final = runner.guarded(
-                lease, lambda one=one, lease=lease: _pack(runner, lease, one, tmp / f"{lease.job_id}.tar.gz")
+                lease, functools.partial(_pack, runner, lease, one, tmp / f"{lease.job_id}.tar.gz")
             )
             bundle_id = _store(runner, lease, packed) if packed is not None else None
             done.add(lease.job_id)

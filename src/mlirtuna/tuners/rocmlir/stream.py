@@ -60,8 +60,8 @@ class Stream:
     def _read(self) -> None:
         """Reply lines from stdout into the queue; None once the process closed it."""
         pipe = self.proc.stdout
-        with contextlib.suppress(OSError, ValueError):
-            assert pipe is not None
+        assert pipe is not None
+        with contextlib.suppress(OSError, ValueError), pipe:
             for raw in pipe:
                 with contextlib.suppress(ValueError):
                     reply = json.loads(raw)
@@ -106,9 +106,7 @@ class Stream:
         text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
         if got.get("error") and int(got.get("status", 1)) != 0:
             text += f"\nERROR: {got['error']}\n"
-        run = process.Run(
-            int(got.get("status", 1)), "", text, _utc(start), _utc(self._last_reply)
-        )
+        run = process.Run(int(got.get("status", 1)), "", text, _utc(start), _utc(self._last_reply))
         try:
             if run.returncode != 0 and commit_refused(run.stderr):
                 why = process.last_error_line(run.stderr)
@@ -137,10 +135,8 @@ class Stream:
         with contextlib.suppress(OSError, ValueError):
             if self.proc.stdin is not None:
                 self.proc.stdin.close()
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=CLOSE_WAIT_S if not self._fed else 0.01)
-        except subprocess.TimeoutExpired:
-            pass
         if self.proc.poll() is None:
             process.stop(self.proc, (self.stderr,), self.kill_grace_s)
         else:

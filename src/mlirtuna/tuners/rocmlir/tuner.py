@@ -282,9 +282,7 @@ class RocmlirTuner:
         if self.two_stage(ctx):
             argv.append(f"--two-stage-topk={ctx.topk}")
         env = self._env(ctx, era)
-        return stream.Stream(
-            argv, self.build_dir, env, ctx, self.two_stage(ctx), self.kill_grace_s
-        )
+        return stream.Stream(argv, self.build_dir, env, ctx, self.two_stage(ctx), self.kill_grace_s)
 
     def two_stage(self, ctx: TuneContext) -> bool:
         """Whether the tool re-measures the top k itself (E4's --two-stage-topk)."""
