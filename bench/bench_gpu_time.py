@@ -70,6 +70,7 @@ import sqlalchemy as sa
 
 from mlirtuna.db import Database
 from mlirtuna.db.models import COMPLETED, Attempt, Job
+from mlirtuna.defaults import ENV_TOOL_ENV
 from mlirtuna.queue import jobs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -237,6 +238,8 @@ def farm_env(url: str, build: Path, costs: Costs, gpus: int, logs: Path) -> dict
         MLIRTUNA_DB=url,
         MLIRTUNA_ROCMLIR_BUILD=str(build),
         MLIRTUNA_ROCMLIR_PYTHON=sys.executable,
+        # The tool's environment is an allowlist (issue 23): the stand-in's settings pass.
+        **{ENV_TOOL_ENV: "FAKE_*"},
         FAKE_TUNINGRUNNER_ERA="E4",
         FAKE_GPU_ARCH=ARCH_FULL,
         FAKE_GPU_NUM_CU=str(NUM_CU),
