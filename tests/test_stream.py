@@ -197,6 +197,20 @@ def test_a_stream_killed_mid_job_retries_that_job_and_loses_nothing(
     assert gpu.stats.released >= 1  # the ones fed behind it went back, no retry counted
 
 
+def test_a_hung_stream_is_stopped_at_the_job_timeout_and_started_again(
+    db, tmp_path, build, monkeypatch
+):
+    sid = compiled_session(db, tmp_path, build, 3)
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_FAULT", "stream_hang")
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_FAULT_CONFIG", "-m 128 ")
+    gpu = work(db, sid, build, "gpu", max_retries=0, job_timeout_s=0.5)
+    rows = benchmark_jobs(db, sid)
+    (hung,) = [j for j in rows if j.state != "completed"]
+    assert hung.state == "error" and "timed out" in hung.result
+    assert gpu.stats.completed == 2  # the one fed behind it went back, then ran
+    assert len(streams(tmp_path)) == 2
+
+
 def test_a_request_the_stream_fails_fails_only_its_job(db, tmp_path, build, monkeypatch):
     sid = compiled_session(db, tmp_path, build, 4)
     monkeypatch.setenv("FAKE_TUNINGRUNNER_FAULT", "gpu_timeout")

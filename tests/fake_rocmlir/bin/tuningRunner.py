@@ -1450,7 +1450,8 @@ def e4_bundle_benchmark(args, gpu: Gpu, gpu_id: int, configs: list[str], log: Lo
 #   {"id": "17", "status": 0, "error": ""}
 # status: the exit status that call would have had (2: a request it cannot parse). Requests are
 # benchmarked one at a time, in order; EOF on stdin ends the process (status 0).
-# FAKE_TUNINGRUNNER_FAULT=stream_crash (with _FAULT_CONFIG) kills the process at that request.
+# FAKE_TUNINGRUNNER_FAULT=stream_crash (with _FAULT_CONFIG) kills the process at that request,
+# stream_hang makes it hang there.
 # ---------------------------------------------------------------------------------------------
 
 
@@ -1472,6 +1473,9 @@ def e4_stream(args, log: Log) -> int:
         op, config, artifacts, output = fields
         if fault_for(config) == "stream_crash":
             os._exit(134)
+        if fault_for(config) == "stream_hang":  # a GPU run that never returns
+            while True:
+                time.sleep(60)
         try:
             status = e4_stream_one(args, gpu, gpu_id, op, config, artifacts, output)
             error = "" if status == 0 else "see the request's .log"
