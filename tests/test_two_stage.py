@@ -546,13 +546,13 @@ def test_a_batch_benchmarks_k_bundles_in_one_call(db, tmp_path, build, monkeypat
     sid = session(db, build)
     log = tmp_path / "tool.log"
     monkeypatch.setenv("FAKE_TUNINGRUNNER_LOG", str(log))
-    work(db, sid, build, "compile", batch=4)  # compile jobs: one per call all the same
+    work(db, sid, build, "compile", batch=4)  # compile jobs batch too: 4, then 1
     assert work(db, sid, build, "gpu", batch=4).stats.completed == 5
     assert states(db, sid) == {("compile", "completed"): 5, ("benchmark", "completed"): 5}
     calls = [json.loads(line)["argv"] for line in log.read_text().splitlines()]
     compiles = [a for a in calls if any(x.startswith("--compile-only=") for x in a)]
     benches = [a for a in calls if any(x.startswith("--benchmark-artifacts=") for x in a)]
-    assert len(compiles) == 5 and len(benches) == 2  # 4 bundles, then the last one
+    assert len(compiles) == 2 and len(benches) == 2  # 4 problems, then the last one
     assert "--configs-file=-" in benches[0]
     assert count(db, Bundle) == 0
     one = session(db, build, split=None)

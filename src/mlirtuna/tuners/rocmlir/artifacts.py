@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from mlirtuna import keys
 from mlirtuna.errors import TunerError
 from mlirtuna.tuners.rocmlir.process import last_error_line
 
@@ -58,6 +59,32 @@ def merge_artifacts(sources: list[Path], dest: Path) -> None:
             shutil.move(src / "problems" / digest, dest / "problems" / digest)
             merged["problems"][digest] = entry
     (dest / INDEX).write_text(json.dumps(merged, indent=2), encoding="utf-8")
+
+
+def split_artifacts(source: Path, wanted: list[str], dests: list[Path]) -> list[bool]:
+    """A --compile-only directory of several problems split into one directory per problem
+    (the inverse of merge_artifacts): `wanted[i]` (a config, matched to the index's
+    testVector by its plain key) moved into `dests[i]` with an index.json of its own. Whether
+    each was found: a problem the index lacks is compiled again alone by the caller."""
+    index = read_index(source)
+    header = {k: index.get(k) for k in _INDEX_HEADER}
+    by_key = {
+        keys.split_key(str(entry.get("testVector", ""))).plain: (digest, entry)
+        for digest, entry in index["problems"].items()
+    }
+    found = []
+    for config, dest in zip(wanted, dests, strict=True):
+        hit = by_key.get(keys.split_key(config).plain)
+        if hit is None or not (source / "problems" / hit[0]).is_dir():
+            found.append(False)
+            continue
+        digest, entry = hit
+        (dest / "problems").mkdir(parents=True, exist_ok=True)
+        shutil.move(source / "problems" / digest, dest / "problems" / digest)
+        one = {**header, "lastRunId": index.get("lastRunId", 0), "problems": {digest: entry}}
+        (dest / INDEX).write_text(json.dumps(one, indent=2), encoding="utf-8")
+        found.append(True)
+    return found
 
 
 def commit_refused(stderr: str) -> bool:

@@ -29,6 +29,9 @@ E2_LIKE = ("E2", "E2.5")
 SPLIT_FLAGS = ("--compile-only", "--benchmark-artifacts", "--target-arch")
 # Eras that write each config's row as it finishes, so a list of configs can be one call.
 BATCH_ERAS = ("E3", "E4")
+# A proposed rocMLIR extension, found by its flag in --help (flag token -> capability): one
+# long-lived benchmark process fed bundles on stdin (docs/formats.md, "Streaming benchmarks").
+STREAM_CAPABILITY = ("--benchmark-stream", "stream")
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,12 @@ def setting_flags(ctx: TuneContext, era: Era) -> list[str]:
 def can_split(era: Era) -> bool:
     """Whether this tuningRunner can compile on one host and benchmark on another."""
     return all(flag in era.flags for flag in SPLIT_FLAGS)
+
+
+def can_stream(era: Era) -> bool:
+    """Whether this tuningRunner offers the benchmark stream (STREAM_CAPABILITY) with E4's
+    split flags."""
+    return can_split(era) and STREAM_CAPABILITY[0] in era.flags
 
 
 def can_batch(era: Era) -> bool:

@@ -14,19 +14,25 @@ from typing import TYPE_CHECKING
 import mlirtuna.tuners.rocmlir.batch as batch
 import mlirtuna.tuners.rocmlir.eras as eras
 import mlirtuna.tuners.rocmlir.process as process
+import mlirtuna.tuners.rocmlir.stream as stream
 from mlirtuna import machine
 from mlirtuna.defaults import ENV_ROCMLIR_BUILD, ENV_ROCMLIR_PYTHON, KILL_GRACE_S
 from mlirtuna.errors import TunerError, Unsupported, UserError
 from mlirtuna.problems import Problem
 from mlirtuna.problems.fusion import FusionProblem
 from mlirtuna.tuners.base import BatchItem, Compiled, TuneContext, TuneOutcome
-from mlirtuna.tuners.rocmlir.artifacts import INDEX, commit_refused, index_commits
+from mlirtuna.tuners.rocmlir.artifacts import (
+    INDEX,
+    commit_refused,
+    index_commits,
+    split_artifacts,
+)
 from mlirtuna.tuners.rocmlir.eras import E2_LIKE, Era, detect_era, tool_space
 from mlirtuna.tuners.rocmlir.fusionkey import module_path, write_module
 from mlirtuna.tuners.rocmlir.outcome import failure, read_outcome
 
 if TYPE_CHECKING:
-    from mlirtuna.tuners.base import SplitTuner
+    from mlirtuna.tuners.base import StreamingTuner
 
 HELP_TIMEOUT_S = 120.0
 # The tool's own per-config --timeout fires first, so it can stop its pipeline and say so;
@@ -180,6 +186,43 @@ class RocmlirTuner:
             raise TunerError(f"{dest / INDEX}: expected one commitId, found {sorted(commits)}")
         return Compiled(dest, commits.pop(), process.stderr_block(run.stderr))
 
+    def compile_many(
+        self, problems: Sequence[Problem], ctx: TuneContext, dest: Path
+    ) -> list[Compiled | None]:
+        """One `--compile-only` call for several problems of one op (`-c -`, the configs on
+        stdin), its directory split into one bundle directory per problem (`dest`-0, -1, ...).
+        TunerError when the call fails (E4 writes DIR only once every config compiled); None
+        for a problem its index lacks. The caller compiles those alone."""
+        self.check_split()
+        eras.check_space(ctx, self.era)
+        ops = {p.op for p in problems}
+        if len(ops) != 1 or not all(self.batchable(p) for p in problems):
+            raise TunerError(f"compile_many: one batchable op per call, not {sorted(ops)}")
+        whole = dest.parent / f"{dest.name}-all"
+        argv = [
+            *self._base_argv(problems[0], ctx, dest.parent / "tuning.tsv", batch=True),
+            f"--compile-only={whole}",
+            f"--target-arch={ctx.arch}",
+            f"--target-num-cu={ctx.num_cu}",
+            f"--target-num-chiplets={ctx.num_chiplets}",
+        ]
+        configs = "".join(f"{p.canonical()}\n" for p in problems)
+        timeout = ctx.timeout_s * len(problems) if ctx.timeout_s else None
+        env = process.scrubbed_env()
+        run = process.run(argv, self.build_dir, env, timeout, self.kill_grace_s, configs)
+        if run.returncode != 0:
+            raise failure(run)
+        dests = [dest.parent / f"{dest.name}-{i}" for i in range(len(problems))]
+        found = split_artifacts(whole, [p.canonical() for p in problems], dests)
+        out: list[Compiled | None] = []
+        for directory, ok in zip(dests, found, strict=True):
+            commits = index_commits(directory) if ok else set()
+            if len(commits) != 1:
+                out.append(None)
+                continue
+            out.append(Compiled(directory, commits.pop(), process.stderr_block(run.stderr)))
+        return out
+
     def benchmark(self, problem: Problem, ctx: TuneContext, artifacts: Path) -> TuneOutcome:
         """`--benchmark-artifacts ARTIFACTS` on this worker's GPU, with the same flags (session
         settings, top-k, timeouts) and the same reading of the output as a one-stage run."""
@@ -207,6 +250,39 @@ class RocmlirTuner:
                 why = process.last_error_line(got.detail or str(got))
                 raise Unsupported(f"tuningRunner refused the bundles: {why}")
             yield index, got
+
+    # -- the benchmark stream (a proposed extension: stream.py) ---------------------------
+
+    def can_stream(self) -> bool:
+        """Whether this build's tuningRunner offers --benchmark-stream (read from --help)."""
+        return eras.can_stream(self.era)
+
+    def streamable(self, problem: Problem) -> bool:
+        return problem.op in stream.STREAM_OPS and self.can_stream()
+
+    def open_stream(self, ctx: TuneContext) -> stream.Stream:
+        """Start `--benchmark-stream` on this worker's GPU with the flags a
+        `--benchmark-artifacts` call gets (session settings, top-k, per-config timeout): the
+        process pays its start-up once and then benchmarks what it is fed."""
+        era = self.era
+        self.check_split()
+        self._check_context(ctx, era)
+        argv = [
+            self.python,
+            str(self.script),
+            stream.STREAM_FLAG,
+            f"--tuning-space={tool_space(ctx)}",
+            f"--mlir-build-dir={self.build_dir}",
+            "--debug",
+            f"--gpus={ctx.gpu_id}",
+            *eras.setting_flags(ctx, era),
+        ]
+        if "--timeout" in era.flags and ctx.timeout_s:
+            argv.append(f"--timeout={max(1, math.floor(ctx.timeout_s * TOOL_TIMEOUT_FRACTION))}")
+        if self.two_stage(ctx):
+            argv.append(f"--two-stage-topk={ctx.topk}")
+        env = self._env(ctx, era)
+        return stream.Stream(argv, self.build_dir, env, ctx, self.two_stage(ctx), self.kill_grace_s)
 
     def two_stage(self, ctx: TuneContext) -> bool:
         """Whether the tool re-measures the top k itself (E4's --two-stage-topk)."""
@@ -299,4 +375,4 @@ class RocmlirTuner:
 
 if TYPE_CHECKING:
     # mypy proves RocmlirTuner is everything the worker finds by isinstance.
-    _SPLIT: type[SplitTuner] = RocmlirTuner
+    _STREAMING: type[StreamingTuner] = RocmlirTuner
