@@ -447,7 +447,9 @@ def real_tool(tmp_path, monkeypatch):
     return scripts
 
 
-def through_mlirtuna(db, tmp_path, op: str, lines: list[str], batch: int = 1, **spec) -> int:
+def through_mlirtuna(
+    db, tmp_path, op: str, lines: list[str], batch: int = 1, completed: int | None = None, **spec
+) -> int:
     """Import `lines`, open a rocmlir session on the fakes' build (detected, nothing given but
     the commit), and drain it with one in-process worker on GPU 0."""
     from support.rocmlir import work
@@ -472,7 +474,7 @@ def through_mlirtuna(db, tmp_path, op: str, lines: list[str], batch: int = 1, **
     )  # fmt: skip
     jobs.load(db, session.id, tag=tag)
     worker = work(db, session.id, BELOW, batch=batch, job_timeout_s=120)
-    assert worker.stats.completed == len(lines), worker.stats
+    assert worker.stats.completed == (len(lines) if completed is None else completed)
     return session.id
 
 
@@ -539,12 +541,39 @@ def assert_same(db_side: dict, tool_side: dict) -> None:
                 assert have_median == pytest.approx(want_median, rel=1e-6), pc
 
 
-def test_mlirtuna_records_what_the_real_tool_writes_one_stage(db, tmp_path, real_tool):
-    sid = through_mlirtuna(db, tmp_path, "gemm", [G1])
-    run = run_tool(Case("ref", ("--op", "gemm", "--config", G1, "-d")), tmp_path / "ref")
+ONE_STAGE = {"gemm": G1, "conv": C1, "attention": ATTN, "gemm_gemm": GG, "conv_gemm": CG}
+
+
+@pytest.mark.parametrize("op", list(ONE_STAGE))
+def test_mlirtuna_records_what_the_real_tool_writes_one_stage(db, tmp_path, real_tool, op):
+    line = ONE_STAGE[op]
+    sid = through_mlirtuna(db, tmp_path, op, [line])
+    run = run_tool(Case("ref", ("--op", op, "--config", line, "-d")), tmp_path / "ref")
     assert run.returncode == 0, run.stderr
     assert_same(recorded(db, sid), tool_blocks(tmp_path / "ref"))
     assert sessions_of(db)[sid].key_form == "plain"  # 3fc5be9e's perfRunner has no split-K keys
+
+
+def test_a_line_the_real_tool_refuses_fails_only_its_job(db, tmp_path, real_tool, monkeypatch):
+    """A -transO line that reached the database before import refused it: the real tool fails
+    the whole batch call before tuning anything; the good jobs complete, tuned one at a time,
+    and the bad one ends with the tool's own reason."""
+    import sqlalchemy as sa
+
+    from mlirtuna.db.models import Job
+    from mlirtuna.problems import configlist
+
+    monkeypatch.setattr(configlist, "tool_rejects", lambda problem: None)  # an older import
+    sid = through_mlirtuna(db, tmp_path, "gemm", [G1, BAD, G2], batch=3, completed=2)
+    with db.session() as s:
+        jobs_ = s.execute(sa.select(Job).where(Job.session_id == sid).order_by(Job.id)).scalars()
+        states = [(j.state, j.retries, j.result or "") for j in jobs_]
+    assert [st for st, _, _ in states] == ["completed", "error", "completed"]
+    assert "Unknown GEMM config argument -transO -> true" in states[1][2]
+    assert states[0][1] == states[2][1] == 0  # no retry counted against the innocent ones
+    run = run_tool(Case("ref", ("--op", "gemm", "-c", "-", "-d"), stdin=_batch(G1, G2)), tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert_same(recorded(db, sid), tool_blocks(tmp_path))
 
 
 def test_mlirtuna_records_what_the_real_tool_writes_batch(db, tmp_path, real_tool):
