@@ -1073,7 +1073,7 @@ def commit_id() -> str:
 # timed out) recorded as state gpu_timed_out (FAKE_TUNINGRUNNER_FAULT=gpu_timeout).
 # ---------------------------------------------------------------------------------------------
 
-E4_SPACES = ["quick", "full", "greedy", "exhaustive", "lfbo"]
+E4_SPACES = ["quick", "full", "exhaustive", "lfbo"]  # rocmlirTriton has no greedy space
 E4_RETRY_STATES = ("failed", "timed_out", "gpu_timed_out", "crashed")
 GPU_TIMEOUT_EXIT_CODE = 3
 # The stand-in's names for rocmlirTriton's named fields (19 for gemm, as the real form has).
@@ -1182,6 +1182,12 @@ def e4_main(argv: list[str]) -> int:
         return 1
     if args.tuning_space == "lfbo" and args.compile_only:
         return usage_error("--tuning-space lfbo is not allowed with --compile-only")
+    targets = (args.target_arch, args.target_num_cu, args.target_num_chiplets)
+    if any(v is not None for v in targets) and not (args.compile_only or args.benchmark_artifacts):
+        return usage_error(
+            "--target-arch, --target-num-cu and --target-num-chiplets are only allowed with "
+            "--compile-only or --benchmark-artifacts"
+        )
     configs = [args.config] if args.config else read_configs_file(args.configs_file)
     if args.compile_only:
         return e4_compile_only(args, configs, log)
@@ -1234,7 +1240,8 @@ def e4_tune_all(args, gpu: Gpu, gpu_id: int, configs: list[str], measure, log: L
             if isinstance(result, str):
                 failed[key] = result
                 continue
-            if args.two_stage_topk:
+            if args.two_stage_topk and not args.benchmark_artifacts:
+                # rocmlirTriton benchmarks a bundle in one precise pass: no top k there
                 two_stage(result, config, args.two_stage_topk)
             if args.debug:
                 for line in result.driver_lines:
@@ -1398,6 +1405,23 @@ def e4_bundle_benchmark(args, gpu: Gpu, gpu_id: int, configs: list[str], log: Lo
     directory = args.benchmark_artifacts
     with open(os.path.join(directory, "index.json")) as f:
         index = json.load(f)
+    # As rocmlirTriton: the index against the target this call resolved (--target-* where
+    # given, else this GPU: HIP's full arch name), field by field, before anything runs.
+    resolved = {
+        "arch": (args.target_arch or gpu.arch, "--target-arch"),
+        "numCUs": (args.target_num_cu or gpu.num_cu, "--target-num-cu"),
+        "numChiplets": (args.target_num_chiplets or gpu.num_chiplets, "--target-num-chiplets"),
+        "tuningSpace": (args.tuning_space, "--tuning-space"),
+    }
+    differences = [
+        f"artifacts compiled for {name} {index[name]!r} but this host resolved {local!r}; "
+        f"pass {option}={index[name]}"
+        for name, (local, option) in resolved.items()
+        if index[name] != local
+    ]
+    if differences:
+        log.error("\n".join(differences))
+        return None
     target = (index["arch"].split(":")[0], index["numCUs"], index["numChiplets"])
     if target != (gpu.chip, gpu.num_cu, gpu.num_chiplets):
         log.error(

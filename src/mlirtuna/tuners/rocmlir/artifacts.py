@@ -23,6 +23,7 @@ INDEX = "index.json"  # a --compile-only directory's table of contents
 _INDEX_HEADER = ("arch", "numCUs", "numChiplets", "tuningSpace", "rocmlirGenFlags")
 # What the tool says when it refuses a bundle of another commit (no retry can help).
 _COMMIT_MISMATCH_RE = re.compile(r"commit.*mismatch|mismatch.*commit", re.IGNORECASE)
+_TARGET_MISMATCH_RE = re.compile(r"artifacts compiled for \w+ .* but this host resolved")
 
 
 def read_index(directory: Path) -> dict[str, Any]:
@@ -89,5 +90,8 @@ def split_artifacts(source: Path, wanted: list[str], dests: list[Path]) -> list[
 
 def commit_refused(stderr: str) -> bool:
     """Whether the tool's error is a bundle of another commit (E4 without
-    --allow-commit-mismatch)."""
-    return bool(_COMMIT_MISMATCH_RE.search(last_error_line(stderr)))
+    --allow-commit-mismatch), or compiled for another target than the one the call resolved
+    (`artifacts compiled for arch 'X' but this host resolved 'Y'; pass --target-arch=X`): the
+    same on every retry."""
+    line = last_error_line(stderr)
+    return bool(_COMMIT_MISMATCH_RE.search(line) or _TARGET_MISMATCH_RE.search(line))
