@@ -124,7 +124,7 @@ def test_a_typo_is_suggested_once():
 def test_a_mistyped_option_suggests_the_closest_one_only():
     result = CliRunner().invoke(app, ["results", "--sesion", "3"])
     assert result.exit_code == 2
-    assert "Did you mean --session?" in result.stderr and "--json" not in result.stderr
+    assert "Did you mean '--session'?" in result.stderr and "--json" not in result.stderr
 
 
 def test_terminal_tables_wrap_between_tokens_never_inside_one():

@@ -101,7 +101,10 @@ def test_dropped_candidates_are_not_invalid(client, db, tmp_path):
     path = tmp_path / "one"
     path.write_text("-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 8 -n 8 -k 8\n")
     catalog.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag="drop")
-    sid = sessions.create(db, SessionSpec(tuner="rocmlir", tuning_space="full")).id
+    spec = SessionSpec(
+        tuner="rocmlir", arch_full="gfx942:sramecc+:xnack-", num_cu=304, num_chiplets=8
+    )
+    sid = sessions.create(db, spec).id
     jobs.load(db, sid, tag="drop")
     lease = queue.claim(db, sid, queue.Claimant("h", 0, 1), 60)
     assert lease is not None
