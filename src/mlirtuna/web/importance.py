@@ -26,7 +26,8 @@ from mlirtuna.db import Database
 
 TREES = 32
 MAX_DEPTH = 8
-SAMPLE = 0.5  # each tree's bootstrap sample: half the rows
+SAMPLE = 0.5  # each tree's bootstrap sample: half the rows…
+HALVED_FROM = 200  # …from this many rows on (fewer: whole-size samples)
 SEED = 0
 
 
@@ -76,7 +77,7 @@ def importance(
         forest = RandomForestRegressor(
             n_estimators=TREES,
             max_depth=MAX_DEPTH,
-            max_samples=SAMPLE if len(keep) >= 4 else None,
+            max_samples=int(len(keep) * SAMPLE) if len(keep) >= HALVED_FROM else None,
             random_state=SEED,
             n_jobs=1,
         )
