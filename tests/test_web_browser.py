@@ -171,6 +171,7 @@ def test_parameter_importance_of_a_session(page, site):
     page.tab.wait_for_function(
         f"() => document.querySelector('#importance-plot').dataset.count === '{f16}'"
     )
+    page.tab.locator("#importance-plot").scroll_into_view_if_needed()
     page.shot("importance")
 
 

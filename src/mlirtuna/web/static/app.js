@@ -275,8 +275,10 @@ async function importancePlot(session, params) {
       hovertemplate: "%{y}: %{x:.3f}<extra></extra>", marker: { color: "#3b6ea5" },
     }], { margin: { t: 40, l: 140, r: 20 }, height: Math.max(200, 40 + 24 * fields.length),
       xaxis: { title: { text: "importance (share)" }, rangemode: "tozero" } }, PLOT_CONFIG);
+    const flat = imp.importance.every((v) => v === 0);
     $("#importance-method").textContent = `${imp.rows} candidates fitted` +
-      (imp.r2 === null ? "" : ` (R² ${sig(imp.r2, 2)})`) + `: ${imp.method}.`;
+      (imp.r2 === null ? "" : ` (R² ${sig(imp.r2, 2)})`) + `: ${imp.method}.` +
+      (flat ? " No field explains anything here: TFlops over the best do not vary, or no field does." : "");
     $("#importance-plot").dataset.count = imp.rows;
     $("#importance-plot").dataset.fields = imp.fields.join(",");
   } catch (err) {
