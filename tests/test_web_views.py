@@ -124,3 +124,28 @@ def test_dropped_candidates_are_not_invalid(client, db, tmp_path):
     assert all(r["dropped"] and not r["remeasured"] for r in rows)
     every = client.get(table).json()
     assert every["total"] == 6 and sum(r["dropped"] for r in every["rows"]) == 2
+
+
+def test_farm_ops_follow_a_second_load(client, db, tmp_path):
+    """The farm page keeps each session's ops while its job count stays (web/farm.py): a load
+    of another op changes the count and the row."""
+    for op, line in (
+        ("gemm", "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 8 -n 8 -k 8"),
+        ("conv", "conv -F 1 -f NCHW -I NCHW -O NCHW -n 1 -c 8 -H 8 -W 8 -k 8 -y 1 -x 1"),
+    ):
+        path = tmp_path / op
+        path.write_text(line + "\n")
+        catalog.import_files(db, op, [str(path)], ExpandOptions(expand=False), tag=f"ops-{op}")
+    sid = sessions.create(db, SessionSpec(tuner="cpu")).id
+
+    def ops() -> list[str]:
+        rows = client.get("/api/farm").json()["sessions"]
+        (row,) = [r for r in rows if r["session"]["id"] == sid]
+        assert client.get(f"/api/sessions/{sid}").json()["ops"] == row["ops"]
+        return row["ops"]
+
+    assert ops() == []
+    jobs.load(db, sid, tag="ops-gemm")
+    assert ops() == ops() == ["gemm"]
+    jobs.load(db, sid, tag="ops-conv")
+    assert ops() == ["conv", "gemm"]
