@@ -55,7 +55,11 @@ def urls(db_url: str, size: Size) -> dict[str, list[str]]:
             f"/sessions/{mid}", f"{winners}?sort=test_vector&offset=0&limit=50",
             f"/api/sessions/{mid}/facets", f"/api/sessions/{mid}", f"/api/sessions/{mid}/tflops",
             f"/api/sessions/{mid}/job-times", f"/api/sessions/{mid}/errors",
-            f"/api/sessions/{mid}/parallel?op=gemm",
+            f"/api/sessions/{mid}/parallel?op=gemm", f"/api/sessions/{mid}/importance?op=gemm",
+        ],
+        "session, one data type's candidates (parallel, importance)": [
+            f"/api/sessions/{mid}/parallel?op=gemm&data_type=f16",
+            f"/api/sessions/{mid}/importance?op=gemm&data_type=f16",
         ],
         "session, sorted by TFlops, last page": [f"{winners}?sort=tflops&desc=true&offset=950"],
         "session, filtered (f16, tag, search)": [
@@ -67,6 +71,9 @@ def urls(db_url: str, size: Size) -> dict[str, list[str]]:
             f"/problems/{problem}?session={mid}", f"/api/problems/{problem}/trend",
             f"/api/problems/{problem}", f"/api/problems/{problem}/candidates?session={mid}",
             f"/api/problems/{problem}/table?session={mid}",
+        ],
+        "problem, re-measured candidates by median": [
+            f"/api/problems/{problem}/table?session={mid}&sort=kernel_time&desc=false&show=remeasured"
         ],
         "problem, candidates by spread, filtered": [
             f"/api/problems/{problem}/table?session={mid}&sort=time_iqr&desc=false&show=valid&q=1"

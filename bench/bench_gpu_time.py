@@ -7,8 +7,19 @@ with G GPU workers (`mlirtuna worker --gpus g`, one process per slot) and, for t
 compile workers (`mlirtuna worker --role compile`). The stand-in appends each benchmarking
 stretch to a GPU log; the attempts table gives each slot's claims.
 
+`--goal` (issue 24): only the goal's scenario: two-stage, the GPU workers benchmarking through a
+benchmark stream each (the stand-in's proposed `--benchmark-stream`, offered to them alone), the
+compile workers batching `--compile-batch` problems per `--compile-only` call, and as many of
+them as give >= 1.2x the GPU slots' demand by the costs; its output ends with the per-slot
+timeline and then, as its last line, `goal: mean GPU slot busy NN.N %`. The K=32 variant:
+`--goal --batch 32 --problems 128` (with a stream, K does not change the GPU side: a GPU worker
+feeds its stream up to 3 jobs ahead whatever K is).
+
 Definitions (the same for every scenario):
-- slot window: from the slot's first claim to the end of its last attempt (database clock);
+- slot window: from the slot's first claim to the end of its last attempt (database clock). A
+  benchmark stream is started by its worker before that worker's first claim (while it waits
+  for the first bundle), so its one start-up lies outside the window, as the worker's own
+  Python start-up does; every tool call a slot starts inside its window is charged there;
 - slot busy share: the union of the slot's benchmarking stretches inside its window / window;
 - wall: the farm's window, from the first claim of any job to the end of the last attempt;
 - farm share: all slots' benchmarking / (G x wall), idle ramp-up and tail included;
@@ -33,12 +44,14 @@ only pay for mlirtuna, the database and the stand-in's Python start-up.
         [--problems 32] [--gpus 4] [--space exhaustive] [--startup-s 2] [--compile-ms 50]
         [--bench-ms 10] [--batch 8] [--compile-workers 0,2,8,feed] [--no-diagnostic]
         [--kinds one-stage,batched,two-stage] [--timeout S]
+    python bench/bench_gpu_time.py --goal [--batch 8] [--problems 32] [--compile-batch 8]
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
 import json
 import math
 import os
@@ -57,6 +70,7 @@ import sqlalchemy as sa
 
 from mlirtuna.db import Database
 from mlirtuna.db.models import COMPLETED, Attempt, Job
+from mlirtuna.defaults import ENV_TOOL_ENV
 from mlirtuna.queue import jobs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,6 +82,7 @@ TAG = "bench-gpu-time"
 GPU_LOG, TOOL_LOG = "gpu.jsonl", "tool-calls.jsonl"  # per scenario: busy stretches, tool argv
 KINDS = ("one-stage", "batched", "two-stage")
 STALL_MARGIN_S = 30.0  # beyond the longest single tool call, before "no progress" stops a run
+GOAL_CAPACITY = 1.2  # --goal: compile capacity over GPU demand
 STALL_IDLE_S = 20.0  # nothing running and nothing claimed (idle workers poll every <= 2 s)
 READY_TIMEOUT_S = 120.0  # for every worker to start and report idle (2 cores, tens of workers)
 STOP_GRACE_S = 10.0
@@ -101,6 +116,10 @@ class Scenario:
     # A diagnostic: the GPU workers' tool calls start in this many seconds instead of the costs'
     # start-up (0: as if the next call's start-up were hidden behind the current benchmarking).
     gpu_startup_s: float | None = None
+    # The GPU workers benchmark through one long-lived stream each (the stand-in's proposed
+    # --benchmark-stream): one start-up per slot, before its first claim.
+    stream: bool = False
+    compile_batch: int = 1  # the compile workers' --batch (problems per --compile-only call)
 
     def gpu_startup(self, costs: Costs) -> float:
         return costs.startup_s if self.gpu_startup_s is None else self.gpu_startup_s
@@ -119,7 +138,7 @@ class Scenario:
         shares = []
         for g in range(min(gpus, problems)):
             n = problems // gpus + (1 if g < problems % gpus else 0)
-            calls = math.ceil(n / self.batch)
+            calls = 0 if self.stream else math.ceil(n / self.batch)  # stream: before the window
             busy = n * costs.bench_s
             idle = calls * self.gpu_startup(costs) + n * gap_s
             idle += 0 if self.split else n * costs.compile_s
@@ -136,6 +155,7 @@ class Plan:
     costs: Costs
     timeout_s: float | None  # per scenario; None: from the costs
     kinds: tuple[str, ...] = KINDS  # which rows: one-stage, batched, two-stage
+    goal: bool = False  # --goal: the issue-24 goal row only (last line: its mean slot busy)
     gpu_flags: tuple[str, ...] = ()  # two-stage GPU workers' --batch-wait S / --no-prefetch
 
     def longest_call_s(self, batch: int) -> float:
@@ -162,7 +182,7 @@ class SlotTime:
     benchmarking: float
     tool_costs: float  # in a job: the stand-in's start-up per call (+ compiles, one-stage)
     in_jobs: float  # holding at least one job
-    calls: int  # tool invocations on this slot
+    calls: int  # tool invocations on this slot that started inside its window
 
     @property
     def share(self) -> float:
@@ -218,6 +238,8 @@ def farm_env(url: str, build: Path, costs: Costs, gpus: int, logs: Path) -> dict
         MLIRTUNA_DB=url,
         MLIRTUNA_ROCMLIR_BUILD=str(build),
         MLIRTUNA_ROCMLIR_PYTHON=sys.executable,
+        # The tool's environment is an allowlist (issue 23): the stand-in's settings pass.
+        **{ENV_TOOL_ENV: "FAKE_*"},
         FAKE_TUNINGRUNNER_ERA="E4",
         FAKE_GPU_ARCH=ARCH_FULL,
         FAKE_GPU_NUM_CU=str(NUM_CU),
@@ -280,8 +302,9 @@ def worker_argvs(sid: int, plan: Plan, scenario: Scenario) -> dict[str, list[str
     batch = ["--batch", str(scenario.batch)] if scenario.batch > 1 else []
     extra = list(plan.gpu_flags) if scenario.split and scenario.batch > 1 else []
     argvs = {f"gpu{g}": [*base, "--gpus", str(g), *batch, *extra] for g in range(plan.gpus)}
+    compile_batch = ["--batch", str(scenario.compile_batch)] if scenario.compile_batch > 1 else []
     for i in range(scenario.compile_workers):
-        argvs[f"compile{i}"] = [*base, "--role", "compile"]
+        argvs[f"compile{i}"] = [*base, "--role", "compile", *compile_batch]
     return argvs
 
 
@@ -398,6 +421,9 @@ def run_scenario(url: str, tmp: Path, build: Path, plan: Plan, scenario: Scenari
         if scenario.gpu_startup_s is not None:
             gpu_env = dict(env, FAKE_TUNINGRUNNER_STARTUP_S=str(scenario.gpu_startup_s))
             envs.update({name: gpu_env for name in argvs if name.startswith("gpu")})
+        if scenario.stream:  # the stand-in offers --benchmark-stream to the GPU workers
+            stream_env = dict(envs["gpu0"], FAKE_TUNINGRUNNER_STREAM="1")
+            envs.update({name: stream_env for name in argvs if name.startswith("gpu")})
         with workers(argvs, envs, workdir) as procs:
             wait_idle(procs, workdir)
             gpu_pids = [p.pid for name, p in procs if name.startswith("gpu")]
@@ -505,6 +531,12 @@ def in_call_gaps(
     return total
 
 
+def stream_gaps(stretches: Sequence[tuple[float, float]]) -> float:
+    """Seconds between consecutive benchmarking stretches of one slot."""
+    ordered = sorted(stretches)
+    return sum(max(b[0] - a[1], 0.0) for a, b in itertools.pairwise(ordered))
+
+
 def measure(db: Database, sid: int, logs: Path, plan: Plan, scenario: Scenario) -> Outcome:
     with db.session() as s:
         attempts = s.execute(
@@ -528,12 +560,17 @@ def measure(db: Database, sid: int, logs: Path, plan: Plan, scenario: Scenario) 
     out.wall_s = hi - lo
     calls = tool_calls(logs / TOOL_LOG)
     startup = scenario.gpu_startup(plan.costs)
-    gaps = sum(in_call_gaps(calls.get(g, []), stretches.get(g, []), startup) for g in calls)
-    bundles = sum(len(v) for v in stretches.values())
+    if scenario.stream:  # one call per slot, started before its window: the gaps between
+        # consecutive stretches (the stream's own time per bundle, and any wait for one)
+        gaps = sum(stream_gaps(stretches.get(g, [])) for g in calls)
+        bundles = sum(max(len(v) - 1, 0) for v in stretches.values())
+    else:
+        gaps = sum(in_call_gaps(calls.get(g, []), stretches.get(g, []), startup) for g in calls)
+        bundles = sum(len(v) for v in stretches.values())
     out.in_call_gap_s = gaps / bundles if bundles else 0.0
     for g in range(plan.gpus):
         held = [(a, b) for gpu, a, b in times if gpu == g]
-        out.slots[g] = slot_time(held, stretches.get(g, []), len(calls.get(g, [])), plan, scenario)
+        out.slots[g] = slot_time(held, stretches.get(g, []), calls.get(g, []), plan, scenario)
     busy_all = sum(union_within(stretches.get(g, []), lo, hi) for g in range(plan.gpus))
     out.farm_share = busy_all / (plan.gpus * out.wall_s) if out.wall_s > 0 else float("nan")
     return out
@@ -542,17 +579,19 @@ def measure(db: Database, sid: int, logs: Path, plan: Plan, scenario: Scenario) 
 def slot_time(
     held: list[tuple[float, float]],
     busy: list[tuple[float, float]],
-    calls: int,
+    starts: list[float],
     plan: Plan,
     scenario: Scenario,
 ) -> SlotTime | None:
-    """Where one slot's window went: benchmarking, the tool's own costs, the rest of a job's
-    time (mlirtuna, Python, bundles), and no job held at all."""
+    """Where one slot's window went: benchmarking, the tool's own costs (the start-ups of the
+    tool calls that began inside the window: a stream started before it costs the window
+    nothing), the rest of a job's time (mlirtuna, Python, bundles), and no job held at all."""
     if not held:
         return None
     lo, hi = min(a for a, _ in held), max(b for _, b in held)
     if hi <= lo:
         return None
+    calls = sum(1 for t in starts if lo <= t <= hi)
     benchmarking = union_within(busy, lo, hi)
     in_jobs = union_within(held, lo, hi)
     costs = calls * scenario.gpu_startup(plan.costs)
@@ -644,8 +683,8 @@ def capacity_rows(plan: Plan, scenarios: Sequence[Scenario]) -> list[list[object
     for sc in scenarios:
         if not sc.split:
             continue
-        per_compile = c.startup_s + c.compile_s  # a compile job: one tool call, one problem
-        per_bench = sc.gpu_startup(c) / sc.batch + c.bench_s  # start-up amortized over K
+        per_compile = compile_s_per_problem(c, sc)  # a start-up per call of compile_batch
+        per_bench = bench_s_per_problem(c, sc)  # start-up amortized over K (stream: none)
         supply = sc.compile_workers / per_compile
         demand = plan.gpus / per_bench
         rows.append(
@@ -663,13 +702,65 @@ def capacity_rows(plan: Plan, scenarios: Sequence[Scenario]) -> list[list[object
     return rows
 
 
+def compile_s_per_problem(c: Costs, sc: Scenario) -> float:
+    """A compile worker's seconds per problem: one start-up per call of `compile_batch`."""
+    return c.startup_s / sc.compile_batch + c.compile_s
+
+
+def bench_s_per_problem(c: Costs, sc: Scenario) -> float:
+    """A GPU slot's seconds per problem: its start-up per call of K (none with a stream)."""
+    return (0.0 if sc.stream else sc.gpu_startup(c) / sc.batch) + c.bench_s
+
+
 def workers_for_95(plan: Plan, sc: Scenario) -> str:
     """Compile workers that keep the slots >= 95 % busy, or why no number of them can."""
     c = plan.costs
     if sc.ceiling(c, plan.problems, plan.gpus) < 0.95:
         k_min = math.ceil(19 * sc.gpu_startup(c) / c.bench_s)  # K b / (s + K b) >= 0.95
         return f"none: start-up caps it; needs K >= {k_min}"
-    return str(math.ceil(0.95 * plan.gpus * (c.startup_s + c.compile_s) / c.bench_s))
+    return str(math.ceil(0.95 * plan.gpus * compile_s_per_problem(c, sc) / c.bench_s))
+
+
+def goal_scenario(plan: Plan, batch: int, compile_batch: int) -> Scenario:
+    """Issue 24's goal: two-stage, K, a benchmark stream per GPU slot, compile workers
+    batching `compile_batch` problems a call, enough of them for >= 1.2x the GPUs' demand."""
+    sc = Scenario("goal", True, batch, stream=True, compile_batch=compile_batch)
+    c = plan.costs
+    demand = plan.gpus / bench_s_per_problem(c, sc)
+    n = math.ceil(GOAL_CAPACITY * demand * compile_s_per_problem(c, sc))
+    label = f"two-stage {n} compile (--batch {compile_batch}), benchmark stream"
+    return Scenario(label, True, batch, n, stream=True, compile_batch=compile_batch)
+
+
+def timeline_rows(o: Outcome, plan: Plan) -> list[list[object]]:
+    """Per slot: its window and where it went (seconds and shares)."""
+    rows: list[list[object]] = []
+    for g in range(plan.gpus):
+        t = o.slots.get(g)
+        if t is None:
+            rows.append([f"GPU {g}", *["-"] * 7])
+            continue
+        rest = t.in_jobs - t.benchmarking - t.tool_costs
+        rows.append(
+            [
+                f"GPU {g}",
+                f"{t.window:.2f}",
+                f"{t.benchmarking:.2f} ({pct(t.share)})",
+                f"{t.tool_costs:.2f} ({pct(t.tool_costs / t.window)})",
+                f"{rest:.2f} ({pct(t.other_share)})",
+                f"{t.window - t.in_jobs:.2f} ({pct(t.between_share)})",
+                t.calls,
+                pct(t.share),
+            ]
+        )
+    return rows
+
+
+TIMELINE_HEADERS = [
+    "slot", "window s (first claim to end of last attempt)", "benchmarking s",
+    "tool start-up in the window s", "in a job, the rest s (mlirtuna, bundles, replies)",
+    "holding no job s", "tool calls started in the window", "busy",
+]  # fmt: skip
 
 
 CAPACITY_HEADERS = [
@@ -764,6 +855,14 @@ def options():
     add("--batch-wait", type=float, help="two-stage GPU workers' --batch-wait S (default: "
         "the worker's; 0 with --no-prefetch: the behaviour before issue 24)")  # fmt: skip
     add("--no-prefetch", action="store_true", help="two-stage GPU workers' --no-prefetch")
+    add(
+        "--goal",
+        action="store_true",
+        help="issue 24's goal only: two-stage, a benchmark "
+        "stream per GPU slot, compile workers for >= 1.2x the GPU demand; the last line is "
+        "`goal: mean GPU slot busy NN.N %%` (K=32 variant: --goal --batch 32 --problems 128)",
+    )
+    add("--compile-batch", type=int, help="--goal: the compile workers' --batch (default 8)")
     return p.parse_args()
 
 
@@ -798,7 +897,11 @@ def main() -> None:
     counts = pick(args.compile_workers, "0,2,8,feed", "1", smoke).split(",")
     counts = [c.strip() for c in counts if c.strip()]  # "": no two-stage rows
     chosen = scenarios(plans[0], batch, counts, not (smoke or args.no_diagnostic))
+    if args.goal:
+        compile_batch = pick(args.compile_batch, 8, 2, smoke)
+        chosen = [goal_scenario(plans[0], batch, compile_batch)]
     sections = [header(plans, batch)]
+    goal_lines = []
     for plan in plans:
         results = run_backend(plan, chosen)
         rows = [r if isinstance(r, list) else result_row(r, plan) for r in results]
@@ -809,11 +912,25 @@ def main() -> None:
             "Where each GPU slot's window went (mean over slots):",
             common.table(WHERE_HEADERS, where),
         ]
+        for r in results:
+            if isinstance(r, Outcome) and r.slots:
+                sections += [
+                    f"Per-slot timeline, {r.scenario.label}:",
+                    common.table(TIMELINE_HEADERS, timeline_rows(r, plan)),
+                ]
+        if args.goal:
+            shares = [t.share for r in results if isinstance(r, Outcome)
+                      for t in r.slots.values() if t is not None]  # fmt: skip
+            goal_lines.append(
+                f"goal: mean GPU slot busy {fmt(100 * (mean(shares) or math.nan), '.1f')} %"
+            )
     caps = capacity_rows(plans[0], chosen)
     if caps:
         sections += ["#### Two-stage: compile capacity vs GPU demand (from the costs)",
                      common.table(CAPACITY_HEADERS, caps)]  # fmt: skip
-    common.emit("\n\n".join(sections), args.out)
+    # --goal: the last line is the goal's number (several backends: one line each, in order).
+    common.emit("\n\n".join([*sections, "\n".join(goal_lines)] if goal_lines else sections),
+                args.out)  # fmt: skip
 
 
 def header(plans: Sequence[Plan], batch: int) -> str:

@@ -7,7 +7,9 @@ Run (from the repository root):
 
 Defaults: 100,000 gemm problems (with their gemm_config rows and tags), 1,000 sessions over four
 GPU contexts and a year of rocMLIR commits, one job per (session, problem) tuned, a winner per
-completed job and 5,000,000 candidate rows in all (about one in ten invalid, with a reason).
+completed job and 5,000,000 candidate rows in all (about one in ten invalid, with a reason; v4
+perf configs, the fields the candidate table, parallel coordinates and importance view read; the
+first three of each tuning re-measured; median, min, IQR and sample count on the valid ones).
 Session i tunes a window of --per-session problems starting at (i - 1) * problems /
 sessions (mod problems), so each problem is tuned in about ten sessions (its trend) and neighbouring
 sessions share most problems (compare). 1 % of jobs end in error (five distinct first lines);
@@ -228,7 +230,9 @@ RESULT_COLUMNS = (
 )
 CANDIDATE_COLUMNS = (
     "id", "session_id", "problem_id", "job_id", "perf_config", "kernel_time", "tflops", "error",
+    "perf_family", "time_min", "time_iqr", "samples", "remeasured",
 )  # fmt: skip
+TOPK = 3  # the first candidates of each tuning are its re-measured top k (the winner first)
 
 
 def _tuning(size: Size, rng: random.Random, fill: Fill):
@@ -284,7 +288,13 @@ def _tuning(size: Size, rng: random.Random, fill: Fill):
 
 
 def _perf(pid: int, k: int) -> str:
-    return f"v3:{32 << (pid + k) % 3},{64 << k % 3},{16 << (pid * k) % 4},{4 << k % 2},1,{k},1,1"
+    """A v4 perf config (14 fields: the candidate table's columns, the parallel coordinates'
+    and the importance view's axes); k makes each candidate of a problem its own."""
+    return (
+        f"v4:{32 << (pid + k) % 3},{64 << k % 3},{4 << (pid * k) % 3},{16 << k % 2},"
+        f"{16 << (pid + k) % 2},{16 << k % 2},{4 << (k // 3) % 3},1,{1 + k % 2},{k % 2},"
+        f"{1 + (k // 2) % 2},{k},1,1"
+    )
 
 
 def _candidates(
@@ -295,13 +305,16 @@ def _candidates(
         n = int(per * (i + 1)) - int(per * i)  # spreads the total exactly
         for k in range(n):
             fill.candidates += 1
-            if k == 0:
-                yield (fill.candidates, s, pid, jid, _perf(pid, 0), 1e6 / best, best, None)
-            elif rng.random() < 0.1:
-                yield (fill.candidates, s, pid, jid, _perf(pid, k), None, None, rng.choice(INVALID))
-            else:
-                tflops = best * rng.uniform(0.05, 0.99)
-                yield (fill.candidates, s, pid, jid, _perf(pid, k), 1e6 / tflops, tflops, None)
+            perf = _perf(pid, k)
+            if k and rng.random() < 0.1:
+                yield (fill.candidates, s, pid, jid, perf, None, None, rng.choice(INVALID), "v4",
+                       None, None, None, False)  # fmt: skip
+                continue
+            tflops = best if k == 0 else best * rng.uniform(0.05, 0.99)
+            ns = 1e6 / tflops
+            spread = ns * rng.uniform(0.005, 0.05)
+            yield (fill.candidates, s, pid, jid, perf, ns, tflops, None, "v4", ns - spread,
+                   spread, rng.randint(20, 100), k < TOPK)  # fmt: skip
 
 
 def _analyze(db: Database) -> None:

@@ -107,6 +107,18 @@ def db_url(request, tmp_path) -> Iterator[str]:
     yield from _fresh_server_db(request.param)
 
 
+@pytest.fixture(scope="module", params=BACKENDS)
+def module_db_url(request, tmp_path_factory) -> Iterator[str]:
+    """As db_url, but one database per backend for a whole test module (its tests share it):
+    for modules that fill a database once and start a server over it (the browser tests)."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'mlirtuna.db'}"
+        Database(url).dispose()
+        yield url
+        return
+    yield from _fresh_server_db(request.param)
+
+
 @pytest.fixture(params=BACKENDS)
 def empty_db_url(request, tmp_path) -> Iterator[str]:
     """A URL of a fresh database with no tables at all."""

@@ -21,7 +21,7 @@ from support.rocmlir import fake_build
 from mlirtuna import catalog, queue, sessions
 from mlirtuna.db.models import Attempt, Candidate, Job, Problem, Result
 from mlirtuna.errors import BatchRefused, InputError, Unsupported
-from mlirtuna.problems import ExpandOptions
+from mlirtuna.problems import ExpandOptions, configlist
 from mlirtuna.queue import Claimant, jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.tuners.rocmlir import outcome, parse_debug_lines
@@ -448,6 +448,10 @@ def test_import_refuses_what_the_real_gemm_parser_refuses(db, db_url, tmp_path):
     path.write_text(f"{gemm_lines(1)[0]}\n{BAD}\n")
     with pytest.raises(InputError, match=rf"{path}:2: .*-transO true.*Unknown GEMM config"):
         catalog.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag="x")
+    # -transO false too: 3fc5be9e's parser has no -transO branch at all.
+    path.write_text(f"{gemm_lines(1)[0]}\n{BAD.replace('-transO true', '-transO false')}\n")
+    with pytest.raises(InputError, match=rf"{path}:2: -transO false: .*-transO -> false'\)$"):
+        catalog.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag="x")
     with db.session() as s:  # nothing half-written
         assert s.scalar(sa.select(sa.func.count()).select_from(Problem)) == 0
     refused = run_cli(db_url, "import", "--op", "gemm", str(path))
@@ -463,13 +467,15 @@ def test_import_refuses_what_the_real_gemm_parser_refuses(db, db_url, tmp_path):
 def test_a_batch_the_tool_refuses_is_tuned_alone_without_a_retry_counted(
     db, tmp_path, build, monkeypatch
 ):
-    # -transO false is imported (newer perfRunners take it) but this tool refuses any -transO:
-    # the batch call fails before tuning anything, as the real one does.
+    # A -transO line that reached the database before import refused it (an older mlirtuna
+    # imported `-transO false`): this tool refuses any -transO, so the batch call fails before
+    # tuning anything, as the real one does.
     monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E3")
     log = tmp_path / "calls.jsonl"
     monkeypatch.setenv("FAKE_TUNINGRUNNER_LOG", str(log))
     lines = gemm_lines(3)
     lines[1] = lines[1].replace("-transB false", "-transB false -transO false")
+    monkeypatch.setattr(configlist, "tool_rejects", lambda problem: None)  # the older import
     sid = session_of(db, tmp_path, lines)
     w = worker(db, sid, build, batch=3, max_retries=1)
     w.run()

@@ -8,6 +8,7 @@ script finishes and writes its Markdown tables with a row per backend.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -118,3 +119,11 @@ def test_gpu_time_bench_runs(tmp_path: Path) -> None:
     assert "| one-stage batched K=2 | 2 | - | 4/4 |" in text
     assert "| two-stage 1 compile | 2 | 1 | 8/8 |" in text  # a compile and a benchmark job each
     assert "compile workers to feed the GPUs" in text
+
+
+def test_gpu_time_goal_runs(tmp_path: Path) -> None:
+    text = run_script("bench_gpu_time", tmp_path, "--goal")
+    assert "benchmark stream | 2 |" in text and "| 8/8 |" in text  # every job done
+    assert "Per-slot timeline" in text
+    last = text.rstrip("\n").splitlines()[-1]
+    assert re.fullmatch(r"goal: mean GPU slot busy \d+\.\d %", last), last

@@ -119,3 +119,36 @@ def test_a_typo_is_suggested_once():
         result = CliRunner().invoke(app, argv)
         assert result.exit_code == 2
         assert result.stderr.count(f"Did you mean {right}?") == 1, result.stderr
+
+
+def test_a_mistyped_option_suggests_the_closest_one_only():
+    result = CliRunner().invoke(app, ["results", "--sesion", "3"])
+    assert result.exit_code == 2
+    assert "Did you mean '--session'?" in result.stderr and "--json" not in result.stderr
+
+
+def test_terminal_tables_wrap_between_tokens_never_inside_one():
+    import io
+
+    from rich.console import Console
+
+    from mlirtuna.cli import common
+
+    vector = "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 1024 -n 1024 -k 1024"
+    perf = "v4:256,256,8,64,64,32,8,1,1,1,2,64,1,1"
+    table = common.TextTable("test vector", "perf config", "TFlops")
+    table.add_row(vector, perf, "4.21")
+    table.add_row("-t f16 -m 8", "v4:16,16,4,16,16,16,4,1,1,0,1,1,1,1", "0.00312")
+    allowed = set(vector.split()) | {"-t", "f16", "-m", "8", "test", "vector", "perf", "config"}
+    allowed |= {perf, "v4:16,16,4,16,16,16,4,1,1,0,1,1,1,1", "TFlops", "4.21", "0.00312"}
+    for width in (50, 72, 100, 200):
+        console = Console(file=io.StringIO(), width=width, color_system=None)
+        common.print_rich(table, console)
+        text = console.file.getvalue()
+        if width == 50:  # the two perf configs and the longest flag cannot sit side by side
+            assert text == common.plain_table(table)
+            continue
+        assert max(map(len, text.splitlines())) <= width
+        words = re.sub("[\u2500-\u257f]", " ", text).split()
+        assert set(words) <= allowed, set(words) - allowed  # every token whole
+        assert perf in words and "-out_datatype" in words

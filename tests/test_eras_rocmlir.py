@@ -6,7 +6,10 @@ the recorded candidates reads back exactly."""
 from __future__ import annotations
 
 import math
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 import sqlalchemy as sa
@@ -25,7 +28,7 @@ from support.rocmlir import (
 
 from mlirtuna import keys, sessions
 from mlirtuna.db.models import Candidate, Job, Result
-from mlirtuna.errors import TunerError, UserError
+from mlirtuna.errors import TunerError, Unsupported, UserError
 from mlirtuna.history import export
 from mlirtuna.history.export import ExportQuery
 from mlirtuna.problems import parse
@@ -37,7 +40,7 @@ SPACES = {
     "E2": ("quick", "full", "exhaustive"),
     "E2.5": ("quick", "full", "greedy", "exhaustive"),
     "E3": ("quick", "full", "greedy", "exhaustive"),
-    "E4": ("quick", "full", "greedy", "exhaustive", "lfbo"),
+    "E4": ("quick", "full", "exhaustive", "lfbo"),  # rocmlirTriton has no greedy space
 }
 COMMON = {"--op", "--config", "--tuning-space", "--mlir-build-dir", "--output", "--debug"}
 FLAGS = {
@@ -88,7 +91,7 @@ def test_each_era_gets_exactly_its_flags(build, monkeypatch, era) -> None:
 
 @pytest.mark.parametrize("era", ["E2", "E2.5", "E3"])
 def test_a_setting_the_era_lacks_is_an_error_not_dropped(build, monkeypatch, era) -> None:
-    with pytest.raises(TunerError, match=f"{era}.*no --rep"):
+    with pytest.raises(TunerError, match=f"no --rep .*lacks the rep-warmup capability .*{era}:"):
         tuner(build, era, monkeypatch).tune(parse("gemm", GEMM), context(rep_ms=50))
     assert tuning_calls(build) == []
 
@@ -148,9 +151,13 @@ def test_session_records_its_build_key_form_and_lfbo(db, build, monkeypatch, era
 
 def test_session_new_refuses_what_the_build_lacks(db, db_url, build, monkeypatch) -> None:
     monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E3")
-    with pytest.raises(UserError, match=r"tuning space 'lfbo' is not offered .*\(E3; it has: "):
+    with pytest.raises(UserError, match=r"tuning space 'lfbo' is not offered .*\(E3: .*; spaces "):
         sessions.create(db, spec(build, "lfbo"))
-    with pytest.raises(UserError, match=r"\(E3\) has no --rep, --gpu-run-timeout"):
+    with pytest.raises(
+        UserError,
+        match=r"has no --rep, --gpu-run-timeout: it lacks the gpu-run-timeout, rep-warmup "
+        r"capability \(E3: gpus, batch, timeout; spaces quick, full, greedy, exhaustive\)",
+    ):
         sessions.create(db, spec(build, rep_ms=10, gpu_run_timeout_s=5))
     run = cli(
         db_url,
@@ -262,3 +269,100 @@ def test_debug_export_problem_columns_are_the_tools(db, tmp_path, build, monkeyp
     assert len(shared) >= {"gemm": 9, "conv": 20, "attention": 19}[op]
     for row in rows:
         assert {c: row[c] for c in shared} == {c: str(tools[c]) for c in shared}
+
+
+# --- capabilities, read from --help (issue 22, point 6) -------------------------------------------
+
+# rocMLIR's own newest tuningRunner.py (3fc5be9e, shared/reference/rocmlir-real-tool.md): the E3
+# line with --gpu-run-timeout and --triton-benchmark-mode, but no two-stage flags. Flag names
+# only, in argparse's usage layout.
+ROCMLIR_NEWEST_HELP = """usage: tuningRunner.py [-h] (-c FILE | --config CONFIG | --test-dir DIR)
+  --op {conv,gemm,fusion,attention,gemm_gemm,conv_gemm} [-o FILE] [--mlir-build-dir DIR]
+  [--tuning-space {quick,full,greedy,exhaustive}] [--data-type TYPE [TYPE ...]]
+  [--verify-mode {none,cpu,gpu}] [-d] [--debug-quick-tune-data] [--timeout SECONDS]
+  [--verify-timeout SECONDS] [--gpu-run-timeout SECONDS] [--retry STATE [STATE ...]]
+  [--retune] [--abort-on-error] [--gpus GPU_ID [GPU_ID ...]] [--num-cpus N]
+  [--wait-for-compiles] [--flush-last-level-cache] [--triton-benchmark-mode] [-s] [-q | -v]
+  [--tflops]
+
+options:
+  -c FILE, --configs-file FILE, --configs_file FILE
+  --config CONFIG
+  --test-dir DIR, --test_dir DIR
+"""
+
+
+def test_capabilities_name_what_the_build_can_do(build, tmp_path, monkeypatch) -> None:
+    newest = rocmlir.detect_era(ROCMLIR_NEWEST_HELP)
+    assert newest.name == "E3"  # not E4 because of --gpu-run-timeout
+    assert newest.capabilities == ("gpus", "batch", "timeout", "gpu-run-timeout")
+    assert not rocmlir.can_split(newest)
+    # Labelled E4, its sessions exported `-supportsSplitK` keys, which 3fc5be9e's
+    # read_tuning_db skips (its gemm parser knows no such flag): plain keys, as E3's.
+    assert rocmlir.build_key_form(tmp_path, newest) == keys.PLAIN
+    assert newest.describe() == (
+        "E3: gpus, batch, timeout, gpu-run-timeout; spaces quick, full, greedy, exhaustive"
+    )
+    e4 = tuner(build, "E4", monkeypatch).era
+    assert set(e4.capabilities) == {
+        "gpus", "batch", "timeout", "gpu-run-timeout", "two-stage", "topk-remeasure",
+        "rep-warmup", "lfbo",
+    }  # fmt: skip
+    assert "greedy" not in e4.tuning_spaces
+    e2 = tuner(build, "E2", monkeypatch).era
+    assert e2.capabilities == () and e2.describe().startswith("E2: one-stage only; spaces quick")
+    # What a split on a build without it says: the capability and what the build has, never a
+    # label contradicting the flags.
+    with pytest.raises(UserError) as info:
+        rocmlir.check_split_build(str(build))  # still the E2 stand-in
+    assert "lacks the two-stage capability (no --compile-only, --benchmark-artifacts, " in str(
+        info.value
+    )
+    assert "(E2: one-stage only;" in str(info.value)
+
+
+def test_session_new_names_capabilities_and_refuses_greedy_on_e4(db, db_url, build) -> None:
+    args = ["session", "new", "--tuner", "rocmlir", "--arch-full", "gfx942:sramecc+:xnack-",
+            "--num-cu", "304", "--num-chiplets", "8", "--mlir-build-dir", str(build)]  # fmt: skip
+    env = {"FAKE_TUNINGRUNNER_ERA": "E4"}
+    run = cli(db_url, *args, "--tuning-space", "greedy", env=env)
+    assert run.code == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert "tuning space 'greedy' is not offered" in run.stderr
+    assert "(E4: gpus, batch, timeout, gpu-run-timeout, two-stage, " in run.stderr
+    assert sessions.list_all(db) == []
+    made = cli(db_url, *args, "--tuning-space", "quick", env=env)
+    assert made.code == 0, made.stderr
+    assert "tuningRunner.py: E4: gpus, batch, " in made.stderr
+    assert "spaces quick, full, exhaustive, lfbo" in made.stderr
+    shown = cli(db_url, *args, "--tuning-space", "full", "--json", env=env)
+    assert '"capabilities": "E4: gpus, batch, ' in shown.stdout
+
+
+def test_e4_checks_a_bundle_against_the_target_it_resolves(build, tmp_path, monkeypatch) -> None:
+    t = tuner(build, "E4", monkeypatch)
+    problem = parse("gemm", GEMM)
+    ctx = context(tuning_space="quick")
+    bundle = tmp_path / "bundle"
+    t.compile(problem, ctx, bundle)
+    assert t.benchmark(problem, ctx, bundle).winner.valid  # the same target in both calls
+    (call,) = [
+        c for c in tuning_calls(build) if any("--benchmark-artifacts" in a for a in c["argv"])
+    ]
+    assert "--target-arch=gfx942:sramecc+:xnack-" in call["argv"]
+    # A bundle compiled for the bare chip name, benchmarked for the full one: refused by the
+    # tool, and final (the same on every retry).
+    bare = tmp_path / "bare"
+    t.compile(problem, context(tuning_space="quick", arch_full="gfx942"), bare)
+    with pytest.raises(Unsupported, match=(
+        r"refused the bundle: .*artifacts compiled for arch 'gfx942' but this host resolved "
+        r"'gfx942:sramecc\+:xnack-'; pass --target-arch=gfx942"
+    )):  # fmt: skip
+        t.benchmark(problem, ctx, bare)
+    # The stand-in, as rocmlirTriton: --target-* only with the cross-compilation phases.
+    run = subprocess.run(
+        [sys.executable, str(build / "bin" / "tuningRunner.py"), "--op", "gemm", "--config",
+         GEMM, "--target-arch", "gfx942"],
+        capture_output=True, text=True, check=False,
+        env={**os.environ, "FAKE_TUNINGRUNNER_ERA": "E4"},
+    )  # fmt: skip
+    assert run.returncode == 2 and "only allowed with --compile-only" in run.stderr

@@ -212,6 +212,34 @@ def test_run_op_fusion_on_the_example(db_url, tmp_path, monkeypatch):
     assert len(written) == 1 and len(summary["notes"]) == 1  # two mixr-gemm modules, one key
 
 
+def test_the_plain_tuning_db_run_writes_does_not_depend_on_run_order(
+    db, db_url, tmp_path, monkeypatch
+):
+    """gemm, then fusion: run's mlir_tuning_<arch>.tsv ends with the rows `export --arch`
+    writes (the fusion winners included), as it would with the runs the other way round."""
+    from support.clitools import cli, run_cli
+
+    monkeypatch.chdir(tmp_path)
+    examples = Path(__file__).parent.parent / "examples"
+
+    def rows(path: Path) -> list[str]:
+        return [line for line in path.read_text().splitlines() if not line.startswith("#")]
+
+    before = 0
+    for op, example in (("gemm", "gemm-small"), ("fusion", "fusion-small")):
+        run = run_cli(db_url, "run", "--op", op, "--tuning-space", "quick", "--json",
+                      str(examples / example), timeout=600)  # fmt: skip
+        assert run.code == 0, run.stderr
+        (plain,) = tmp_path.glob("mlir_tuning_*.tsv")
+        before = before or len(rows(plain))
+    assert len(rows(plain)) > before  # the fusion winners came in
+    assert any(n.startswith(f"{plain.name} written again") for n in run.json()["notes"])
+    arch = sessions.get(db, run.json()["session"]).arch_full
+    export_run = cli(db_url, "export", "--arch", arch, "-o", str(tmp_path / "export.tsv"))
+    assert export_run.code == 0, export_run.stderr
+    assert rows(plain) == rows(tmp_path / "export.tsv")
+
+
 def test_jobs_load_file_takes_modules_and_directories(db):
     sid = sessions.create(db, SessionSpec(tuner="cpu", tuning_space="quick")).id
     loaded = jobs.load(db, sid, op="fusion", file=str(FUSION / "mixr-gemm"))

@@ -74,16 +74,26 @@ def test_compile_then_benchmark_records_what_one_stage_records(
     compiles = [a for a in calls if any(x.startswith("--compile-only=") for x in a)]
     benches = [a for a in calls if any(x.startswith("--benchmark-artifacts=") for x in a)]
     assert len(compiles) == len(benches) == 3
-    assert {"--target-arch=gfx942", "--target-num-cu=304", "--target-num-chiplets=8"} <= set(
-        compiles[0]
-    )
+    # Both stages name the same target (E4 checks the bundle's index against what the
+    # benchmark call resolves: without --target-arch it would resolve HIP's name and refuse).
+    target = {f"--target-arch={ARCH_FULL}", "--target-num-cu=304", "--target-num-chiplets=8"}
+    assert target <= set(compiles[0]) and target <= set(benches[0])
     assert not any(x.startswith("--gpus") for x in compiles[0])
     assert "--gpus=0" in benches[0] and "--debug" in benches[0]
-    # A one-stage session of the same problems records the same winners and candidates.
-    one = session(db, build, split=None)
+    # E4 benchmarks a bundle in one pass (--two-stage-topk does nothing there): not passed,
+    # and no candidate is marked re-measured although the session's topk is 3.
+    assert not any(x.startswith("--two-stage-topk") for x in benches[0])
+    assert count(db, Candidate, Candidate.remeasured.is_(True)) == 0
+    # A one-stage session without re-measurement records the same winners and candidates.
+    one = session(db, build, split=None, topk=1)
     assert work(db, one, build, "gpu").stats.completed == 3
     two_stage, one_stage = recorded(db, sid), recorded(db, one)
     assert len(two_stage) == 3 and two_stage == one_stage
+    # One-stage with topk 3: the tool re-measures, and those candidates say so.
+    remeasured = session(db, build, split=None)
+    assert work(db, remeasured, build, "gpu").stats.completed == 3
+    marked = (Candidate.session_id == remeasured, Candidate.remeasured.is_(True))
+    assert count(db, Candidate, *marked) == 3 * 3
 
 
 def test_keep_artifacts_keeps_every_bundle(db, tmp_path, build):
@@ -271,7 +281,7 @@ def test_split_is_refused_where_it_cannot_work(db, db_url, tmp_path, build, monk
             "--num-chiplets", "8", "--mlir-v", COMMIT, "--mlir-build-dir", str(build)]  # fmt: skip
     monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E3")
     for extra, why in (
-        (["--split", SPLIT], "has no --compile-only"),
+        (["--split", SPLIT], "lacks the two-stage capability (no --compile-only, "),
         (["--split", "benchmark"], "the one split is compile,benchmark"),
         (["--artifact-store", str(tmp_path)], "go with --split"),
     ):
@@ -546,15 +556,15 @@ def test_a_batch_benchmarks_k_bundles_in_one_call(db, tmp_path, build, monkeypat
     sid = session(db, build)
     log = tmp_path / "tool.log"
     monkeypatch.setenv("FAKE_TUNINGRUNNER_LOG", str(log))
-    work(db, sid, build, "compile", batch=4)  # compile jobs: one per call all the same
+    work(db, sid, build, "compile", batch=4)  # compile jobs batch too: 4, then 1
     assert work(db, sid, build, "gpu", batch=4).stats.completed == 5
     assert states(db, sid) == {("compile", "completed"): 5, ("benchmark", "completed"): 5}
     calls = [json.loads(line)["argv"] for line in log.read_text().splitlines()]
     compiles = [a for a in calls if any(x.startswith("--compile-only=") for x in a)]
     benches = [a for a in calls if any(x.startswith("--benchmark-artifacts=") for x in a)]
-    assert len(compiles) == 5 and len(benches) == 2  # 4 bundles, then the last one
+    assert len(compiles) == 2 and len(benches) == 2  # 4 problems, then the last one
     assert "--configs-file=-" in benches[0]
     assert count(db, Bundle) == 0
-    one = session(db, build, split=None)
+    one = session(db, build, split=None, topk=1)  # a bundle's benchmark re-measures nothing
     work(db, one, build, "gpu")  # one call per job: each config's own driver lines
     assert recorded(db, sid) == recorded(db, one)

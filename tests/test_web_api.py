@@ -32,6 +32,7 @@ from mlirtuna.db.models import (
 )
 from mlirtuna.errors import DatabaseError
 from mlirtuna.history import compare, perffields, winners
+from mlirtuna.problems import parse
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.web import explore
@@ -355,6 +356,9 @@ def test_a_fusion_problem_shows_its_module_and_key(client, db):
     info = get(client, f"/api/problems/{pid}")
     assert info["op"] == "fusion"
     assert (info["tuning_key"], info["module"]) == (key, text)
+    # The data type is the key's (a conv key's prefix, a GEMM key's -t).
+    expected = parse("conv", key).data_type if key.startswith("conv") else key.split()[1]
+    assert info["data_type"] == expected != ""
     page = get(client, f"/problems/{pid}")
     assert f"<code>{key}</code>" in page and 'id="module"' in page
     assert "func.func" in page  # the module's text itself, escaped into the page
@@ -381,6 +385,12 @@ def test_fusion_problems_are_named_in_the_winners_table_and_the_workers(client, 
     assert found and all(r["test_vector"].startswith(name) for r in found)
     by_label = get(client, f"/api/sessions/{sid}/winners?sort=test_vector")["rows"]
     assert [r["test_vector"] for r in by_label] == sorted(best.values())
+    # The data-type column is filled (the key's type), and filters and facets know it.
+    assert all(r["data_type"] for r in by_label)
+    types = get(client, f"/api/sessions/{sid}/facets")["data_types"]
+    assert types == sorted({r["data_type"] for r in by_label})
+    one = get(client, f"/api/sessions/{sid}/winners?data_type={types[0]}")
+    assert one["total"] == sum(r["data_type"] == types[0] for r in by_label) > 0
     # a worker holding a fusion job shows the module by name
     with db.session() as s:
         first = s.scalar(sa.select(sa.func.min(Job.id)).where(Job.session_id == sid))

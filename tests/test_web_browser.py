@@ -4,7 +4,8 @@ by the farm of tests/webfarm.py. Each page: the tables hold the database's rows,
 as many points as there are rows behind them, the console stays clean; the farm page follows a
 worker live. Screenshots at 1280x800 go to tests/screenshots/ (not committed).
 
-SQLite only: the backends are covered by test_web_api.py; this is about what the browser shows.
+On all three backends (tests/conftest.py's module_db_url): one database, one farm and one
+`mlirtuna serve` per backend for the whole module.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from mlirtuna.history import compare, winners
 from mlirtuna.problems import ExpandOptions
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
-from mlirtuna.web import explore
+from mlirtuna.web import explore, importance
 
 pytestmark = pytest.mark.slow
 
@@ -46,9 +47,9 @@ class Site:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Iterator[Site]:
+def site(module_db_url, tmp_path_factory) -> Iterator[Site]:
     tmp = tmp_path_factory.mktemp("web")
-    db_url = f"sqlite:///{tmp / 'mlirtuna.db'}"
+    db_url = module_db_url
     run = run_cli(
         db_url, "run", "--op", "gemm", "--tuning-space", "quick", "-o", str(tmp / "t.tsv"),
         "--json", str(EXAMPLE), timeout=600,
@@ -149,6 +150,29 @@ def test_parallel_coordinates_of_a_session(page, site):
     )
     assert f"{f16} candidates" in page.tab.inner_text("#parallel-count")
     page.shot("parallel")
+
+
+def test_parameter_importance_of_a_session(page, site):
+    sid = site.farm.gpu
+    expected = importance.importance(site.db, sid, "gemm")
+    assert expected.rows == explore.parallel(site.db, sid, "gemm").total > 3
+    page.open(f"/sessions/{sid}")
+    page.tab.wait_for_function(
+        f"() => document.querySelector('#importance-plot').dataset.count === '{expected.rows}'"
+    )
+    (bars,) = page.plot("#importance-plot")
+    # Horizontal bars, the most important at the top (Plotly draws the first category lowest).
+    assert bars["y"] == list(reversed(expected.fields))
+    assert bars["x"] == pytest.approx(list(reversed(expected.importance)))
+    method = page.tab.inner_text("#importance-method")
+    assert f"{expected.rows} candidates fitted" in method and "impurity importance" in method
+    page.tab.select_option("#parallel-choice select[name=data_type]", "f16")
+    f16 = importance.importance(site.db, sid, "gemm", "f16").rows
+    page.tab.wait_for_function(
+        f"() => document.querySelector('#importance-plot').dataset.count === '{f16}'"
+    )
+    page.tab.locator("#importance-plot").scroll_into_view_if_needed()
+    page.shot("importance")
 
 
 def test_session_errors_link_to_the_job_and_its_attempts(page, site):

@@ -34,7 +34,7 @@ from mlirtuna.queue import jobs
 def test_four_workers_drain_500_jobs_exactly_once(db, db_url, tmp_path):
     sid = make_session(db, tmp_path, 500)
     log = tmp_path / "claims.log"
-    procs = [start_worker(db_url, sid, log, "--until-empty") for _ in range(4)]
+    procs = [start_worker(db_url, sid, log, "--until-empty", barrier=4) for _ in range(4)]
     finish(procs)
     assert [p.returncode for p in procs] == [0, 0, 0, 0], stderr_of(procs[0])
     assert_done_exactly_once(db, sid, 500)

@@ -23,6 +23,9 @@ ENV_DB_PASSWORD = "MLIRTUNA_DB_PASSWORD"  # its password, kept out of the URL
 ENV_ROLE_PASSWORD = "MLIRTUNA_ROLE_PASSWORD_{}"  # …_ADMIN, …_WORKER, …_READER (db roles)
 ENV_ROCMLIR_BUILD = "MLIRTUNA_ROCMLIR_BUILD"  # the rocMLIR build dir (--mlir-build-dir)
 ENV_ROCMLIR_PYTHON = "MLIRTUNA_ROCMLIR_PYTHON"  # the python that runs tuningRunner.py
+# A directory holding tuningRunner.py and perfRunner.py (rocMLIR's mlir/utils/performance) to run
+# instead of <build>/bin's, over the build's binaries: a checkout's scripts with a ROCm python.
+ENV_ROCMLIR_SCRIPT_DIR = "MLIRTUNA_ROCMLIR_SCRIPT_DIR"
 KILL_GRACE_S = 5.0  # a tool's time between SIGTERM and SIGKILL (the worker waits longer)
 ENV_TOOL_ENV = "MLIRTUNA_TOOL_ENV"  # more variables the tool may see: "NAME,PREFIX*"
 ENV_DOCKER_IMAGE = "MLIRTUNA_DOCKER_IMAGE"  # the image a session records (machine.docker_image)

@@ -76,6 +76,11 @@ class BatchRefused(TunerError):
     against any one job: each is tuned alone instead, no retry counted."""
 
 
+class StreamBroken(TunerError):
+    """A long-lived benchmark process (StreamingTuner) exited, or could not be fed: the job it
+    was on failed (a retry counted, as a tool crash), the jobs fed behind it are given back."""
+
+
 class Unsupported(TunerError):
     """The tuner cannot run this problem at all (data type, op, layout, size): retrying cannot
     help, so the job ends in error at once."""

@@ -314,6 +314,19 @@ def run_workers(
     return supervisor.supervise(procs, tick) > 0
 
 
+def _refresh_plain_db(
+    db: Database, query: export.ExportQuery, plain: str, written: str
+) -> list[str]:
+    """`export --arch` holds the fusion winners too: an earlier run's mlir_tuning_<arch>.tsv in
+    the working directory is written again after a fusion run, so that the file is the same
+    whatever order the runs came in. None there (or the run's own -o): nothing to refresh."""
+    if not Path(plain).is_file() or Path(plain).resolve() == Path(written).resolve():
+        return []
+    again = export.export(db, replace(query, op=None), "v3", plain)
+    return [f"{plain} written again with the fusion winners: {again.rows} rows, as `mlirtuna "
+            f"export --arch {query.arch}` writes them"]  # fmt: skip
+
+
 def finish(db: Database, plan: RunPlan, prepared: Prepared, interrupted: bool) -> RunSummary:
     """Counts, winners, and the tuning DB: what `export --arch` writes for the session's
     context (the newest winners of every op), so an earlier run's rows are never dropped."""
@@ -335,6 +348,8 @@ def finish(db: Database, plan: RunPlan, prepared: Prepared, interrupted: bool) -
         )
         done = export.export(db, query, "v3", output)
         rows, notes = done.rows, done.notes
+        if fused:
+            notes += _refresh_plain_db(db, query, f"mlir_tuning_{sess.arch}.tsv", output)
         what = (
             f"the newest {'fusion ' if fused else ''}winners of every "
             f"{'module' if fused else 'op'} for {sess.arch_full}, {sess.num_cu} CUs, "

@@ -167,9 +167,9 @@ def platform_machine() -> str:
 # A worker's temp dirs carry its pid and the process's start time (Linux /proc, clock ticks since
 # boot): `mlirtuna-KIND-PID.START-xxxxxxxx`. A SIGKILLed worker cannot remove its own; the next
 # worker on the host sweeps those whose owner is gone (a pid reused since has another start time).
-TEMP_KINDS = ("benchmark", "compile", "rocmlir")
+TEMP_KINDS = ("benchmark", "compile", "rocmlir", "stream")
 _TEMP_RE = re.compile(
-    r"mlirtuna-(?:benchmark|compile|rocmlir)-([0-9]{1,10})\.([0-9]{1,20})-[A-Za-z0-9_]+"
+    r"mlirtuna-(?:benchmark|compile|rocmlir|stream)-([0-9]{1,10})\.([0-9]{1,20})-[A-Za-z0-9_]+"
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -70,6 +70,9 @@ class Session:
     artifact_store: str | None = None
     keep_artifacts: bool = False
     name: str = ""  # `session new --name`, or set by `run` from the op and the input
+    # What the build's tuningRunner can do (eras.Era.describe), read at `session new`; not a
+    # column (kept out of as_dict when unknown), so a session read back says "".
+    capabilities: str = ""
     bundle_cap_mib: int | None = None  # None: DEFAULT_BUNDLE_CAP_BYTES
 
     @property
@@ -79,7 +82,7 @@ class Session:
 
     @classmethod
     def from_row(cls, row: TuningSession) -> Session:
-        values = {f.name: getattr(row, f.name) for f in fields(cls)}
+        values = {f.name: getattr(row, f.name) for f in fields(cls) if f.name != "capabilities"}
         values["created_at"] = _iso(row.created_at)
         values["retired_at"] = _iso(row.retired_at) if row.retired_at else None
         values["run_spec"] = json.loads(row.run_spec) if row.run_spec else None
@@ -94,7 +97,10 @@ class Session:
         return self.split == SPLIT_STAGES
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if not self.capabilities:
+            del out["capabilities"]
+        return out
 
 
 @dataclass
@@ -124,6 +130,7 @@ class SessionSpec:
     artifact_store: str | None = None
     keep_artifacts: bool = False
     name: str = ""
+    capabilities: str = ""  # what the build's tuningRunner can do (filled by detect)
     bundle_cap_mib: int | None = None  # --bundle-cap-mib (with --split)
 
 
@@ -210,7 +217,7 @@ def _check_settings(spec: SessionSpec, build_dir: str | None) -> None:
         return
     from mlirtuna.tuners.rocmlir import check_build
 
-    key_form = check_build(build_dir, spec.tuning_space, settings)
+    key_form, spec.capabilities = check_build(build_dir, spec.tuning_space, settings)
     spec.key_form = spec.key_form or key_form
 
 
@@ -230,9 +237,11 @@ def _check_split(spec: SessionSpec, build_dir: str | None) -> None:
         raise UserError(f"--split {spec.split!r}: the one split is {SPLIT_STAGES}")
     spec.split = SPLIT_STAGES
     if spec.tuner != "rocmlir":
-        raise UserError(f"--split needs --tuner rocmlir (an E4 build), not {spec.tuner}")
+        raise UserError(f"--split needs --tuner rocmlir (a two-stage build), not {spec.tuner}")
     if not build_dir:
-        raise UserError("--split needs the build: --mlir-build-dir DIR (an E4 tuningRunner.py)")
+        raise UserError(
+            "--split needs the build: --mlir-build-dir DIR (a two-stage tuningRunner.py)"
+        )
     from mlirtuna.tuners.rocmlir import check_split_build
 
     check_split_build(build_dir)
@@ -322,7 +331,7 @@ def create(db: Database, spec: SessionSpec, run_spec: dict[str, Any] | None = No
     with db.session() as s:
         s.add(row)
         s.flush()
-        return Session.from_row(row)
+        return replace(Session.from_row(row), capabilities=spec.capabilities)
 
 
 NAME_MAX = 200  # characters of session.name

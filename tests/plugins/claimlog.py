@@ -24,8 +24,28 @@ def _log(line: str) -> None:
         os.close(fd)
 
 
+def _wait_for_peers() -> None:
+    """With CLAIM_BARRIER=N, a worker's first job waits until N workers hold one, so a test that
+    asserts "all N took part" does not depend on how fast each process starts on a loaded
+    machine (a late starter used to find the queue drained)."""
+    want = int(os.environ.get("CLAIM_BARRIER", "0"))
+    if not want:
+        return
+    door = os.environ["CLAIM_LOG"] + ".barrier"
+    os.makedirs(door, exist_ok=True)
+    open(os.path.join(door, str(os.getpid())), "w").close()
+    deadline = time.monotonic() + 120
+    while len(os.listdir(door)) < want and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 class _Logging(SleepTuner):
+    first = True
+
     def tune(self, problem, ctx):
+        if self.first:
+            self.first = False
+            _wait_for_peers()
         key = problem.canonical()
         _log(f"start\t{os.getpid()}\t{time.monotonic():.6f}\t{key}")
         outcome = super().tune(problem, ctx)

@@ -38,20 +38,22 @@ def make_session(
     return sess.id
 
 
-def env_for(db_url: str, log: Path, sleep_s: float = 0.0) -> dict[str, str]:
-    env = subprocess_env(db_url, CLAIM_LOG=str(log), SLEEP_S=str(sleep_s))
+def env_for(db_url: str, log: Path, sleep_s: float = 0.0, barrier: int = 0) -> dict[str, str]:
+    env = subprocess_env(
+        db_url, CLAIM_LOG=str(log), SLEEP_S=str(sleep_s), CLAIM_BARRIER=str(barrier)
+    )
     env["PYTHONPATH"] = TESTS + os.pathsep + env["PYTHONPATH"]
     return env
 
 
-def start_worker(db_url, sid, log, *extra, sleep_s=0.0):
+def start_worker(db_url, sid, log, *extra, sleep_s=0.0, barrier=0):
     """A worker process running the session's tuner; its stderr goes to a file next to the log
-    (`stderr_of(proc)`)."""
+    (`stderr_of(proc)`). barrier=N: its first job waits until N workers hold one."""
     argv = mlirtuna_argv("worker", "--session", str(sid), *extra)
     errlog = log.with_name(f"worker-{time.monotonic_ns()}.err")
     with open(errlog, "w") as err:
         proc = subprocess.Popen(
-            argv, env=env_for(db_url, log, sleep_s), stdout=subprocess.DEVNULL, stderr=err
+            argv, env=env_for(db_url, log, sleep_s, barrier), stdout=subprocess.DEVNULL, stderr=err
         )
     proc.errlog = errlog
     return proc

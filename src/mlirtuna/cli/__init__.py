@@ -25,6 +25,15 @@ class _Group(TyperGroup):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except click.NoSuchOption as exc:
+            # Click lists every close option sorted by name (`--sesion`: "--json, --session");
+            # keep the closest one only.
+            if len(exc.possibilities or ()) > 1:
+                import difflib
+
+                best = difflib.get_close_matches(exc.option_name, exc.possibilities, 1, 0.0)
+                exc.possibilities = best
+            raise
         except UserError as exc:
             _fail(ctx, exc, exc.exit_code)
         except MlirtunaError as exc:

@@ -119,24 +119,44 @@ class TextTable:
 
 def print_table(table: TextTable) -> None:
     """A table on stdout that never cuts a perf config or a test vector: on a terminal a long
-    cell folds onto more lines; to a pipe or a file each row is one whole line of aligned text."""
+    cell folds onto more lines between its tokens; to a pipe or a file each row is one whole line
+    of aligned text."""
     if sys.stdout.isatty() and len(table.rows) <= RICH_TABLE_MAX_ROWS:
-        _print_rich(table)
+        from rich.console import Console
+
+        print_rich(table, Console(highlight=False, markup=False))  # cells are data, not markup
     else:
         sys.stdout.write(plain_table(table))
         sys.stdout.flush()
 
 
-def _print_rich(table: TextTable) -> None:
-    from rich.console import Console
+def print_rich(table: TextTable, console: Any) -> None:
+    """The table drawn by Rich on `console`, each column at least as wide as its longest token
+    (cells wrap at spaces, never inside a perf config or a flag's value); the room left is
+    shared out toward each column's longest cell. Where the tokens cannot fit side by side in
+    the console's width, the plain table instead: whole lines, which the terminal may wrap, but
+    no cell folded mid-token."""
     from rich.table import Table
 
+    cells = [[name, *(r[i] for r in table.rows)] for i, name in enumerate(table.columns)]
+    widths = [max((len(tok) for c in column for tok in c.split()), default=1) for column in cells]
+    full = [max(max(map(len, column)), 1) for column in cells]
+    spare = console.width - (3 * len(cells) + 1) - sum(widths)  # 1 space each side, 1 rule
+    if spare < 0:
+        console.file.write(plain_table(table))
+        console.file.flush()
+        return
+    while spare > 0 and any(w < f for w, f in zip(widths, full, strict=True)):
+        for i, f in enumerate(full):
+            if spare and widths[i] < f:
+                widths[i] += 1
+                spare -= 1
     rich = Table(title=table.title or None, title_justify="left")
-    for name in table.columns:
-        rich.add_column(name, overflow="fold")
+    for name, width in zip(table.columns, widths, strict=True):
+        rich.add_column(name, width=width, overflow="fold")
     for row in table.rows:
         rich.add_row(*row)
-    Console(highlight=False, markup=False).print(rich)  # cells are data, never markup
+    console.print(rich)
 
 
 def plain_table(table: TextTable) -> str:

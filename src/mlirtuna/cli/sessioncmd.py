@@ -124,6 +124,8 @@ def new(
             f"{created.num_chiplets} chiplet(s), {created.tuning_space}, {created.tuner}"
             + (f", split {created.split}" if created.split else "")
         )
+        if created.capabilities:
+            common.err(f"tuningRunner.py: {created.capabilities}")
 
 
 @app.command("list")

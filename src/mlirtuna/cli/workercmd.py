@@ -54,6 +54,12 @@ def worker(
         help="A --split session's GPU worker with --batch K: claim and unpack the next batch "
         "while the current call benchmarks.",
     ),
+    stream: bool = typer.Option(
+        True,
+        "--stream/--no-stream",
+        help="A --split session's GPU worker whose tool offers a benchmark stream (a proposed "
+        "rocMLIR --benchmark-stream): one long-lived benchmark process fed each bundle.",
+    ),
     lease: float = typer.Option(
         DEFAULT_LEASE_S, "--lease", help="Lease seconds; a heartbeat renews it every third of that."
     ),
@@ -110,6 +116,7 @@ def worker(
         batch=batch,
         batch_wait_s=batch_wait,
         prefetch=prefetch,
+        stream=stream,
         mlir_build_dir=mlir_build_dir,
         cpu_mem_limit=int(cpu_mem_limit),
         role=role,

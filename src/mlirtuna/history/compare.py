@@ -95,12 +95,11 @@ class Comparison:
     max_ratio: float | None = None
     only_a: int = 0
     only_b: int = 0
-    regressions: list[Regression] = field(default_factory=list)
+    regressions: list[Regression] = field(default_factory=list)  # beyond threshold and noise
     regressions_winner_changed: int = 0
     regressions_same_winner: int = 0
     missing_in_b: list[str] = field(default_factory=list)  # A's vectors B has no winner for
-    regressions: list[Regression] = field(default_factory=list)  # beyond threshold and noise
-    within_noise: list[Regression] = field(default_factory=list)  # beyond threshold, not noise
+    within_noise: list[Regression] = field(default_factory=list)  # beyond threshold, in noise
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

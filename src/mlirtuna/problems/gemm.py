@@ -12,7 +12,8 @@ get_gemm_configurations), newest stored version and 00267dbf:
   pairs fp8_fp8 fp8_bf8 bf8_fp8 bf8_bf8 that rocmlir-gen's tuning key prints; matched
   case-insensitively. `-out_datatype` is lower-cased as perfRunner does; when absent it comes
   from perfRunner's OUTPUT_DATA_TYPES_MAP (i8 -> i32, fp8 forms and f4E2M1FN -> f32, else same).
-- Import refuses `-transO true` (tool_rejects): rocMLIR's tuningRunner rejects the line.
+- Import refuses any `-transO` (tool_rejects): rocMLIR's tuningRunner at 3fc5be9e rejects the
+  line, `false` as well as `true` (its gemm parser has no -transO at all).
 - Booleans: 1/0/true/false in any case (perfRunner reads anything else as false; we refuse it).
 - Scaled GEMM (-scaledGemm, -scale_a_dtype, -scale_b_dtype, -transScaleA, -transScaleB) is
   refused: it needs columns the gemm_config table does not have.
@@ -102,15 +103,17 @@ class GemmProblem(Columns):
 
 def tool_rejects(problem: GemmProblem) -> str | None:
     """What rocMLIR's tuningRunner refuses in the test vector mlirtuna gives it. Its perfRunner
-    (GemmConfiguration.from_command_line at 3fc5be9e) knows no -transO: `Unknown GEMM config
-    argument -transO -> true`, a ValueError before any config of the call is tuned. A missing
-    -out_datatype, -transA or -transB is not refused here: the canonical form spells them, as
-    the tool's own `-c` expansion does. `-transO false` (the default, which rocmlirTriton and
-    newer perfRunners print) is still accepted."""
-    if problem.trans_o:
+    (GemmConfiguration.from_command_line at 3fc5be9e, read there) has no -transO branch: any
+    -transO, `false` as well as `true`, falls to `Unknown GEMM config argument -transO -> X`, a
+    ValueError before any config of the call is tuned. So a line that spells -transO is refused
+    at import (newer perfRunners and rocmlirTriton's take `-transO false`; a build whose tool
+    does is not told apart here). A missing -out_datatype, -transA or -transB is not refused:
+    the canonical form spells them, as the tool's own `-c` expansion does."""
+    if problem.trans_o is not None:
+        value = "true" if problem.trans_o else "false"
         return (
-            "-transO true: rocMLIR's tuningRunner cannot tune it (perfRunner's gemm parser has "
-            "no -transO: 'Unknown GEMM config argument -transO -> true')"
+            f"-transO {value}: rocMLIR's tuningRunner cannot tune it (perfRunner's gemm parser "
+            f"at 3fc5be9e has no -transO: 'Unknown GEMM config argument -transO -> {value}')"
         )
     return None
 

@@ -85,6 +85,8 @@ class Compiled:
 
 # One tuned problem of a batch: its index in the batch and its outcome, or why it failed.
 BatchItem = tuple[int, "TuneOutcome | TunerError"]
+# One reply of a benchmark stream: the key its request was fed with, and its outcome or error.
+StreamItem = tuple[str, "TuneOutcome | TunerError"]
 
 
 @runtime_checkable
@@ -128,8 +130,51 @@ class SplitTuner(BatchTuner, Protocol):
 
     def compile(self, problem: Problem, ctx: TuneContext, dest: Path) -> Compiled: ...
 
+    def compile_many(
+        self, problems: Sequence[Problem], ctx: TuneContext, dest: Path
+    ) -> list[Compiled | None]:
+        """One compile call for several problems of one op (batchable), split into one
+        Compiled per problem (None: not in the call's output). TunerError: the call failed;
+        the worker then compiles each alone."""
+        ...
+
     def benchmark(self, problem: Problem, ctx: TuneContext, artifacts: Path) -> TuneOutcome: ...
 
     def benchmark_many(
         self, problems: Sequence[Problem], ctx: TuneContext, artifacts: Path
     ) -> Iterator[BatchItem]: ...
+
+
+@runtime_checkable
+class BenchmarkStream(Protocol):
+    """A long-lived benchmark process on one GPU (StreamingTuner.open_stream), started once and
+    fed one bundle at a time; it benchmarks them one after the other, in the order fed.
+
+    `feed` hands it a problem's unpacked bundle under a key (the caller's; one per job);
+    `reply` waits up to `timeout` seconds for the next finished request: (key, outcome or
+    error), or None when none finished yet. Both raise StreamBroken when the process is gone
+    (exited, killed): what was fed and not replied to is lost with it. `close` stops the
+    process (a hung one is killed) and removes its files.
+    """
+
+    def feed(self, key: str, problem: Problem, artifacts: Path) -> None: ...
+
+    def reply(self, timeout: float) -> StreamItem | None: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class StreamingTuner(SplitTuner, Protocol):
+    """A split tuner that can also keep one benchmark process per GPU alive and feed it bundles
+    as they arrive (docs/architecture.md, "The benchmark stream"): no tool start-up per call."""
+
+    def can_stream(self) -> bool:
+        """Whether this build offers the stream at all (rocMLIR: a proposed --benchmark-stream)."""
+        ...
+
+    def streamable(self, problem: Problem) -> bool:
+        """Whether this problem can go through the stream (else it is benchmarked alone)."""
+        ...
+
+    def open_stream(self, ctx: TuneContext) -> BenchmarkStream: ...

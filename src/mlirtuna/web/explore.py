@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.orm import Session as OrmSession
+from sqlalchemy.orm import aliased
 
 from mlirtuna import catalog, sessions
 from mlirtuna.db import Database
@@ -34,6 +35,8 @@ from mlirtuna.db.models import (
 )
 from mlirtuna.errors import NotFound, UserError
 from mlirtuna.history import perffields, winners
+from mlirtuna.problems import conv as conv_problems
+from mlirtuna.problems import gemm as gemm_problems
 from mlirtuna.web.farm import clamp_page
 
 WINNER_SORTS = (
@@ -55,15 +58,33 @@ def _typed() -> list[type]:
     return [t for t in CONFIG_TABLES.values() if hasattr(t, "data_type")]
 
 
+# A fusion module's data type is its tuning key's: joined under a name of its own, so that a
+# query may also join FusionConfig for the label (_with_labels).
+_FUSION = aliased(FusionConfig, name="fusion_types")
+
+
+def _fusion_data_type() -> sa.ColumnElement[str]:
+    """The data type of a fusion's tuning key: a GEMM key's `-t TYPE`, a conv key's prefix
+    (convfp16: f16); NULL for another key."""
+    key, op = _FUSION.tuning_key, _FUSION.key_op
+    whens = [(sa.and_(op == "gemm", key.like(f"-t {t} %")), t) for t in gemm_problems.DATA_TYPES]
+    whens += [
+        (sa.and_(op == "conv", key.like(f"{prefix} %")), t)
+        for prefix, t in conv_problems.PREFIX_TYPES.items()
+    ]
+    return sa.case(*whens, else_=sa.null())
+
+
 def _data_type() -> sa.ColumnElement[str]:
-    """The problem's data type, whichever config table holds it ('' where none does)."""
-    return sa.func.coalesce(*(t.data_type for t in _typed()), "")
+    """The problem's data type, whichever config table holds it (a fusion: its key's; '' where
+    none does)."""
+    return sa.func.coalesce(*(t.data_type for t in _typed()), _fusion_data_type(), "")
 
 
 def _with_configs(stmt: sa.Select, problem_id: sa.ColumnElement[int]) -> sa.Select:
     for table in _typed():
         stmt = stmt.outerjoin(table, table.id == problem_id)
-    return stmt
+    return stmt.outerjoin(_FUSION, _FUSION.id == problem_id)
 
 
 @dataclass(frozen=True)
@@ -458,13 +479,24 @@ class CandidateRow:
     fields: dict[str, int | str] = field(default_factory=dict)  # history.perffields
 
 
+# rocMLIR E4's "Discarded" (tuners.rocmlir writes "Discarded by rocmlir-tuning-driver …"): a
+# perf config measured in the first pass and then dropped (over its time budget, or outside the
+# top k of a two-stage tuning). It compiled and ran: not re-measured, but not invalid either.
+DROPPED_PREFIX = "Discarded"
+
+
+def is_dropped(error: str | None) -> bool:
+    return bool(error) and str(error).startswith(DROPPED_PREFIX)
+
+
 @dataclass(frozen=True)
 class Candidates:
     session_id: int
     problem_id: int
     winner: str | None
     valid: list[CandidateRow]  # best first
-    invalid: list[CandidateRow]
+    invalid: list[CandidateRow]  # failed: not applicable, did not compile, crashed, …
+    dropped: list[CandidateRow] = field(default_factory=list)  # measured, then not re-measured
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -495,7 +527,9 @@ def candidates(db: Database, session_id: int, problem_id: int) -> Candidates:
     valid = [c for c in every if c.error is None and c.kernel_time is not None]
     invalid = [c for c in every if c.error is not None or c.kernel_time is None]
     valid.sort(key=lambda c: (-(c.tflops or 0.0), c.kernel_time or 0.0))
-    return Candidates(session_id, problem_id, winner, valid, invalid)
+    dropped = [c for c in invalid if is_dropped(c.error)]
+    invalid = [c for c in invalid if not is_dropped(c.error)]
+    return Candidates(session_id, problem_id, winner, valid, invalid, dropped)
 
 
 def sessions_of_problem(db: Database, problem_id: int) -> list[int]:
@@ -526,13 +560,13 @@ CANDIDATE_SORTS = (
     "perf_config",
     "remeasured",
 )
-CANDIDATE_SHOWS = ("all", "valid", "invalid", "remeasured")
+CANDIDATE_SHOWS = ("all", "valid", "invalid", "remeasured", "dropped")
 
 
 @dataclass(frozen=True)
 class CandidateFilter:
     search: str | None = None  # a substring of the perf config
-    show: str = "all"  # all | valid | invalid | remeasured
+    show: str = "all"  # all | valid | invalid | remeasured | dropped
     sort: str = "tflops"
     descending: bool = True
 
@@ -552,6 +586,7 @@ class TableRow:
     remeasured: bool
     winner: bool
     error: str | None
+    dropped: bool = False  # E4 "Discarded": measured, then dropped without re-measurement
 
 
 @dataclass(frozen=True)
@@ -597,10 +632,13 @@ def candidate_page(
     mine = [C.session_id == session_id, C.problem_id == problem_id]
     conditions = list(mine)
     valid = sa.and_(C.error.is_(None), C.kernel_time.is_not(None))
+    dropped = sa.func.coalesce(C.error, "").like(f"{DROPPED_PREFIX}%")
     if where.show == "valid":
         conditions.append(valid)
-    elif where.show == "invalid":
-        conditions.append(sa.not_(valid))
+    elif where.show == "invalid":  # failed; E4's dropped ones are shown apart
+        conditions.append(sa.and_(sa.not_(valid), sa.not_(dropped)))
+    elif where.show == "dropped":
+        conditions.append(dropped)
     elif where.show == "remeasured":
         conditions.append(C.remeasured == sa.true())
     if where.search:
@@ -636,7 +674,7 @@ def candidate_page(
                 r.perf_config, perffields.family(r.perf_config), perffields.fields(r.perf_config),
                 r.tflops, r.kernel_time, r.time_min, r.time_iqr, r.samples, bool(r.remeasured),
                 r.perf_config == winner and r.error is None and (bool(r.remeasured) or not again),
-                r.error,
+                r.error, is_dropped(r.error),
             )
             for r in s.execute(stmt)
         ]  # fmt: skip

@@ -122,7 +122,7 @@ def farm(db: Database, offset: int = 0, limit: int = DEFAULT_PAGE) -> FarmPage:
         ids = [r.id for r in rows]
         counts = _counts(s, ids)
         rates = _finished_recently(s, [i for i in ids if _open(counts[i])], clock)
-    ops = sessions.ops(db, ids)
+    ops = _ops(db, ids, counts)
     return FarmPage(
         now=_iso(clock),
         total_sessions=total,
@@ -134,12 +134,38 @@ def farm(db: Database, offset: int = 0, limit: int = DEFAULT_PAGE) -> FarmPage:
     )
 
 
+# sessions.ops reads a session's op from run_spec where `run` opened it; for another session it
+# asks the database for the DISTINCT ops of the session's jobs: a scan of every job of the
+# session (100k jobs: tenths of a second), and the farm page asks for 50 sessions every 2 s. So
+# the answer is kept per session while its number of jobs stays the same (jobs are added by
+# `jobs load`, which changes the count, and never change problem): one scan per session and
+# load, not per poll. Keyed by the database too (tests open many); cleared when it grows large.
+_OPS_SEEN: dict[tuple[str, int, int], list[str]] = {}
+OPS_SEEN_MAX = 10_000
+
+
+def _ops(db: Database, ids: list[int], counts: dict[int, dict[str, int]]) -> dict[int, list[str]]:
+    url = db.url.render_as_string(hide_password=True)
+    keys = {sid: (url, sid, sum(counts[sid].values())) for sid in ids}
+    out = {sid: _OPS_SEEN[k] for sid, k in keys.items() if k in _OPS_SEEN}
+    missing = [sid for sid in ids if sid not in out]
+    if missing:
+        found = sessions.ops(db, missing)
+        if len(_OPS_SEEN) + len(missing) > OPS_SEEN_MAX:
+            _OPS_SEEN.clear()
+        for sid in missing:
+            out[sid] = found[sid]
+            if found[sid]:  # nothing yet (an import still writing): ask again next time
+                _OPS_SEEN[keys[sid]] = found[sid]
+    return out
+
+
 def session_progress(db: Database, session_id: int) -> SessionProgress:
     info = sessions.get(db, session_id)
     with db.session() as s:
         counts = _counts(s, [session_id])[session_id]
         rates = _finished_recently(s, [session_id] if _open(counts) else [], now(s))
-    ops = sessions.ops(db, [session_id])[session_id]
+    ops = _ops(db, [session_id], {session_id: counts})[session_id]
     return replace(_progress(info, counts, rates.get(session_id)), ops=ops)
 
 

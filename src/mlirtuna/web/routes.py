@@ -15,6 +15,7 @@ from fastapi.responses import FileResponse, HTMLResponse
 
 import mlirtuna.web.explore as explore
 import mlirtuna.web.farm as farm
+import mlirtuna.web.importance as importance
 from mlirtuna import sessions
 from mlirtuna.db import Database
 from mlirtuna.errors import UserError
@@ -92,6 +93,15 @@ def api_parallel(
     return explore.parallel(_db(request), session_id, op, data_type, limit).as_dict()
 
 
+@api.get("/sessions/{session_id}/importance")
+def api_importance(
+    request: Request, session_id: int, op: str, data_type: str = "", limit: int = 5000
+) -> dict[str, Any]:
+    """How much each perf-config field explains the candidates' TFlops over their problem's
+    best (the candidates of /parallel; a random forest's impurity importance)."""
+    return importance.importance(_db(request), session_id, op, data_type, limit).as_dict()
+
+
 @api.get("/sessions/{session_id}/facets")
 def api_facets(request: Request, session_id: int) -> dict[str, Any]:
     """The ops, data types and tags the winners can be filtered by."""
@@ -151,7 +161,7 @@ def api_candidate_table(
     problem_id: int,
     session: int,
     q: str | None = Query(None, description="substring of the perf config"),
-    show: str = Query("all", description="all | valid | invalid | remeasured"),
+    show: str = Query("all", description="all | valid | invalid | remeasured | dropped"),
     sort: str = "tflops",
     desc: bool = True,
     offset: int = 0,

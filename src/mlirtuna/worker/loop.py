@@ -29,7 +29,7 @@ from mlirtuna.db.models import BENCHMARK, COMPILE, TUNE
 from mlirtuna.errors import TunerError, UserError
 from mlirtuna.queue import Claimant, Lease, jobs
 from mlirtuna.queue.wakeup import Wakeup
-from mlirtuna.tuners.base import Tuner
+from mlirtuna.tuners.base import StreamingTuner, Tuner
 from mlirtuna.worker.prefetch import Prefetch
 from mlirtuna.worker.runner import (
     Finish,
@@ -40,6 +40,7 @@ from mlirtuna.worker.runner import (
     WorkerSettings,
     WorkerStats,
 )
+from mlirtuna.worker.stream import Streamer
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,9 @@ class Worker:
                 prefetch.give_back()
 
     def _loop(self) -> WorkerStats:
+        streaming = self._streaming_tuner()
+        if streaming is not None and self._stream(streaming):
+            return self.stats
         idle = POLL_MIN_S
         said_idle = False  # an idle stretch is announced once, not at every poll
         while not self.stop_requested.is_set() and not self._enough():
@@ -151,12 +155,64 @@ class Worker:
             if self.batch == 1:
                 self.runner.work(leases[0], self._one)
                 continue
+            if self.claim_stage == COMPILE:  # one --compile-only call, a bundle per job
+                stages.compile_batch(self.runner, leases)
+                continue
             if self._prefetching and not self.stop_requested.is_set():
                 self._prefetch = Prefetch(
                     self.runner, functools.partial(self._claim, len(leases)), self.stop_requested
                 )
             self.runner.work_batch(leases, functools.partial(self._many, prepared=prepared))
         return self.stats
+
+    # -- the benchmark stream (stream.py) ---------------------------------------------------
+    def _streaming_tuner(self) -> StreamingTuner | None:
+        """The tuner, where this worker benchmarks through a stream: a split session's GPU
+        worker (stream not turned off) whose tuner's build offers it."""
+        tuner = self.tuner
+        if self.claim_stage != BENCHMARK or not self.settings.stream:
+            return None
+        if not isinstance(tuner, StreamingTuner):
+            return None
+        try:
+            return tuner if tuner.can_stream() else None
+        except TunerError as exc:  # the tool's --help failed: the batch path says why per job
+            log.warning("cannot ask the tool for a benchmark stream (%s)", exc)
+            return None
+
+    def _stream(self, tuner: StreamingTuner) -> bool:
+        """Benchmark through the stream (stream.py); False: it could not start."""
+        idle = [POLL_MIN_S, False]  # the poll interval, and whether idleness was announced
+
+        def wait_idle() -> bool:
+            if self._enough():
+                return False
+            if self.settings.until_empty and self.runner.retrying(
+                lambda: jobs.is_drained(self.db, self.settings.session_id, [self.claim_stage])
+            ):
+                return False
+            if not idle[1]:
+                log.info("idle: no job of session %s to claim", self.settings.session_id)
+                idle[1] = True
+            self.wakeup.wait(random.uniform(idle[0] / 2, idle[0]), self.stop_requested)
+            idle[0] = min(idle[0] * 2, POLL_MAX_S)
+            return True
+
+        def claim(limit: int) -> list[Lease]:
+            if self.settings.max_jobs is not None:
+                limit = min(limit, self.settings.max_jobs - self._done() - len(streamer.inflight))
+            if limit < 1:
+                return []
+            now = time.monotonic()
+            if now >= self._next_sweep:
+                self._sweep(now)
+            leases = self._claim_batch(limit)
+            if leases:
+                idle[0], idle[1] = POLL_MIN_S, False
+            return leases
+
+        streamer = Streamer(self.runner, tuner, claim, wait_idle)
+        return streamer.run()
 
     def _next(self) -> tuple[list[Lease], stages.Prepared | None]:
         """The next batch: the prefetched one (less the jobs whose lease was lost), else
@@ -301,8 +357,6 @@ class Worker:
         """--batch, where it helps: a BatchTuner only when its build can (rocmlir E3/E4; E2
         tunes one config per call); any other tuner tunes a claimed batch in turn."""
         k = max(1, self.settings.batch)
-        if self.claim_stage == COMPILE:
-            return 1  # compile hosts are not the scarce resource: one bundle per job
         batch_tuner = self.runner.batch_tuner
         if k == 1 or batch_tuner is None:
             return k

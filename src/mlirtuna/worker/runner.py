@@ -76,6 +76,9 @@ class WorkerSettings:
     # the next batch while the current call benchmarks.
     batch_wait_s: float = DEFAULT_BATCH_WAIT_S
     prefetch: bool = True
+    # A split session's GPU worker whose tuner offers a benchmark stream (StreamingTuner) runs
+    # its benchmark jobs through one long-lived process (stream.py) unless this is False.
+    stream: bool = True
     mlir_build_dir: str | None = None
     cpu_mem_limit: int = 4 << 30
     machine_name: str = field(default_factory=machine.machine_name)
@@ -209,7 +212,7 @@ class Runner:
         job timeout, and none of its failures escapes as an exception."""
         timeout = self.job_timeout_s
         try:
-            with _alarm(timeout + _grace_s(timeout)):
+            with _alarm(timeout + grace_s(timeout)):
                 return work(), None, False
         except JobTimedOut:
             return None, f"timed out after {timeout:g} s (the worker stopped the tuner)", False
@@ -466,7 +469,7 @@ class Runner:
                 yield lease, None, error_text(exc), False
             return
         timeout = self.job_timeout_s * len(group)
-        deadline = time.monotonic() + timeout + _grace_s(timeout)
+        deadline = time.monotonic() + timeout + grace_s(timeout)
         log.info("jobs %s: tuning %d problems in one call", _ids(group), len(group))
         left = list(group)
         with _closing(call([self.problem(lease) for lease in group], ctx)) as outcomes:
@@ -555,7 +558,7 @@ def _ids(leases: list[Lease]) -> str:
     return ",".join(str(lease.job_id) for lease in leases)
 
 
-def _grace_s(timeout: float) -> float:
+def grace_s(timeout: float) -> float:
     """How long past the job timeout a tuner may take to stop itself before the worker does:
     longer than a tool's own SIGTERM-to-SIGKILL grace, so that the worker's alarm does not cut
     the tool's stop short (process.stop kills the group even then)."""

@@ -19,20 +19,22 @@ bundles, one tool call) settles job by job. Both are built on the runner's publi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import shutil
 import tarfile
+import threading
 from collections.abc import Generator
 from pathlib import Path
 
 from mlirtuna import machine
 from mlirtuna.db.models import COMPILE
-from mlirtuna.errors import TunerError, Unsupported
+from mlirtuna.errors import DatabaseError, TunerError, Unsupported
 from mlirtuna.problems import Problem
 from mlirtuna.queue import Lease, bundles
-from mlirtuna.tuners.base import SplitTuner
+from mlirtuna.tuners.base import Compiled, SplitTuner
 from mlirtuna.tuners.rocmlir import index_commits, merge_artifacts
-from mlirtuna.worker.runner import Finish, Runner, Settled
+from mlirtuna.worker.runner import Finish, GiveBack, Runner, Settled
 
 log = logging.getLogger(__name__)
 
@@ -54,46 +56,149 @@ def compile_job(runner: Runner, lease: Lease) -> Finish:
     """Compile, pack and store (still invisible) while the lease is held; the returned finish
     makes the bundle visible with the job's completion, or fails the job."""
     problem = runner.problem(lease)
-    session = runner.session
     tmp = machine.make_temp_dir("compile")
     try:
 
         def build() -> bundles.Packed:
             tuner = split_tuner(runner)
             compiled = tuner.compile(problem, runner.context(problem), tmp / "bundle")
-            bundles.check_commit(compiled.commit_id, session.mlir_v, f"job {lease.job_id}'s bundle")
-            packed = bundles.pack(compiled.directory, tmp / "bundle.tar.gz", compiled.commit_id)
-            log.info(
-                "job %s: compiled %s (%d bytes)", lease.job_id, problem.canonical(), packed.size
-            )
-            return packed
+            return _pack(runner, lease, compiled, tmp / "bundle.tar.gz")
 
         packed, error, final = runner.guarded(lease, build)
-        bundle_id = None
-        if packed is not None:
-            stored = packed
-            bundle_id = runner.retrying(
-                lambda: bundles.store(runner.db, lease, stored, session.artifact_store)
+        bundle_id = _store(runner, lease, packed) if packed is not None else None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return lambda: _finish_compile(runner, lease, bundle_id, error, final)
+
+
+def compile_batch(runner: Runner, leases: list[Lease]) -> None:
+    """A compile worker's batch (`--batch K`): the batchable problems of one op in one
+    `--compile-only` call (one tool start-up, not K), its output split into one bundle per
+    problem, each job finished as compile_job's. When the call fails, or leaves a problem out,
+    those problems are compiled alone in the same attempt: one bad problem never fails the
+    others, and no retry is counted for the shared call (as benchmark batches, runner.py)."""
+    runner.current = leases[0]
+    done: set[int] = set()
+    try:
+        with runner.heartbeat.hold_many(leases) as lost:
+            groups: dict[str, list[Lease]] = {}
+            alone: list[Lease] = []
+            for lease in leases:
+                problem = runner.problem(lease)
+                lease = dataclasses.replace(lease, problem=problem)
+                if (
+                    len(leases) > 1
+                    and runner.batch_tuner is not None
+                    and _batchable(runner, problem)
+                ):
+                    groups.setdefault(problem.op, []).append(lease)
+                else:
+                    alone.append(lease)
+            for group in groups.values():
+                if len(group) == 1:
+                    alone += group
+                    continue
+                alone += _compile_group(runner, group, lost, done)
+            for lease in alone:
+                if lease.job_id in done:
+                    continue
+                finish = compile_job(runner, lease)
+                done.add(lease.job_id)
+                runner.heartbeat.drop(lease)
+                if lost[lease.job_id].is_set():
+                    runner.stats.lost += 1
+                else:
+                    finish()
+    except GiveBack:
+        runner.stop_requested.set()
+        runner.give_back([lease for lease in leases if lease.job_id not in done],
+                         "given back by a stopping worker")  # fmt: skip
+    except DatabaseError:
+        runner.give_back([lease for lease in leases if lease.job_id not in done],
+                         "the worker stopped on a database error")  # fmt: skip
+        raise
+    finally:
+        runner.current = None
+
+
+def _batchable(runner: Runner, problem: Problem) -> bool:
+    try:
+        return runner.batch_tuner is not None and bool(runner.batch_tuner.batchable(problem))
+    except TunerError:
+        return False
+
+
+def _compile_group(
+    runner: Runner, group: list[Lease], lost: dict[int, threading.Event], done: set[int]
+) -> list[Lease]:
+    """One --compile-only call for `group`; each compiled job finished (added to `done`); the
+    ones to compile alone returned (the call failed, or left them out)."""
+    problems = [runner.problem(lease) for lease in group]
+    tmp = machine.make_temp_dir("compile")
+    try:
+        log.info("jobs %s: compiling %d problems in one call",
+                 ",".join(str(lease.job_id) for lease in group), len(group))  # fmt: skip
+        compiled, error, _ = runner.guarded(
+            group[0],
+            lambda: split_tuner(runner).compile_many(
+                problems, runner.context(problems[0]), tmp / "bundle"
+            ),
+        )
+        if compiled is None:
+            log.warning("jobs %s: the compile call failed (%s); compiling each alone",
+                        ",".join(str(lease.job_id) for lease in group),
+                        (error or "").splitlines()[0] if error else "")  # fmt: skip
+            return group
+        left = []
+        for lease, one in zip(group, compiled, strict=True):
+            if one is None:
+                left.append(lease)
+                continue
+            packed, err, final = runner.guarded(
+                lease, functools.partial(_pack, runner, lease, one, tmp / f"{lease.job_id}.tar.gz")
             )
+            bundle_id = _store(runner, lease, packed) if packed is not None else None
+            done.add(lease.job_id)
+            runner.heartbeat.drop(lease)
+            if lost[lease.job_id].is_set():
+                runner.stats.lost += 1
+            else:
+                _finish_compile(runner, lease, bundle_id, err, final)
+        return left
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    def finish() -> None:
-        if error is not None:
-            runner.fail(lease, error, final)
-        elif bundle_id is None:
-            runner.stats.lost += 1  # the lease went while the bundle was stored
-        elif runner.retrying(
-            lambda: bundles.finish_compile(runner.db, lease, bundle_id, "compiled; bundle stored")
-        ):
-            runner.stats.completed += 1
-            log.info(
-                "job %s: completed, bundle %s ready for its benchmark", lease.job_id, bundle_id
-            )
-        else:
-            runner.stats.lost += 1
 
-    return finish
+def _pack(runner: Runner, lease: Lease, compiled: Compiled, dest: Path) -> bundles.Packed:
+    """A compiled directory checked against the session's commit and packed."""
+    bundles.check_commit(compiled.commit_id, runner.session.mlir_v, f"job {lease.job_id}'s bundle")
+    packed = bundles.pack(compiled.directory, dest, compiled.commit_id)
+    log.info("job %s: compiled %s (%d bytes)", lease.job_id, runner.problem(lease).canonical(),
+             packed.size)  # fmt: skip
+    return packed
+
+
+def _store(runner: Runner, lease: Lease, packed: bundles.Packed) -> int | None:
+    """The packed bundle stored (still invisible); None when the lease went meanwhile."""
+    store = runner.session.artifact_store
+    return runner.retrying(lambda: bundles.store(runner.db, lease, packed, store))
+
+
+def _finish_compile(
+    runner: Runner, lease: Lease, bundle_id: int | None, error: str | None, final: bool
+) -> None:
+    """Make the bundle visible with the job's completion, or fail the job."""
+    if error is not None:
+        runner.fail(lease, error, final)
+    elif bundle_id is None:
+        runner.stats.lost += 1  # the lease went while the bundle was stored
+    elif runner.retrying(
+        lambda: bundles.finish_compile(runner.db, lease, bundle_id, "compiled; bundle stored")
+    ):
+        runner.stats.completed += 1
+        log.info("job %s: completed, bundle %s ready for its benchmark", lease.job_id, bundle_id)
+    else:
+        runner.stats.lost += 1
 
 
 @dataclasses.dataclass
@@ -214,4 +319,6 @@ def _unpacked(runner: Runner, lease: Lease, dest: Path) -> Path | str:
     return dest
 
 
-__all__ = ["Prepared", "benchmark", "compile_job", "prepare", "run", "split_tuner"]
+__all__ = [
+    "Prepared", "benchmark", "compile_batch", "compile_job", "prepare", "run", "split_tuner",
+]  # fmt: skip

@@ -83,6 +83,8 @@ def worker_argv(settings: WorkerSettings, slot: Slot) -> list[str]:
         argv += ["--batch-wait", str(settings.batch_wait_s)]
     if not settings.prefetch:
         argv.append("--no-prefetch")
+    if not settings.stream:
+        argv.append("--no-stream")
     if settings.mlir_build_dir:
         argv += ["--mlir-build-dir", settings.mlir_build_dir]
     if settings.role != "gpu":

@@ -160,20 +160,22 @@ def e3_parser(
     prog: str = "tuningRunner.py",
     spaces: list[str] | None = None,
     retry_states: tuple[str, ...] = ("failed", "timed_out", "crashed"),
+    required: bool = True,
 ) -> argparse.ArgumentParser:
     """E3's flags, choices and defaults (help texts are the stand-in's own words); E4 passes
-    its own prog, spaces and retry states and adds its flags (e4_parser)."""
+    its own prog, spaces and retry states and adds its flags (e4_parser). `required` False:
+    the config source and --op are checked by the caller (E4's --benchmark-stream has none)."""
     p = argparse.ArgumentParser(
         prog=prog,
         description="Stand-in for the E3 rocMLIR tuningRunner.py (conv, gemm, attention)",
         allow_abbrev=False,
     )
-    source = p.add_mutually_exclusive_group(required=True)
+    source = p.add_mutually_exclusive_group(required=required)
     source.add_argument("-c", "--configs-file", "--configs_file", metavar="FILE", help="list")
     source.add_argument("--config", type=str, metavar="CONFIG", help="tune just this config")
     source.add_argument("--test-dir", "--test_dir", metavar="DIR", help="fusion tests")
     add = p.add_argument
-    add("--op", "--operation", required=True, choices=E3_OPS, help="op to tune")
+    add("--op", "--operation", required=required, choices=E3_OPS, help="op to tune")
     add("-o", "--output", default="tuning_results_local.tsv", metavar="FILE", help="appended to")
     add("--mlir-build-dir", type=str, default=".", metavar="DIR", help="rocMLIR build directory")
     add("--rocmlir-gen-flags", "--rocmlir_gen_flags", default="", metavar="FLAGS", help="extra")
@@ -1071,7 +1073,7 @@ def commit_id() -> str:
 # timed out) recorded as state gpu_timed_out (FAKE_TUNINGRUNNER_FAULT=gpu_timeout).
 # ---------------------------------------------------------------------------------------------
 
-E4_SPACES = ["quick", "full", "greedy", "exhaustive", "lfbo"]
+E4_SPACES = ["quick", "full", "exhaustive", "lfbo"]  # rocmlirTriton has no greedy space
 E4_RETRY_STATES = ("failed", "timed_out", "gpu_timed_out", "crashed")
 GPU_TIMEOUT_EXIT_CODE = 3
 # The stand-in's names for rocmlirTriton's named fields (19 for gemm, as the real form has).
@@ -1127,7 +1129,9 @@ def e4_discarded(config: str, perf_config: str) -> bool:
 
 
 def e4_parser(available_gpus: list[int]) -> argparse.ArgumentParser:
-    p = e3_parser(available_gpus, "rocmlirTriton tuning runner", E4_SPACES, E4_RETRY_STATES)
+    p = e3_parser(
+        available_gpus, "rocmlirTriton tuning runner", E4_SPACES, E4_RETRY_STATES, required=False
+    )
     p.description = "Stand-in for the E4 rocmlirTriton tuning runner (conv, gemm, attention)"
     add = p.add_argument
     add("--target-arch", default=None, metavar="ARCH", help="compile for this arch")
@@ -1136,6 +1140,11 @@ def e4_parser(available_gpus: list[int]) -> argparse.ArgumentParser:
     artifacts = p.add_mutually_exclusive_group()
     artifacts.add_argument("--compile-only", metavar="DIR", help="compile bundles, no GPU")
     artifacts.add_argument("--benchmark-artifacts", metavar="DIR", help="benchmark bundles")
+    if os.environ.get("FAKE_TUNINGRUNNER_STREAM") == "1":  # the proposed extension (below)
+        artifacts.add_argument(
+            "--benchmark-stream", action="store_true", default=False,
+            help="benchmark bundles named by JSON requests on stdin, one at a time",
+        )  # fmt: skip
     add("--allow-commit-mismatch", action="store_true", default=False, help="other commits' ok")
     add("--gpu-run-timeout", type=int, default=None, metavar="S", help="per GPU run")
     add("--perf-config-timeout", type=int, default=None, metavar="S", help="per candidate")
@@ -1159,13 +1168,26 @@ def e4_key(op: str, config: str) -> str:
 
 def e4_main(argv: list[str]) -> int:
     available = list(range(int(os.environ.get("FAKE_GPU_COUNT", "8"))))
-    args = e4_parser(available).parse_args(argv)
+    parser = e4_parser(available)
+    args = parser.parse_args(argv)
     log = Log(args.quiet)
+    if getattr(args, "benchmark_stream", False):
+        return e4_stream(args, log)
+    if not (args.config or args.configs_file or args.test_dir):
+        parser.error("one of the arguments -c/--configs-file --config --test-dir is required")
+    if args.op is None:
+        parser.error("the following arguments are required: --op/--operation")
     if args.op not in ("conv", "gemm", "attention"):
         log.error("the stand-in tunes conv, gemm and attention only")
         return 1
     if args.tuning_space == "lfbo" and args.compile_only:
         return usage_error("--tuning-space lfbo is not allowed with --compile-only")
+    targets = (args.target_arch, args.target_num_cu, args.target_num_chiplets)
+    if any(v is not None for v in targets) and not (args.compile_only or args.benchmark_artifacts):
+        return usage_error(
+            "--target-arch, --target-num-cu and --target-num-chiplets are only allowed with "
+            "--compile-only or --benchmark-artifacts"
+        )
     configs = [args.config] if args.config else read_configs_file(args.configs_file)
     if args.compile_only:
         return e4_compile_only(args, configs, log)
@@ -1218,7 +1240,8 @@ def e4_tune_all(args, gpu: Gpu, gpu_id: int, configs: list[str], measure, log: L
             if isinstance(result, str):
                 failed[key] = result
                 continue
-            if args.two_stage_topk:
+            if args.two_stage_topk and not args.benchmark_artifacts:
+                # rocmlirTriton benchmarks a bundle in one precise pass: no top k there
                 two_stage(result, config, args.two_stage_topk)
             if args.debug:
                 for line in result.driver_lines:
@@ -1291,9 +1314,14 @@ def e4_compile_only(args, configs: list[str], log: Log) -> int:
         return usage_error(
             "--compile-only needs --target-arch, --target-num-cu and --target-num-chiplets"
         )
-    if FAULT == "fail":
-        log.error("[compile] Tuning pipeline failed\nExit code: 1\nCompilation failed")
-        return 1
+    # A config that fails to compile fails the call: DIR is written only at the end.
+    for config in configs:
+        if fault_for(config) == "fail":
+            log.error(
+                f"[compile] Tuning pipeline failed for '{e4_key(args.op, config)}'\n"
+                "Exit code: 1\nCompilation failed"
+            )
+            return 1
     target = Target(*flags)
     dest = args.compile_only.rstrip("/")
     tmp, old = f"{dest}.tmp", f"{dest}.old"
@@ -1377,6 +1405,23 @@ def e4_bundle_benchmark(args, gpu: Gpu, gpu_id: int, configs: list[str], log: Lo
     directory = args.benchmark_artifacts
     with open(os.path.join(directory, "index.json")) as f:
         index = json.load(f)
+    # As rocmlirTriton: the index against the target this call resolved (--target-* where
+    # given, else this GPU: HIP's full arch name), field by field, before anything runs.
+    resolved = {
+        "arch": (args.target_arch or gpu.arch, "--target-arch"),
+        "numCUs": (args.target_num_cu or gpu.num_cu, "--target-num-cu"),
+        "numChiplets": (args.target_num_chiplets or gpu.num_chiplets, "--target-num-chiplets"),
+        "tuningSpace": (args.tuning_space, "--tuning-space"),
+    }
+    differences = [
+        f"artifacts compiled for {name} {index[name]!r} but this host resolved {local!r}; "
+        f"pass {option}={index[name]}"
+        for name, (local, option) in resolved.items()
+        if index[name] != local
+    ]
+    if differences:
+        log.error("\n".join(differences))
+        return None
     target = (index["arch"].split(":")[0], index["numCUs"], index["numChiplets"])
     if target != (gpu.chip, gpu.num_cu, gpu.num_chiplets):
         log.error(
@@ -1419,6 +1464,75 @@ def e4_bundle_benchmark(args, gpu: Gpu, gpu_id: int, configs: list[str], log: Lo
     return measure
 
 
+# --benchmark-stream: a PROPOSED extension of E4 (mlirtuna's docs/formats.md, "Streaming
+# benchmarks"), offered only with FAKE_TUNINGRUNNER_STREAM=1. One long-lived process per GPU:
+# after its start-up it reads one JSON request a line from stdin,
+#   {"id": "17", "op": "gemm", "config": "<config>", "artifacts": "DIR", "output": "FILE"}
+# benchmarks it exactly as `--op OP --config CONFIG --benchmark-artifacts DIR --output FILE`
+# with the process's other flags would (FILE, FILE.debug, FILE.state; its log lines, driver lines
+# included, go to FILE.log instead of stderr), then writes one reply line on stdout,
+#   {"id": "17", "status": 0, "error": ""}
+# status: the exit status that call would have had (2: a request it cannot parse). Requests are
+# benchmarked one at a time, in order; EOF on stdin ends the process (status 0).
+# FAKE_TUNINGRUNNER_FAULT=stream_crash (with _FAULT_CONFIG) kills the process at that request,
+# stream_hang makes it hang there.
+# ---------------------------------------------------------------------------------------------
+
+
+def e4_stream(args, log: Log) -> int:
+    gpu = Gpu()
+    gpu_id = args.gpus[0]
+    log.info(f"Using 1 GPU(s)\nGPU {gpu_id}: benchmark stream ready")
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request, rid = None, None
+        try:
+            request = json.loads(line)
+            rid = str(request["id"])
+            fields = [str(request[k]) for k in ("op", "config", "artifacts", "output")]
+        except (ValueError, KeyError, TypeError) as e:
+            e4_reply(rid, 2, f"bad request: {e!r}")
+            continue
+        op, config, artifacts, output = fields
+        if fault_for(config) == "stream_crash":
+            os._exit(134)
+        if fault_for(config) == "stream_hang":  # a GPU run that never returns
+            while True:
+                time.sleep(60)
+        try:
+            status = e4_stream_one(args, gpu, gpu_id, op, config, artifacts, output)
+            error = "" if status == 0 else "see the request's .log"
+        except Exception as e:  # a request's own failure never ends the stream
+            status, error = 1, f"{type(e).__name__}: {e}"
+        e4_reply(rid, status, error)
+    return 0
+
+
+def e4_reply(rid, status: int, error: str) -> None:
+    print(json.dumps({"id": rid, "status": status, "error": error}), flush=True)
+
+
+def e4_stream_one(args, gpu: Gpu, gpu_id: int, op, config, artifacts, output) -> int:
+    one = argparse.Namespace(**vars(args))
+    one.op, one.config, one.configs_file = op, config, None
+    one.benchmark_artifacts, one.output = artifacts, output
+    with open(f"{output}.log", "w") as logfile:
+        saved, sys.stderr = sys.stderr, logfile
+        try:
+            if op not in ("conv", "gemm", "attention"):
+                log_error = Log(False)
+                log_error.error("the stand-in tunes conv, gemm and attention only")
+                return 1
+            request_log = Log(args.quiet)
+            measure = e4_bundle_benchmark(one, gpu, gpu_id, [config], request_log)
+            if measure is None:
+                return 1
+            return e4_tune_all(one, gpu, gpu_id, [config], measure, request_log)
+        finally:
+            sys.stderr = saved
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -1432,7 +1546,8 @@ def log_invocation(argv: list[str]) -> None:
     secrets = ("MLIRTUNA_DB", "MLIRTUNA_DB_PASSWORD", "PGPASSWORD", "MYSQL_PWD")
     env.update({k: "<set>" for k in secrets if k in os.environ})
     with open(path, "a") as f:
-        entry = {"era": ERA, "argv": argv, "cwd": os.getcwd(), "env": env, "time": time.time()}
+        entry = {"era": ERA, "argv": argv, "cwd": os.getcwd(), "env": env, "time": time.time(),
+                 "pid": os.getpid()}  # fmt: skip
         f.write(json.dumps(entry) + "\n")
 
 

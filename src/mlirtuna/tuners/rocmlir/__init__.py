@@ -58,6 +58,12 @@ Attention is tuned with `--verify-mode none`, as MITuna and rocMLIR's weekly CI 
 GPU verifier for attention (E3 falls back to a slow CPU reference with relaxed thresholds), and
 an E2 verification failure exits 0 having written nothing.
 
+What a build can do is read as capabilities (eras.CAPABILITIES: gpus, batch, timeout,
+gpu-run-timeout, two-stage, topk-remeasure, rep-warmup, lfbo, and the spaces listed); the era
+names above are labels for them. Two-stage jobs give compile and benchmark calls the same
+`--target-*` flags, and a benchmark call never re-measures the top k (E4 ignores
+--two-stage-topk there).
+
 The package, one concern a module: eras (era detection and each era's flags), process (running
 the tool), debugfile (the `.debug` reader), outcome (what a run wrote -> an outcome or an error),
 batch (tune_many's reading of a batch as it runs), artifacts (two-stage compile/benchmark
@@ -76,6 +82,7 @@ from mlirtuna.tuners.rocmlir.eras import (
     build_key_form,
     can_split,
     detect_era,
+    lacks_split,
     setting_flags,
     tool_space,
 )
@@ -100,6 +107,7 @@ __all__ = [
     "index_commits",
     "key_pipeline",
     "kill_tools",
+    "lacks_split",
     "merge_artifacts",
     "parse_debug_lines",
     "read_debug_file",

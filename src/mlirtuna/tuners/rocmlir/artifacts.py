@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from mlirtuna import keys
 from mlirtuna.errors import TunerError
 from mlirtuna.tuners.rocmlir.process import last_error_line
 
@@ -22,6 +23,7 @@ INDEX = "index.json"  # a --compile-only directory's table of contents
 _INDEX_HEADER = ("arch", "numCUs", "numChiplets", "tuningSpace", "rocmlirGenFlags")
 # What the tool says when it refuses a bundle of another commit (no retry can help).
 _COMMIT_MISMATCH_RE = re.compile(r"commit.*mismatch|mismatch.*commit", re.IGNORECASE)
+_TARGET_MISMATCH_RE = re.compile(r"artifacts compiled for \w+ .* but this host resolved")
 
 
 def read_index(directory: Path) -> dict[str, Any]:
@@ -86,7 +88,40 @@ def _plain_problem(src: Path, digest: object, merged: dict[str, Any]) -> None:
             raise TunerError(f"{where}: {path.relative_to(src)} is a link or not plain data")
 
 
+def split_artifacts(source: Path, wanted: list[str], dests: list[Path]) -> list[bool]:
+    """A --compile-only directory of several problems split into one directory per problem
+    (the inverse of merge_artifacts): `wanted[i]` (a config, matched to the index's
+    testVector by its plain key) moved into `dests[i]` with an index.json of its own. Whether
+    each was found: a problem the index lacks is compiled again alone by the caller."""
+    index = read_index(source)
+    header = {k: index.get(k) for k in _INDEX_HEADER}
+    by_key = {
+        keys.split_key(str(entry.get("testVector", ""))).plain: (digest, entry)
+        for digest, entry in index["problems"].items()
+    }
+    found = []
+    for config, dest in zip(wanted, dests, strict=True):
+        hit = by_key.get(keys.split_key(config).plain)
+        if (
+            hit is None
+            or not _DIGEST_RE.fullmatch(hit[0])  # a name that stays inside problems/
+            or not (source / "problems" / hit[0]).is_dir()
+        ):
+            found.append(False)
+            continue
+        digest, entry = hit
+        (dest / "problems").mkdir(parents=True, exist_ok=True)
+        shutil.move(source / "problems" / digest, dest / "problems" / digest)
+        one = {**header, "lastRunId": index.get("lastRunId", 0), "problems": {digest: entry}}
+        (dest / INDEX).write_text(json.dumps(one, indent=2), encoding="utf-8")
+        found.append(True)
+    return found
+
+
 def commit_refused(stderr: str) -> bool:
     """Whether the tool's error is a bundle of another commit (E4 without
-    --allow-commit-mismatch)."""
-    return bool(_COMMIT_MISMATCH_RE.search(last_error_line(stderr)))
+    --allow-commit-mismatch), or compiled for another target than the one the call resolved
+    (`artifacts compiled for arch 'X' but this host resolved 'Y'; pass --target-arch=X`): the
+    same on every retry."""
+    line = last_error_line(stderr)
+    return bool(_COMMIT_MISMATCH_RE.search(line) or _TARGET_MISMATCH_RE.search(line))

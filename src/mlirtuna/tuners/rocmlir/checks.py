@@ -8,33 +8,43 @@ from collections.abc import Sequence
 
 from mlirtuna import keys
 from mlirtuna.errors import TunerError, UserError
-from mlirtuna.tuners.rocmlir.eras import build_key_form, can_split, space_of
+from mlirtuna.tuners.rocmlir.eras import (
+    SETTING_CAPABILITY,
+    build_key_form,
+    can_split,
+    lacks_split,
+    space_of,
+)
 from mlirtuna.tuners.rocmlir.tuner import RocmlirTuner
 
 log = logging.getLogger(__name__)
 
 
-def check_build(build_dir: str, tuning_space: str, settings: Sequence[str]) -> str:
+def check_build(build_dir: str, tuning_space: str, settings: Sequence[str]) -> tuple[str, str]:
     """The session's space and E4 setting flags against the build's tuningRunner (read from its
-    --help); returns the key form its perfRunner expects. A build that cannot be read here is
-    not checked (keys.PLAIN): the worker checks the same against the build it runs."""
+    --help); returns the key form its perfRunner expects and what the build can do
+    (Era.describe: label, capabilities, spaces; "" when not read). A build that cannot be read
+    here is not checked (keys.PLAIN): the worker checks the same against the build it runs."""
     try:
         tuner = RocmlirTuner(build_dir)
         era = tuner.era
     except (UserError, TunerError) as exc:
         # No tuningRunner.py there, or it cannot run here (E3/E4 need a GPU even for --help).
         log.warning("not checked against the build's tuningRunner.py: %s", exc)
-        return keys.PLAIN
+        return keys.PLAIN, ""
     space = space_of(tuning_space)  # a list: session runs the tool's quick space
     if era.tuning_spaces and space not in era.tuning_spaces:
         raise UserError(
-            f"tuning space {space!r} is not offered by {tuner.script} ({era.name}; "
-            f"it has: {', '.join(era.tuning_spaces)})"
+            f"tuning space {space!r} is not offered by {tuner.script} ({era.describe()})"
         )
     lacking = [flag for flag in settings if flag not in era.flags]
     if lacking:
-        raise UserError(f"{tuner.script} ({era.name}) has no {', '.join(lacking)}")
-    return build_key_form(tuner.build_dir, era)
+        caps = sorted({SETTING_CAPABILITY[flag] for flag in lacking})
+        raise UserError(
+            f"{tuner.script} has no {', '.join(lacking)}: it lacks the "
+            f"{', '.join(caps)} capability ({era.describe()})"
+        )
+    return build_key_form(tuner.script.parent, era), era.describe()
 
 
 def check_split_build(build_dir: str) -> None:
@@ -47,7 +57,4 @@ def check_split_build(build_dir: str) -> None:
             f"--split: cannot read {build_dir}'s tuningRunner.py --help: {exc}"
         ) from None
     if not can_split(era):
-        raise UserError(
-            f"--split: {tuner.script} ({era.name}) has no --compile-only; two-stage jobs need "
-            "an E4 build"
-        )
+        raise UserError(f"--split: {lacks_split(tuner.script, era)}")

@@ -1,7 +1,11 @@
-"""The eras of tuningRunner.py and the flags each takes: the one place for them.
+"""What a build's tuningRunner.py can do, and the flags each capability takes: the one place
+for them.
 
-An era is read once from the tool's `--help` (detect_era). See the package docstring for what
-each era does differently; this module says which flags and spaces it has.
+Read once from the tool's `--help` (detect_era): its flags, its tuning spaces, and from those
+its capabilities (CAPABILITIES). Everything the tuner does differently per build asks for a
+capability, and every error names the capability that is missing. The era names E2 … E4 are
+labels only (rocMLIR's own newest E3 line has E4's --gpu-run-timeout; rocmlirTriton's E4 is the
+one with two-stage jobs), kept because the file formats are named by them.
 """
 
 from __future__ import annotations
@@ -23,31 +27,73 @@ E4_SETTINGS = (
     ("--gpu-run-timeout", "gpu_run_timeout_s"),
     ("--lfbo-effort", "lfbo_effort"),
 )
-# Eras driven like E2 (device through the environment, --tflops) and like E3 (--gpus).
-E2_LIKE = ("E2", "E2.5")
-# What a build needs for two-stage jobs (E4, rocmlir-newest.md §2).
-SPLIT_FLAGS = ("--compile-only", "--benchmark-artifacts", "--target-arch")
-# Eras that write each config's row as it finishes, so a list of configs can be one call.
-BATCH_ERAS = ("E3", "E4")
+
+# Capabilities: name -> the flags `--help` must list for it (all of them).
+GPUS = "gpus"  # picks physical GPUs itself (--gpus); without it, the environment pins the GPU
+BATCH = "batch"  # a list of configs in one call (-c), each row written as it finishes
+TIMEOUT = "timeout"  # a per-config --timeout
+GPU_RUN_TIMEOUT = "gpu-run-timeout"  # bounds each GPU run; a hang is state gpu_timed_out
+TWO_STAGE = "two-stage"  # compile here (--compile-only), benchmark on a GPU host
+TOPK = "topk-remeasure"  # re-measures the K fastest itself (--two-stage-topk; Discarded lines)
+REP_WARMUP = "rep-warmup"  # time budgets per candidate (--rep, --warmup)
+LFBO = "lfbo"  # the lfbo space's effort (--lfbo-effort)
+# A proposed rocMLIR extension: one long-lived benchmark process fed bundles on stdin
+# (docs/formats.md, "Streaming benchmarks").
+STREAM = "stream"
+CAPABILITIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (GPUS, ("--gpus",)),
+    (BATCH, ("--configs-file", "--gpus")),  # E2's --configs_file writes its file at the end
+    (TIMEOUT, ("--timeout",)),
+    (GPU_RUN_TIMEOUT, ("--gpu-run-timeout",)),
+    (TWO_STAGE, ("--compile-only", "--benchmark-artifacts", "--target-arch")),
+    (TOPK, ("--two-stage-topk",)),
+    (REP_WARMUP, ("--rep", "--warmup")),
+    (LFBO, ("--lfbo-effort",)),
+    (STREAM, ("--benchmark-stream",)),
+)
+# The capability each session setting needs.
+SETTING_CAPABILITY = {
+    "--rep": REP_WARMUP,
+    "--warmup": REP_WARMUP,
+    "--gpu-run-timeout": GPU_RUN_TIMEOUT,
+    "--lfbo-effort": LFBO,
+}
+# What a build needs for two-stage jobs (rocmlir-newest.md §2).
+SPLIT_FLAGS = dict(CAPABILITIES)[TWO_STAGE]
 
 
 @dataclass(frozen=True)
 class Era:
     """What one tuningRunner.py accepts, as read from its --help."""
 
-    name: str  # E2 | E2.5 | E3 | E4
+    name: str  # a label: E2 | E2.5 | E3 | E4 (what it can do is `capabilities`)
     flags: frozenset[str]
     tuning_spaces: tuple[str, ...]
 
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        """The capabilities whose flags `--help` lists, in CAPABILITIES order."""
+        return tuple(name for name, need in CAPABILITIES if all(f in self.flags for f in need))
+
+    def has(self, capability: str) -> bool:
+        return capability in self.capabilities
+
+    def describe(self) -> str:
+        """One line: the label, the capabilities and the spaces, for sessions and errors."""
+        caps = ", ".join(self.capabilities) or "one-stage only"
+        spaces = ", ".join(self.tuning_spaces) or "not listed"
+        return f"{self.name}: {caps}; spaces {spaces}"
+
 
 def detect_era(help_text: str) -> Era:
-    """E4 if it is rocmlirTriton's runner (its prog name, or --gpu-run-timeout); E3 if it has
-    --gpus; E2.5 if it has E2's flags and the greedy space; E2 if --rocmlir_gen_flags or
-    --tflops but no --gpus."""
+    """The label from the capabilities: E4 if it has two-stage jobs (or is rocmlirTriton's
+    runner by its prog name); E3 if it has --gpus (rocMLIR's newest E3 line also has
+    --gpu-run-timeout); E2.5 if it has E2's flags and the greedy space; E2 if
+    --rocmlir_gen_flags or --tflops but no --gpus."""
     flags = frozenset(_FLAG_RE.findall(help_text))
     match = _SPACES_RE.search(help_text)
     spaces = tuple(s.strip() for s in match.group(1).split(",")) if match else ()
-    if "rocmlirTriton" in help_text or "--gpu-run-timeout" in flags:
+    if "rocmlirTriton" in help_text or all(f in flags for f in SPLIT_FLAGS):
         return Era("E4", flags, spaces)
     if "--gpus" in flags:
         return Era("E3", flags, spaces)
@@ -58,14 +104,24 @@ def detect_era(help_text: str) -> Era:
     )
 
 
-def build_key_form(build_dir: Path, era: Era) -> str:
-    """The key form the build's perfRunner reads: split-k where its perfRunner.py knows
-    -supportsSplitK (or, without one to read, for E4, whose keys carry it), else plain."""
-    perf_runner = build_dir / "bin" / "perfRunner.py"
+def build_key_form(script_dir: Path, era: Era) -> str:
+    """The key form the build's perfRunner reads: split-k where its perfRunner.py (beside the
+    tuningRunner.py that runs) knows -supportsSplitK (or, without one to read, for E4, whose
+    keys carry it), else plain."""
+    perf_runner = script_dir / "perfRunner.py"
     if perf_runner.is_file():
         text = perf_runner.read_text(encoding="utf-8", errors="replace")
         return keys.SPLIT_K if keys.SPLIT_K_FLAG in text else keys.PLAIN
     return keys.SPLIT_K if era.name == "E4" else keys.PLAIN
+
+
+def lacks_split(script: Path, era: Era) -> str:
+    """The one message for a build without two-stage jobs, naming what it lacks."""
+    missing = [f for f in SPLIT_FLAGS if f not in era.flags]
+    return (
+        f"{script} lacks the {TWO_STAGE} capability (no {', '.join(missing)}), which two-stage "
+        f"jobs need ({era.describe()})"
+    )
 
 
 def setting_flags(ctx: TuneContext, era: Era) -> list[str]:
@@ -76,20 +132,28 @@ def setting_flags(ctx: TuneContext, era: Era) -> list[str]:
         if value is None:
             continue
         if flag not in era.flags:
-            raise TunerError(f"this tuningRunner.py ({era.name}) has no {flag} (session setting)")
+            raise TunerError(
+                f"this tuningRunner.py has no {flag} (session setting): it lacks the "
+                f"{SETTING_CAPABILITY[flag]} capability ({era.describe()})"
+            )
         argv.append(f"{flag}={value}")
     return argv
 
 
 def can_split(era: Era) -> bool:
     """Whether this tuningRunner can compile on one host and benchmark on another."""
-    return all(flag in era.flags for flag in SPLIT_FLAGS)
+    return era.has(TWO_STAGE)
+
+
+def can_stream(era: Era) -> bool:
+    """Whether this tuningRunner offers the benchmark stream with the two-stage flags."""
+    return era.has(TWO_STAGE) and era.has(STREAM)
 
 
 def can_batch(era: Era) -> bool:
     """Whether this tuningRunner tunes a list of configs in one call, writing each config's row
     as it finishes (E3, E4; E2 writes its file only at the end)."""
-    return era.name in BATCH_ERAS
+    return era.has(BATCH)
 
 
 def tool_space(ctx: TuneContext) -> str:
@@ -108,6 +172,5 @@ def check_space(ctx: TuneContext, era: Era) -> None:
     """Unsupported when this era does not offer the session's space (no retry can help)."""
     if era.tuning_spaces and tool_space(ctx) not in era.tuning_spaces:
         raise Unsupported(  # the same for every job of the session: no retry
-            f"this tuningRunner.py ({era.name}) has no tuning space {tool_space(ctx)!r} "
-            f"(it has: {', '.join(era.tuning_spaces)})"
+            f"this tuningRunner.py has no tuning space {tool_space(ctx)!r} ({era.describe()})"
         )

@@ -97,21 +97,8 @@ def start(
 ) -> tuple[subprocess.Popen[bytes], TailReader, TailReader]:
     """Start the tool, its stdout and stderr read by threads; `stdin`: text fed to it;
     `driver`: keep stderr's driver lines (TailReader)."""
-    mark = f"{os.getpid()}-{uuid.uuid4().hex}"
-    try:
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env={**env, TOOL_MARK: mark},
-            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,  # its own process group: a timeout kills all of it
-        )
-    except OSError as e:
-        raise TunerError(f"cannot run {argv[0]} {argv[1]}: {e}") from e
-    _marks[proc] = mark
-    with _owners_lock:
+    proc = popen(argv, cwd, env, fed=stdin is not None)
+    with _owners_lock:  # a one-shot run (not a stream serving later jobs): its job's to stop
         _owners[proc] = threading.get_ident()
     if proc.stdin is not None:
         # The tool reads all of stdin before it starts (load_configs_from_stdin); a few
@@ -125,6 +112,26 @@ def start(
     )
 
 
+def popen(argv: list[str], cwd: Path, env: dict[str, str], *, fed: bool) -> subprocess.Popen[bytes]:
+    """The tool started in its own process group and session, marked (TOOL_MARK) so that
+    `stop` finds whatever it leaves behind; `fed`: its stdin a pipe, else /dev/null."""
+    mark = f"{os.getpid()}-{uuid.uuid4().hex}"
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env={**env, TOOL_MARK: mark},
+            stdin=subprocess.PIPE if fed else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group: a timeout kills all of it
+        )
+    except OSError as e:
+        raise TunerError(f"cannot run {argv[0]} {argv[1]}: {e}") from e
+    _marks[proc] = mark
+    return proc
+
+
 def _buffered(pipe: IO[bytes] | None) -> io.BufferedReader | None:
     # Popen's pipes are BufferedReaders (the default bufsize), which typeshed types as IO[bytes];
     # TailReader needs their read1.
@@ -132,11 +139,17 @@ def _buffered(pipe: IO[bytes] | None) -> io.BufferedReader | None:
 
 
 def run(
-    argv: list[str], cwd: Path, env: dict[str, str], timeout: float | None, kill_grace_s: float
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    timeout: float | None,
+    kill_grace_s: float,
+    stdin: str | None = None,
 ) -> Run:
-    """Run the tool to its end; TunerTimeout (its whole group killed) past `timeout` s."""
+    """Run the tool to its end (`stdin`: text fed to it); TunerTimeout (its whole group
+    killed) past `timeout` s."""
     began = now()
-    proc, out, err = start(argv, cwd, env)
+    proc, out, err = start(argv, cwd, env, stdin)
     try:
         proc.wait(timeout=timeout)
         out.join()

@@ -14,19 +14,30 @@ from typing import TYPE_CHECKING
 import mlirtuna.tuners.rocmlir.batch as batch
 import mlirtuna.tuners.rocmlir.eras as eras
 import mlirtuna.tuners.rocmlir.process as process
+import mlirtuna.tuners.rocmlir.stream as stream
 from mlirtuna import machine
-from mlirtuna.defaults import ENV_ROCMLIR_BUILD, ENV_ROCMLIR_PYTHON, KILL_GRACE_S
+from mlirtuna.defaults import (
+    ENV_ROCMLIR_BUILD,
+    ENV_ROCMLIR_PYTHON,
+    ENV_ROCMLIR_SCRIPT_DIR,
+    KILL_GRACE_S,
+)
 from mlirtuna.errors import TunerError, Unsupported, UserError
 from mlirtuna.problems import Problem
 from mlirtuna.problems.fusion import FusionProblem
 from mlirtuna.tuners.base import BatchItem, Compiled, TuneContext, TuneOutcome
-from mlirtuna.tuners.rocmlir.artifacts import INDEX, commit_refused, index_commits
-from mlirtuna.tuners.rocmlir.eras import E2_LIKE, Era, detect_era, tool_space
+from mlirtuna.tuners.rocmlir.artifacts import (
+    INDEX,
+    commit_refused,
+    index_commits,
+    split_artifacts,
+)
+from mlirtuna.tuners.rocmlir.eras import GPUS, TOPK, Era, detect_era, tool_space
 from mlirtuna.tuners.rocmlir.fusionkey import module_path, write_module
 from mlirtuna.tuners.rocmlir.outcome import failure, read_outcome
 
 if TYPE_CHECKING:
-    from mlirtuna.tuners.base import SplitTuner
+    from mlirtuna.tuners.base import StreamingTuner
 
 HELP_TIMEOUT_S = 120.0
 # The tool's own per-config --timeout fires first, so it can stop its pipeline and say so;
@@ -35,7 +46,9 @@ TOOL_TIMEOUT_FRACTION = 0.9
 
 
 class RocmlirTuner:
-    """Tunes with rocMLIR's tuningRunner.py from a build dir (arg, or $MLIRTUNA_ROCMLIR_BUILD)."""
+    """Tunes with rocMLIR's tuningRunner.py from a build dir (arg, or $MLIRTUNA_ROCMLIR_BUILD):
+    `<build>/bin/tuningRunner.py`, or the one in `script_dir` ($MLIRTUNA_ROCMLIR_SCRIPT_DIR),
+    run by `python` ($MLIRTUNA_ROCMLIR_PYTHON) over the build's binaries."""
 
     name = "rocmlir"
 
@@ -44,6 +57,7 @@ class RocmlirTuner:
         build_dir: str | None = None,
         *,
         python: str | None = None,
+        script_dir: str | None = None,
         kill_grace_s: float = KILL_GRACE_S,
     ) -> None:
         build = build_dir or os.environ.get(ENV_ROCMLIR_BUILD)
@@ -52,12 +66,16 @@ class RocmlirTuner:
                 f"no rocMLIR build dir: pass --mlir-build-dir DIR or set {ENV_ROCMLIR_BUILD}"
             )
         self.build_dir = Path(build).resolve()
-        self.script = self.build_dir / "bin" / "tuningRunner.py"
+        scripts = script_dir or os.environ.get(ENV_ROCMLIR_SCRIPT_DIR)
+        self.script = (Path(scripts).resolve() if scripts else self.build_dir / "bin") / (
+            "tuningRunner.py"
+        )
         if not self.script.is_file():
             raise UserError(
-                f"{self.script} not found: point --mlir-build-dir or {ENV_ROCMLIR_BUILD} "
-                "at a rocMLIR build directory"
-            )
+                f"{self.script} not found: point "
+                + (f"{ENV_ROCMLIR_SCRIPT_DIR} at rocMLIR's scripts" if scripts else
+                   f"--mlir-build-dir or {ENV_ROCMLIR_BUILD} at a rocMLIR build directory")
+            )  # fmt: skip
         # The real script needs numpy/pandas/tqdm from the ROCm image's python, which is not
         # necessarily the one running mlirtuna; MITuna runs `python3` too.
         self.python = python or os.environ.get(ENV_ROCMLIR_PYTHON) or "python3"
@@ -97,11 +115,18 @@ class RocmlirTuner:
             return read_outcome(problem, ctx, out, run, self.two_stage(ctx))
 
     def command(
-        self, problem: Problem, ctx: TuneContext, out: Path, *, batch: bool = False
+        self,
+        problem: Problem,
+        ctx: TuneContext,
+        out: Path,
+        *,
+        batch: bool = False,
+        benchmark: bool = False,
     ) -> list[str]:
         """The argument list for one config, or with `batch` for a list of configs of the
-        problem's op read from stdin (`-c -`). Values are joined with `=` so that a config that
-        starts with `-` (every gemm one) and `--device=0` are never taken for flags."""
+        problem's op read from stdin (`-c -`); with `benchmark`, for --benchmark-artifacts
+        (the caller adds it). Values are joined with `=` so that a config that starts with `-`
+        (every gemm one) and `--device=0` are never taken for flags."""
         era = self.era
         argv = [
             *self._base_argv(problem, ctx, out, batch=batch),
@@ -110,7 +135,7 @@ class RocmlirTuner:
         ]
         if problem.op == "attention":
             argv.append("--verify-mode=none")  # see the package docstring
-        if era.name in E2_LIKE:
+        if not era.has(GPUS):  # E2's way: the environment pins the GPU
             argv += ["--tflops", "--rocmlir_gen_flags=--device=0"]
         else:
             argv.append(f"--gpus={ctx.gpu_id}")
@@ -119,8 +144,10 @@ class RocmlirTuner:
             argv.append(f"--timeout={max(1, math.floor(ctx.timeout_s * TOOL_TIMEOUT_FRACTION))}")
         if "--abort-on-error" in era.flags and not batch:  # a batch goes on past a failure
             argv.append("--abort-on-error")
-        if self.two_stage(ctx):
+        if self.two_stage(ctx, benchmark=benchmark):
             argv.append(f"--two-stage-topk={ctx.topk}")
+        if benchmark:  # the target the bundle was compiled for, as at compile time
+            argv += target_flags(ctx)
         return argv
 
     def _base_argv(
@@ -132,10 +159,9 @@ class RocmlirTuner:
             config = "--configs-file=-"
         elif not isinstance(problem, FusionProblem):
             config = f"--config={problem.canonical()}"
-        elif self.era.name in E2_LIKE:  # the directory holding only this job's module
-            config = f"--test_dir={module_path(out, problem).parent}"
-        else:
-            config = f"--test-dir={module_path(out, problem).parent}"
+        else:  # the directory holding only this job's module (E2 spells it --test_dir)
+            flag = "--test-dir" if "--test-dir" in self.era.flags else "--test_dir"
+            config = f"{flag}={module_path(out, problem).parent}"
         return [
             self.python,
             str(self.script),
@@ -150,10 +176,7 @@ class RocmlirTuner:
     def check_split(self) -> None:
         """Unsupported unless this build's tuningRunner can split compiling and benchmarking."""
         if not eras.can_split(self.era):
-            raise Unsupported(
-                f"{self.script} ({self.era.name}) has no --compile-only/--benchmark-artifacts: "
-                "two-stage jobs need an E4 tuningRunner"
-            )
+            raise Unsupported(eras.lacks_split(self.script, self.era))
 
     def compile(self, problem: Problem, ctx: TuneContext, dest: Path) -> Compiled:
         """`--compile-only DEST` for the session's target (no GPU here): the bundle directory
@@ -167,9 +190,7 @@ class RocmlirTuner:
         argv = [
             *self._base_argv(problem, ctx, dest.parent / "tuning.tsv"),
             f"--compile-only={dest}",
-            f"--target-arch={ctx.arch}",
-            f"--target-num-cu={ctx.num_cu}",
-            f"--target-num-chiplets={ctx.num_chiplets}",
+            *target_flags(ctx),
         ]
         cwd = self._cwd(problem, dest.parent / "tuning.tsv")
         run = self._run(argv, process.scrubbed_env(), ctx.timeout_s, cwd)
@@ -180,6 +201,41 @@ class RocmlirTuner:
             raise TunerError(f"{dest / INDEX}: expected one commitId, found {sorted(commits)}")
         return Compiled(dest, commits.pop(), process.stderr_block(run.stderr))
 
+    def compile_many(
+        self, problems: Sequence[Problem], ctx: TuneContext, dest: Path
+    ) -> list[Compiled | None]:
+        """One `--compile-only` call for several problems of one op (`-c -`, the configs on
+        stdin), its directory split into one bundle directory per problem (`dest`-0, -1, ...).
+        TunerError when the call fails (E4 writes DIR only once every config compiled); None
+        for a problem its index lacks. The caller compiles those alone."""
+        self.check_split()
+        eras.check_space(ctx, self.era)
+        ops = {p.op for p in problems}
+        if len(ops) != 1 or not all(self.batchable(p) for p in problems):
+            raise TunerError(f"compile_many: one batchable op per call, not {sorted(ops)}")
+        whole = dest.parent / f"{dest.name}-all"
+        argv = [
+            *self._base_argv(problems[0], ctx, dest.parent / "tuning.tsv", batch=True),
+            f"--compile-only={whole}",
+            *target_flags(ctx),
+        ]
+        configs = "".join(f"{p.canonical()}\n" for p in problems)
+        timeout = ctx.timeout_s * len(problems) if ctx.timeout_s else None
+        env = process.scrubbed_env()
+        run = process.run(argv, self.build_dir, env, timeout, self.kill_grace_s, configs)
+        if run.returncode != 0:
+            raise failure(run)
+        dests = [dest.parent / f"{dest.name}-{i}" for i in range(len(problems))]
+        found = split_artifacts(whole, [p.canonical() for p in problems], dests)
+        out: list[Compiled | None] = []
+        for directory, ok in zip(dests, found, strict=True):
+            commits = index_commits(directory) if ok else set()
+            if len(commits) != 1:
+                out.append(None)
+                continue
+            out.append(Compiled(directory, commits.pop(), process.stderr_block(run.stderr)))
+        return out
+
     def benchmark(self, problem: Problem, ctx: TuneContext, artifacts: Path) -> TuneOutcome:
         """`--benchmark-artifacts ARTIFACTS` on this worker's GPU, with the same flags (session
         settings, top-k, timeouts) and the same reading of the output as a one-stage run."""
@@ -189,12 +245,13 @@ class RocmlirTuner:
         with tempfile.TemporaryDirectory(prefix=machine.temp_prefix("rocmlir")) as tmp:
             out = Path(tmp) / "tuning.tsv"
             write_module(out, problem)
-            argv = [*self.command(problem, ctx, out), f"--benchmark-artifacts={artifacts}"]
+            argv = self.command(problem, ctx, out, benchmark=True)
+            argv.append(f"--benchmark-artifacts={artifacts}")
             run = self._run(argv, self._env(ctx, era), ctx.timeout_s, self._cwd(problem, out))
             if run.returncode != 0 and commit_refused(run.stderr):
                 why = process.last_error_line(run.stderr)
                 raise Unsupported(f"tuningRunner refused the bundle: {why}")
-            return read_outcome(problem, ctx, out, run, self.two_stage(ctx))
+            return read_outcome(problem, ctx, out, run, self.two_stage(ctx, benchmark=True))
 
     def benchmark_many(
         self, problems: Sequence[Problem], ctx: TuneContext, artifacts: Path
@@ -202,15 +259,52 @@ class RocmlirTuner:
         """Several problems' bundles, merged into `artifacts` (merge_artifacts), benchmarked in
         one `--benchmark-artifacts` call: each outcome as its row appears (as tune_many)."""
         self.check_split()
-        for index, got in self.tune_many(problems, ctx, (f"--benchmark-artifacts={artifacts}",)):
+        extra = (f"--benchmark-artifacts={artifacts}",)
+        for index, got in self.tune_many(problems, ctx, extra, benchmark=True):
             if isinstance(got, TunerError) and commit_refused(f"{got}\n{got.detail or ''}"):
                 why = process.last_error_line(got.detail or str(got))
                 raise Unsupported(f"tuningRunner refused the bundles: {why}")
             yield index, got
 
-    def two_stage(self, ctx: TuneContext) -> bool:
-        """Whether the tool re-measures the top k itself (E4's --two-stage-topk)."""
-        return ctx.topk > 1 and "--two-stage-topk" in self.era.flags
+    # -- the benchmark stream (a proposed extension: stream.py) ---------------------------
+
+    def can_stream(self) -> bool:
+        """Whether this build's tuningRunner offers --benchmark-stream (read from --help)."""
+        return eras.can_stream(self.era)
+
+    def streamable(self, problem: Problem) -> bool:
+        return problem.op in stream.STREAM_OPS and self.can_stream()
+
+    def open_stream(self, ctx: TuneContext) -> stream.Stream:
+        """Start `--benchmark-stream` on this worker's GPU with the flags a
+        `--benchmark-artifacts` call gets (session settings, top-k, per-config timeout): the
+        process pays its start-up once and then benchmarks what it is fed."""
+        era = self.era
+        self.check_split()
+        self._check_context(ctx, era)
+        argv = [
+            self.python,
+            str(self.script),
+            stream.STREAM_FLAG,
+            f"--tuning-space={tool_space(ctx)}",
+            f"--mlir-build-dir={self.build_dir}",
+            "--debug",
+            f"--gpus={ctx.gpu_id}",
+            *eras.setting_flags(ctx, era),
+            *target_flags(ctx),
+        ]
+        if "--timeout" in era.flags and ctx.timeout_s:
+            argv.append(f"--timeout={max(1, math.floor(ctx.timeout_s * TOOL_TIMEOUT_FRACTION))}")
+        env = self._env(ctx, era)
+        # A stream is benchmark mode: one pass, nothing re-measured (as --benchmark-artifacts).
+        remeasured = self.two_stage(ctx, benchmark=True)
+        return stream.Stream(argv, self.build_dir, env, ctx, remeasured, self.kill_grace_s)
+
+    def two_stage(self, ctx: TuneContext, *, benchmark: bool = False) -> bool:
+        """Whether the tool re-measures the top k itself (E4's --two-stage-topk). Never in a
+        --benchmark-artifacts call: E4 benchmarks a bundle in one pass at the precise budget
+        and ignores --two-stage-topk there, so nothing is marked re-measured."""
+        return ctx.topk > 1 and self.era.has(TOPK) and not benchmark
 
     def _check_context(self, ctx: TuneContext, era: Era) -> None:
         if ctx.gpu_id < 0:
@@ -220,7 +314,7 @@ class RocmlirTuner:
     def _env(self, ctx: TuneContext, era: Era) -> dict[str, str]:
         env = process.scrubbed_env()
         pinned = env.get("ROCR_VISIBLE_DEVICES") or env.get("HIP_VISIBLE_DEVICES")
-        if era.name in E2_LIKE and not pinned:
+        if not era.has(GPUS) and not pinned:
             env["ROCR_VISIBLE_DEVICES"] = str(ctx.gpu_id)
         return env
 
@@ -258,7 +352,12 @@ class RocmlirTuner:
         return problem.op in batch.BATCH_OPS and self.can_batch()
 
     def tune_many(
-        self, problems: Sequence[Problem], ctx: TuneContext, extra: Sequence[str] = ()
+        self,
+        problems: Sequence[Problem],
+        ctx: TuneContext,
+        extra: Sequence[str] = (),
+        *,
+        benchmark: bool = False,
     ) -> Iterator[BatchItem]:
         """Tune problems of one op in one tool call (`-c -`, the configs on stdin): yields
         (index, outcome or error) for each problem as its row and `.debug` rows appear, while
@@ -266,7 +365,7 @@ class RocmlirTuner:
         `ctx.timeout_s` per config. A config the tool failed (`.state`) gets its error; when the
         tool stops early (killed, crashed, timed out), the config it was on gets the failure and
         the ones it never started a NotRun error: nothing is wrong with them. `extra`: flags
-        added to the call (benchmark_many's --benchmark-artifacts)."""
+        added to the call (benchmark_many's --benchmark-artifacts, with `benchmark`)."""
         era = self.era
         self._check_context(ctx, era)
         ops = {p.op for p in problems}
@@ -275,18 +374,21 @@ class RocmlirTuner:
         total = ctx.timeout_s * len(problems) if ctx.timeout_s else None
         with tempfile.TemporaryDirectory(prefix=machine.temp_prefix("rocmlir")) as tmp:
             out = Path(tmp) / "tuning.tsv"
-            argv = [*self.command(problems[0], ctx, out, batch=True), *extra]
+            argv = [*self.command(problems[0], ctx, out, batch=True, benchmark=benchmark)]
+            argv += extra
             configs = "".join(f"{p.canonical()}\n" for p in problems)
             start = process.now()
-            # Only E4's driver prints Discarded; its lines are matched to each config's rows.
-            driver = era.name == "E4"
+            # Only a driver that re-measures the top k prints Discarded (the candidates left
+            # out of it); its lines are matched to each config's rows.
+            driver = era.has(TOPK)
             env = self._env(ctx, era)
             proc, stdout, stderr = process.start(argv, self.build_dir, env, configs, driver)
             tail = batch.BatchTail(out, problems, stderr.driver)
             try:
                 yield from batch.follow(
                     proc, tail, ctx, (stdout, stderr), start, total,
-                    two_stage=self.two_stage(ctx), kill_grace_s=self.kill_grace_s,
+                    two_stage=self.two_stage(ctx, benchmark=benchmark),
+                    kill_grace_s=self.kill_grace_s,
                 )  # fmt: skip
                 stdout.join(self.kill_grace_s)
                 stderr.join(self.kill_grace_s)
@@ -297,6 +399,19 @@ class RocmlirTuner:
             yield from batch.unfinished(tail, run, out)
 
 
+def target_flags(ctx: TuneContext) -> list[str]:
+    """The session's GPU as E4's cross-compilation target, given alike to --compile-only and
+    --benchmark-artifacts: the benchmark call checks the bundle's index (arch, numCUs,
+    numChiplets, tuningSpace) against what it resolves, and without --target-arch it resolves
+    HIP's full arch name and refuses a bundle compiled for another spelling. The full
+    gcnArchName, as rocmlirTriton's --target-arch help asks for."""
+    return [
+        f"--target-arch={ctx.arch_full or ctx.arch}",
+        f"--target-num-cu={ctx.num_cu}",
+        f"--target-num-chiplets={ctx.num_chiplets}",
+    ]
+
+
 if TYPE_CHECKING:
     # mypy proves RocmlirTuner is everything the worker finds by isinstance.
-    _SPLIT: type[SplitTuner] = RocmlirTuner
+    _STREAMING: type[StreamingTuner] = RocmlirTuner

@@ -7,6 +7,9 @@ const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => (
   { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 const num = (v, digits = 3) => (v === null || v === undefined ? "–" : Number(v).toFixed(digits));
 const PLOT_CONFIG = { displaylogo: false, responsive: true };
+// Room above the plotting area for Plotly's toolbar (it shows on hover at the top right): with
+// less, it covers the top of the tallest bar.
+const PLOT_TOP = 36;
 
 async function api(path) {
   const res = await fetch(path, { headers: { Accept: "application/json" } });
@@ -48,7 +51,7 @@ function histogram(el, h, xTitle) {
   const mids = h.counts.map((_, i) => (h.edges[i] + h.edges[i + 1]) / 2);
   const widths = h.counts.map((_, i) => h.edges[i + 1] - h.edges[i]);
   Plotly.newPlot(el, [{ type: "bar", x: mids, y: h.counts, width: widths, marker: { color: "#3b6ea5" } }],
-    { margin: { t: 10, r: 10 }, xaxis: { title: { text: xTitle } },
+    { margin: { t: PLOT_TOP, r: 10 }, xaxis: { title: { text: xTitle } },
       yaxis: { title: { text: "count" }, dtick: Math.max(1, Math.ceil(Math.max(0, ...h.counts) / 5)) },
       height: 280 }, PLOT_CONFIG);
 }
@@ -249,6 +252,7 @@ function parallelPlot(session) {
     } catch (err) {
       showError(err);
     }
+    importancePlot(session, params);
   }
   api(`/api/sessions/${encodeURIComponent(session)}/facets`).then((f) => {
     for (const v of f.ops) form.elements.op.add(new Option(v, v));
@@ -257,6 +261,29 @@ function parallelPlot(session) {
   }).catch(showError);
   form.addEventListener("change", draw);
   form.addEventListener("submit", (ev) => ev.preventDefault());
+}
+
+// The same candidates' perf-config fields ranked by how much they explain TFlops over the best
+// (a random forest's impurity importance, computed on the server): one bar per field.
+async function importancePlot(session, params) {
+  try {
+    const imp = await api(`/api/sessions/${encodeURIComponent(session)}/importance?${params}`);
+    const fields = [...imp.fields].reverse(), shares = [...imp.importance].reverse();
+    Plotly.newPlot($("#importance-plot"), [{
+      type: "bar", orientation: "h", x: shares, y: fields.map(esc),
+      text: shares.map((v) => `${sig(100 * v, 2)} %`), textposition: "auto",
+      hovertemplate: "%{y}: %{x:.3f}<extra></extra>", marker: { color: "#3b6ea5" },
+    }], { margin: { t: 40, l: 140, r: 20 }, height: Math.max(200, 40 + 24 * fields.length),
+      xaxis: { title: { text: "importance (share)" }, rangemode: "tozero" } }, PLOT_CONFIG);
+    const flat = imp.importance.every((v) => v === 0);
+    $("#importance-method").textContent = `${imp.rows} candidates fitted` +
+      (imp.r2 === null ? "" : ` (R² ${sig(imp.r2, 2)})`) + `: ${imp.method}.` +
+      (flat ? " No field explains anything here: TFlops over the best do not vary, or no field does." : "");
+    $("#importance-plot").dataset.count = imp.rows;
+    $("#importance-plot").dataset.fields = imp.fields.join(",");
+  } catch (err) {
+    showError(err);
+  }
 }
 
 // ------------------------------------------------------------------ problem
@@ -275,7 +302,7 @@ function problemPage() {
       text: ps.map((p) => `session ${esc(p.session_id)}<br>rocMLIR ${esc(p.mlir_v || "?")}<br>${esc(p.perf_config)}`),
       hovertemplate: "%{y:.3g} TFlops<br>%{text}<extra></extra>",
     }));
-    Plotly.newPlot($("#trend-plot"), traces, { margin: { t: 10 }, height: 320, showlegend: true,
+    Plotly.newPlot($("#trend-plot"), traces, { margin: { t: PLOT_TOP }, height: 320, showlegend: true,
       legend: { orientation: "h" }, ...trendAxes(points) }, PLOT_CONFIG);
     table($("#history"), [
       { label: "session", html: (p) => `<a href="/sessions/${esc(p.session_id)}">${esc(p.session_id)}</a>` },
@@ -310,13 +337,18 @@ function problemPage() {
         customdata: c.valid.map((v) => `${esc(v.perf_config)}<br>${v.remeasured ? "re-measured" : "first pass"}<br>` +
           Object.entries(v.fields || {}).map(([k, x]) => `${esc(k)}=${esc(x)}`).join(" ")),
         hovertemplate: "%{customdata}<br>%{y:.3g} TFlops<extra></extra>",
-      }], { margin: { t: 10, b: 40 }, height: 340, xaxis: { showticklabels: false, title: { text: `${c.valid.length} valid perf configs, best first; ◆ re-measured (${c.valid.filter((v) => v.remeasured).length}), red: winner` } },
+      }], { margin: { t: PLOT_TOP, b: 40 }, height: 340, xaxis: { showticklabels: false, title: { text: `${c.valid.length} valid perf configs, best first; ◆ re-measured (${c.valid.filter((v) => v.remeasured).length}), red: winner` } },
         yaxis: { title: { text: "TFlops" } } }, PLOT_CONFIG);
       table($("#invalid"), [
         { label: "perf config", key: "perf_config", cls: "vector" },
         { label: "why", key: "error", cls: "vector" },
       ], c.invalid);
       $("#no-invalid").hidden = c.invalid.length > 0;
+      table($("#dropped"), [
+        { label: "perf config", key: "perf_config", cls: "vector" },
+        { label: "why", key: "error", cls: "vector" },
+      ], c.dropped);
+      $("#dropped-section").hidden = c.dropped.length === 0;
     } catch (err) {
       showError(err);
     }
@@ -364,7 +396,7 @@ function candidateRows(el, page, state) {
     ["min µs", "time_min", (r) => sig(us(r.time_min)), "n"],
     ["spread (IQR) µs", "time_iqr", (r) => sig(us(r.time_iqr)), "n"],
     ["samples", "samples", (r) => (r.samples ?? "–"), "n"],
-    ["re-measured", "remeasured", (r) => (r.remeasured ? "re-measured" : ""), "mark"],
+    ["re-measured", "remeasured", (r) => (r.remeasured ? "re-measured" : r.dropped ? "dropped" : ""), "mark"],
     ["winner", null, (r) => (r.winner ? "winner" : ""), "mark"],
     ["error", null, (r) => r.error || "", "vector"],
   ];
@@ -482,7 +514,7 @@ function comparePage() {
       { type: "scatter", mode: "markers", name: "problems", x: c.points.tflops_a, y: c.points.tflops_b,
         text: c.points.test_vector.map(esc), hovertemplate: "%{text}<br>A %{x:.3f} · B %{y:.3f}<extra></extra>" },
       { type: "scatter", mode: "lines", name: "B = A", x: [lo, hi], y: [lo, hi], line: { dash: "dot", color: "#888" }, hoverinfo: "skip" },
-    ], { margin: { t: 10 }, height: 480, xaxis: { type: "log", title: { text: "A TFlops" } },
+    ], { margin: { t: PLOT_TOP }, height: 480, xaxis: { type: "log", title: { text: "A TFlops" } },
       yaxis: { type: "log", title: { text: "B TFlops" } }, showlegend: false }, PLOT_CONFIG);
     compareGroups(c);
   }).catch(showError);
