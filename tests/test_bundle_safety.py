@@ -166,8 +166,8 @@ def stored(db, tmp_path, build):
 def test_a_row_naming_another_file_never_deletes_it(db, build, stored):
     sid, store, victim = stored
     (kept,) = store.glob("*.tar.gz")
-    with db.session() as s:  # what the worker role may write: the path, a wrong size
-        s.execute(sa.update(Bundle).values(path=str(victim), size=1))
+    with db.session() as s:  # what a forger may write: a wrong size (no row names a file)
+        s.execute(sa.update(Bundle).values(size=1))
     work(db, sid, build, "gpu", max_retries=5)
     assert victim.read_text() == "precious"
     (failed,) = jobs.list_jobs(db, sid, "error")
@@ -179,7 +179,7 @@ def test_a_forged_token_or_id_names_no_file(db, build, stored):
     sid, store, victim = stored
     (kept,) = store.glob("*.tar.gz")
     with db.session() as s:
-        s.execute(sa.update(Bundle).values(path=str(victim), lease_token="../../victim"))
+        s.execute(sa.update(Bundle).values(lease_token="../../victim"))
     work(db, sid, build, "gpu", max_retries=5)
     (failed,) = jobs.list_jobs(db, sid, "error")
     assert "names no file" in failed.first_line
@@ -200,7 +200,7 @@ def test_a_symlink_in_the_store_is_not_followed(db, build, stored):
 def test_sweep_and_session_delete_never_delete_a_named_file(db, build, stored):
     sid, _, victim = stored
     with db.session() as s:  # an incomplete row with a forged token: an orphan to sweep
-        s.execute(sa.update(Bundle).values(path=str(victim), complete=False, lease_token="f" * 32))
+        s.execute(sa.update(Bundle).values(complete=False, lease_token="f" * 32))
     assert bundles.sweep_orphans(db, sid) == 1
     assert victim.read_text() == "precious"
     work(db, sid, build, "compile")  # nothing left to compile; the store is unchanged
@@ -208,6 +208,6 @@ def test_sweep_and_session_delete_never_delete_a_named_file(db, build, stored):
         s.execute(sa.insert(Bundle).values(
             session_id=sid, problem_id=s.scalar(sa.select(Job.problem_id).limit(1)),
             job_id=s.scalar(sa.select(Job.id).limit(1)), lease_token="a" * 32, commit_id="",
-            size=0, sha256="", path=str(victim), complete=True, created_at=db_now()))  # fmt: skip
+            size=0, sha256="", in_store=True, complete=True, created_at=db_now()))  # fmt: skip
     sessions.delete(db, sid, force=True)
     assert victim.read_text() == "precious"

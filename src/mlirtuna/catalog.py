@@ -26,11 +26,13 @@ from sqlalchemy.orm import Session
 
 from mlirtuna.db import Database, utcnow
 from mlirtuna.db.models import CONFIG_TABLES, FusionConfig, Problem, ProblemTag
+from mlirtuna.defaults import DEFAULT_MAX_MODULE_BYTES
 from mlirtuna.errors import UserError
 from mlirtuna.problems import ExpandOptions, from_columns
 from mlirtuna.problems import Problem as ProblemSpec
 from mlirtuna.problems.configlist import read_config_list
 from mlirtuna.problems.fusion import FusionProblem, from_module
+from mlirtuna.textinput import read_text_capped
 
 # Keeps IN (...) lists well under every backend's bound-parameter limit.
 CHUNK = 500
@@ -101,13 +103,19 @@ def read_config_lists(
 
 
 def read_modules(
-    paths: Sequence[str], build_dir: str | None = None, arch: str | None = None
+    paths: Sequence[str],
+    build_dir: str | None = None,
+    arch: str | None = None,
+    max_bytes: int = DEFAULT_MAX_MODULE_BYTES,
 ) -> Parsed:
-    """Read and key every module first (one bad module: nothing written)."""
+    """Read and key every module first (one bad module: nothing written); each is at most
+    `max_bytes`, read in a bounded way."""
+    if max_bytes < 1 << 20:
+        raise UserError(f"--max-module-mib {max_bytes >> 20}: at least 1")
     parsed = Parsed()
     for path in module_files(paths):
         parsed.lines += 1
-        parsed.add(read_problem(path, build_dir, arch))
+        parsed.add(read_problem(path, build_dir, arch, max_bytes))
     return parsed
 
 
@@ -128,20 +136,22 @@ def module_files(paths: Sequence[str]) -> list[Path]:
 
 
 def read_problem(
-    path: Path, build_dir: str | None = None, arch: str | None = None
+    path: Path,
+    build_dir: str | None = None,
+    arch: str | None = None,
+    max_bytes: int = DEFAULT_MAX_MODULE_BYTES,
 ) -> FusionProblem:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a UTF-8 text file") from None
-    except OSError as error:
-        raise UserError(f"{path}: {error.strerror or error}") from None
+    text = read_text_capped(str(path), max_bytes)
     emitted = None
     if build_dir:
         from mlirtuna.tuners.rocmlir import fusionkey  # runs the build's tools: only when asked
 
         emitted = fusionkey.emit_tuning_key(path, text, build_dir, arch or DEFAULT_KEY_ARCH)
-    return from_module(text, path.name, emitted, str(path))
+    try:
+        return from_module(text, path.name, emitted, str(path))
+    except (ValueError, IndexError, KeyError, TypeError, ArithmeticError) as exc:
+        # What the readers did not foresee is still one line, never a traceback.
+        raise UserError(f"{path}: cannot read this module ({type(exc).__name__}: {exc})") from None
 
 
 # -- importing -------------------------------------------------------------------------------
@@ -164,9 +174,10 @@ def import_modules(
     tag: str | None = None,
     build_dir: str | None = None,
     arch: str | None = None,
+    max_bytes: int = DEFAULT_MAX_MODULE_BYTES,
 ) -> ImportReport:
     """Read and key every module, then insert the new ones in one transaction."""
-    return store(db, "fusion", read_modules(paths, build_dir, arch), tag)
+    return store(db, "fusion", read_modules(paths, build_dir, arch, max_bytes), tag)
 
 
 def store(db: Database, op: str, parsed: Parsed, tag: str | None = None) -> ImportReport:

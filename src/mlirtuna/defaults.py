@@ -10,6 +10,12 @@ DEFAULT_BACKOFF_S = 10.0
 DEFAULT_BATCH_WAIT_S = 2.0  # a GPU worker's wait for a full batch of bundles: ~ one tool start-up
 DEFAULT_QUICK_THRESHOLD = 0.93  # quickTuningGen.py's --th and tuning_eval's coverage threshold
 DEFAULT_TOPK = 3  # candidates re-measured after the search (1: keep the search's winner)
+# The largest .mlir module `import --op fusion` reads (`--max-module-mib`): MIGraphX's modules
+# are kilobytes; a 1 GiB file is refused by its size, never read whole.
+DEFAULT_MAX_MODULE_BYTES = 16 << 20
+# A bundle's caps when unpacked (a session's `--bundle-cap-mib` sets the total; one file may be
+# as large as the total): the compile output of one problem is a few MiB.
+DEFAULT_BUNDLE_CAP_BYTES = 4 << 30
 
 # Every environment variable mlirtuna reads, named once (modules import the name, never the text).
 ENV_DB = "MLIRTUNA_DB"  # the database URL (--db)

@@ -12,6 +12,7 @@ import re
 import shutil
 import socket
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,3 +161,81 @@ def cpu_description() -> str:
 
 def platform_machine() -> str:
     return platform.machine() or "unknown"
+
+
+# -- temporary directories named for their owner --------------------------------------------------
+# A worker's temp dirs carry its pid and the process's start time (Linux /proc, clock ticks since
+# boot): `mlirtuna-KIND-PID.START-xxxxxxxx`. A SIGKILLed worker cannot remove its own; the next
+# worker on the host sweeps those whose owner is gone (a pid reused since has another start time).
+TEMP_KINDS = ("benchmark", "compile", "rocmlir", "stream")
+_TEMP_RE = re.compile(
+    r"mlirtuna-(?:benchmark|compile|rocmlir|stream)-([0-9]{1,10})\.([0-9]{1,20})-[A-Za-z0-9_]+"
+)
+
+
+def _start_time(pid: int) -> str | None:
+    """A process's start time from /proc (field 22 of stat), None when it is gone or unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()  # the name may hold spaces and parentheses
+    return fields[19] if len(fields) > 19 else None
+
+
+def temp_owner(pid: int | None = None) -> str:
+    """`PID.START` of this (or that) process: what a temp dir's name records."""
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}.{_start_time(pid) or 0}"
+
+
+def temp_prefix(kind: str) -> str:
+    """The prefix of a temp dir of this process, for mkdtemp / TemporaryDirectory."""
+    assert kind in TEMP_KINDS
+    return f"mlirtuna-{kind}-{temp_owner()}-"
+
+
+def make_temp_dir(kind: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=temp_prefix(kind)))
+
+
+def _owner_alive(pid: int, start: str) -> bool:
+    if Path("/proc/self/stat").exists():
+        now = _start_time(pid)
+        return now is not None and (start == "0" or now == start)
+    try:  # no /proc: the pid alone (a reused pid keeps the dir, the safe side)
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale_temp(root: str | Path | None = None) -> list[Path]:
+    """Remove this host's mlirtuna temp dirs whose owner process is gone; the removed ones.
+    Only directories (never a link) named by temp_prefix and owned by this user are candidates;
+    a live owner's dir, or one of the old unnamed form, is never touched."""
+    root = Path(root if root is not None else tempfile.gettempdir())
+    removed = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return []
+    for entry in entries:
+        match = _TEMP_RE.fullmatch(entry.name)
+        if not match:
+            continue
+        try:
+            if (
+                not entry.is_dir(follow_symlinks=False)
+                or entry.stat(follow_symlinks=False).st_uid != os.getuid()
+            ):
+                continue
+        except OSError:
+            continue
+        if _owner_alive(int(match.group(1)), match.group(2)):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(Path(entry.path))
+    return removed

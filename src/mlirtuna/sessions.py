@@ -24,7 +24,12 @@ from mlirtuna.db.models import (
     Result,
     TuningSession,
 )
-from mlirtuna.defaults import DEFAULT_TOPK, DEFAULT_TUNING_SPACE, ENV_ROCMLIR_BUILD
+from mlirtuna.defaults import (
+    DEFAULT_BUNDLE_CAP_BYTES,
+    DEFAULT_TOPK,
+    DEFAULT_TUNING_SPACE,
+    ENV_ROCMLIR_BUILD,
+)
 from mlirtuna.errors import NotFound, UserError
 
 TUNERS = ("rocmlir", "cpu", "sleep")
@@ -68,6 +73,12 @@ class Session:
     # What the build's tuningRunner can do (eras.Era.describe), read at `session new`; not a
     # column (kept out of as_dict when unknown), so a session read back says "".
     capabilities: str = ""
+    bundle_cap_mib: int | None = None  # None: DEFAULT_BUNDLE_CAP_BYTES
+
+    @property
+    def bundle_cap_bytes(self) -> int:
+        """The most one bundle of this session may unpack to (one file may be all of it)."""
+        return self.bundle_cap_mib << 20 if self.bundle_cap_mib else DEFAULT_BUNDLE_CAP_BYTES
 
     @classmethod
     def from_row(cls, row: TuningSession) -> Session:
@@ -120,6 +131,7 @@ class SessionSpec:
     keep_artifacts: bool = False
     name: str = ""
     capabilities: str = ""  # what the build's tuningRunner can do (filled by detect)
+    bundle_cap_mib: int | None = None  # --bundle-cap-mib (with --split)
 
 
 def _iso(when) -> str:
@@ -213,9 +225,13 @@ def _check_split(spec: SessionSpec, build_dir: str | None) -> None:
     """--split compile,benchmark: only for a rocmlir session on a build whose tuningRunner has
     --compile-only (E4), with a known rocMLIR commit (bundles of another one are refused)."""
     if spec.split is None:
-        if spec.artifact_store is not None or spec.keep_artifacts:
-            raise UserError("--artifact-store and --keep-artifacts go with --split")
+        if spec.artifact_store is not None or spec.keep_artifacts or spec.bundle_cap_mib:
+            raise UserError(
+                "--artifact-store, --keep-artifacts and --bundle-cap-mib go with --split"
+            )
         return
+    if spec.bundle_cap_mib is not None and not 1 <= spec.bundle_cap_mib <= BUNDLE_CAP_MAX_MIB:
+        raise UserError(f"--bundle-cap-mib {spec.bundle_cap_mib}: 1 to {BUNDLE_CAP_MAX_MIB}")
     words = [w.strip() for w in spec.split.split(",")]
     if ",".join(words) != SPLIT_STAGES:
         raise UserError(f"--split {spec.split!r}: the one split is {SPLIT_STAGES}")
@@ -310,6 +326,7 @@ def create(db: Database, spec: SessionSpec, run_spec: dict[str, Any] | None = No
         artifact_store=spec.artifact_store,
         keep_artifacts=spec.keep_artifacts,
         name=_check_name(spec.name),
+        bundle_cap_mib=spec.bundle_cap_mib,
     )
     with db.session() as s:
         s.add(row)
@@ -318,6 +335,7 @@ def create(db: Database, spec: SessionSpec, run_spec: dict[str, Any] | None = No
 
 
 NAME_MAX = 200  # characters of session.name
+BUNDLE_CAP_MAX_MIB = 1 << 20  # 1 TiB: past any disk a worker unpacks to
 
 
 def _check_name(name: str) -> str:

@@ -24,6 +24,29 @@ _BLOCK = 1 << 20
 # C0 controls but tab, CR and LF, DEL, and the C1 controls.
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _ASCII_INT = re.compile(r"-?[0-9]{1,18}\Z")
+# A float as C's strtod writes one, ASCII only: `float()` alone also takes `12_5`, fullwidth and
+# Arabic-Indic digits and surrounding spaces. inf and nan as Python and pandas write them.
+_ASCII_FLOAT = re.compile(
+    r"[+-]?(?:[0-9]{1,40}(?:\.[0-9]{0,40})?|\.[0-9]{1,40})(?:[eE][+-]?[0-9]{1,4})?\Z"
+    r"|[+-]?(?:inf|infinity|nan)\Z",
+    re.IGNORECASE,
+)
+
+
+# What a terminal would act on or hide: C0/C1 controls (newline and tab included, so that an
+# error stays one line), DEL, the line and paragraph separators and the bidi overrides.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """`text` with every control character escaped (`\\x1b`, `\\n`, `\\u202e`): a file name
+    holding `ESC[2J` or a newline is shown, never acted on by the terminal."""
+
+    def escape(match: re.Match[str]) -> str:
+        c = match.group()
+        return ascii(c)[1:-1] if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+
+    return _UNPRINTABLE.sub(escape, text)
 
 
 def quote(text: str) -> str:
@@ -56,11 +79,60 @@ def ascii_int(what: str, text: str, minimum: int | None = None, maximum: int = I
     return value
 
 
+def is_ascii_float(text: str) -> bool:
+    return _ASCII_FLOAT.match(text) is not None
+
+
+def ascii_float(what: str, text: str) -> float:
+    """A float written in ASCII (digits, one point, an exponent; inf and nan); InputError
+    otherwise."""
+    if not is_ascii_float(text):
+        raise InputError(f"{what} {quote(text)} is not a number")
+    return float(text)
+
+
 def check_line(line: str) -> None:
     """No NUL or other control character in a line (tabs separate fields; CR/LF end lines)."""
     bad = _CONTROL.search(line)
     if bad is not None:
         raise InputError(f"control character U+{ord(bad.group()):04X} at column {bad.start() + 1}")
+
+
+def read_text_capped(path: str, max_bytes: int) -> str:
+    """A regular UTF-8 text file of at most `max_bytes` (its size is checked before reading, and
+    no more than the cap is read even if it grows); no NUL or other control character (tabs,
+    CR and LF allowed). One UserError, at FILE:LINE where there is a line, for anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except OSError as error:
+        raise UserError(f"{path}: {error.strerror or error}") from None
+    with open(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UserError(f"{path}: not a regular file")
+        if info.st_size > max_bytes:
+            raise UserError(f"{path}: {info.st_size} bytes, over the cap of {max_bytes} bytes")
+        os.set_blocking(fd, True)
+        try:
+            data = f.read(max_bytes + 1)
+        except OSError as error:
+            raise UserError(f"{path}: {error.strerror or error}") from None
+    if len(data) > max_bytes:
+        raise UserError(f"{path}: over the cap of {max_bytes} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise InputError(f"not UTF-8 (byte 0x{data[error.start]:02x})", path, line) from None
+    if text.startswith(_BOM):
+        text = text[1:]
+    bad = _CONTROL.search(text)
+    if bad is not None:
+        line = text.count("\n", 0, bad.start()) + 1
+        raise InputError(f"control character U+{ord(bad.group()):04X}", path, line)
+    return text
 
 
 def read_lines(path: str) -> Iterator[str]:

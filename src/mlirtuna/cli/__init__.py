@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import traceback
 
 import click
 import typer
@@ -55,8 +56,8 @@ class _Group(TyperGroup):
 
 
 def _fail(ctx: click.Context, exc: Exception, code: int) -> None:
-    if common.state(ctx).debug:
-        raise exc
+    if common.state(ctx).debug:  # the traceback too; the exit status stays the error's
+        traceback.print_exception(exc, file=sys.stderr)
     common.err(f"error: {exc}")
     sys.exit(code)
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from mlirtuna.errors import MlirtunaError, UserError
+from mlirtuna.textinput import printable
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -91,8 +92,9 @@ def describe_db(db_url: str | None) -> str:
 
 
 def err(message: str) -> None:
-    """A status line on stderr (plain: errors must stay one line, whatever the width)."""
-    print(message, file=sys.stderr, flush=True)
+    """A status line on stderr (plain: errors must stay one line, whatever the width); control
+    characters (from a file name, a value) are printed escaped."""
+    print(printable(message), file=sys.stderr, flush=True)
 
 
 def print_json(data: Any) -> None:

@@ -6,6 +6,7 @@ import typer
 
 import mlirtuna.cli.common as common
 import mlirtuna.cli.options as options
+from mlirtuna.defaults import DEFAULT_MAX_MODULE_BYTES
 
 OP_HELP = "conv, gemm, attention, gemm_gemm, conv_gemm or fusion (.mlir files / directories)."
 
@@ -26,6 +27,11 @@ def import_(
     arch: str = typer.Option(
         None, "--arch", help="Fusion with a build: the chip rocmlir-gen keys for [gfx942]."
     ),
+    max_module_mib: int = typer.Option(
+        DEFAULT_MAX_MODULE_BYTES >> 20,
+        "--max-module-mib",
+        help="Fusion: refuse a .mlir module larger than this (MiB), before reading it.",
+    ),
 ) -> None:
     """Import rocMLIR config lists: one canonical problem per expanded line (idempotent).
 
@@ -35,7 +41,9 @@ def import_(
     if op == "fusion":
         from mlirtuna import catalog
 
-        report = catalog.import_modules(db, files, tag, mlir_build_dir, arch)
+        report = catalog.import_modules(
+            db, files, tag, mlir_build_dir, arch, max_bytes=max_module_mib << 20
+        )
     else:
         from mlirtuna import catalog
 

@@ -8,7 +8,7 @@ import typer
 
 import mlirtuna.cli.common as common
 import mlirtuna.cli.options as options
-from mlirtuna.defaults import DEFAULT_TOPK, DEFAULT_TUNING_SPACE
+from mlirtuna.defaults import DEFAULT_BUNDLE_CAP_BYTES, DEFAULT_TOPK, DEFAULT_TUNING_SPACE
 from mlirtuna.errors import UserError
 
 app = typer.Typer(
@@ -78,6 +78,12 @@ def new(
     name: str = typer.Option(
         "", "--name", help="A name to tell the session apart (session list, the dashboard)."
     ),
+    bundle_cap_mib: int = typer.Option(
+        None,
+        "--bundle-cap-mib",
+        help="With --split: the most one bundle may unpack to, in MiB (a bigger one is refused "
+        f"before anything is written) [default: {DEFAULT_BUNDLE_CAP_BYTES >> 20}].",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the new session as JSON."),
 ) -> None:
     """Open a session, detecting what the flags leave out (never guessing)."""
@@ -106,6 +112,7 @@ def new(
         artifact_store=artifact_store,
         keep_artifacts=keep_artifacts,
         name=name,
+        bundle_cap_mib=bundle_cap_mib,
     )
     created = sessions.create(common.database(ctx, create=True), spec)
     if as_json:

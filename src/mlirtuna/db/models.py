@@ -299,6 +299,9 @@ class TuningSession(Base):
     # Where bundles go: a directory every compile and GPU host sees, or None (the database).
     artifact_store: Mapped[str | None] = mapped_column(String(500), nullable=True)
     keep_artifacts: Mapped[bool] = _bool()  # keep bundles after their benchmark completed
+    # The most a bundle may unpack to, in MiB (`--bundle-cap-mib`); None: the default
+    # (defaults.DEFAULT_BUNDLE_CAP_BYTES). The extractor refuses a bigger one before writing.
+    bundle_cap_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # What to call it: `session new --name`, or set by `run` from the op and the input.
     name: Mapped[str] = _str(200)
 
@@ -445,7 +448,8 @@ Blob = LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
 class Bundle(Base):
     """The compiled candidates of one problem (a compile job's output, tar + gzip), waiting for
     its benchmark job. Its bytes are in bundle_chunk, or in a file of the session's artifact
-    store (`path`). Only a `complete` bundle is ever read: it is set in the transaction that
+    store (`in_store`: the file's name is derived from the store and the ids, never stored).
+    Only a `complete` bundle is ever read: it is set in the transaction that
     completes the compile job and makes the benchmark job claimable (bundles.py)."""
 
     __tablename__ = "bundle"
@@ -458,7 +462,7 @@ class Bundle(Base):
     commit_id: Mapped[str] = _str(64)  # the rocMLIR commit that compiled it (index.json)
     size: Mapped[int] = mapped_column(BigInteger, default=0)
     sha256: Mapped[str] = _str(64)
-    path: Mapped[str | None] = mapped_column(String(700), nullable=True)  # artifact store file
+    in_store: Mapped[bool] = _bool()  # a file in the session's artifact store, not chunks
     complete: Mapped[bool] = _bool()
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
 

@@ -1,12 +1,19 @@
 """Least privilege on a server database: the SQL for three roles, and applying it.
 
 - admin: everything on the database (migrations, import, sessions, requeue, delete);
-- worker: what a worker does and nothing more: read everything, UPDATE job and attempt (claim,
-  heartbeat, record, fail, release, expired leases), INSERT attempt, result and candidate;
-  for two-stage sessions INSERT, UPDATE and DELETE bundle and bundle_chunk (a compile job stores
-  a bundle, its benchmark job deletes it); it cannot DROP, ALTER or create anything, nor
-  DELETE from any other table;
+- worker: what a worker does and nothing more: read everything; UPDATE only the columns a
+  claim, heartbeat, record, fail, release or lease expiry writes (column GRANTs: never what a
+  job *is*, its session, problem, stage, reason or priority, nor who claimed an attempt);
+  INSERT attempt, result and candidate; for two-stage sessions INSERT and DELETE bundle and
+  bundle_chunk and UPDATE bundle.complete only. It cannot DROP, ALTER or create anything,
+  nor DELETE from any other table, nor UPDATE result, candidate, session or problem.
+  PostgreSQL: with UPDATE granted on columns only, LOCK TABLE job/attempt in any mode stronger
+  than ACCESS SHARE is refused (LOCK needs a table-level UPDATE/DELETE/TRUNCATE); row-level
+  security lets it UPDATE only jobs that are new, waiting or running (never a completed,
+  failed or cancelled one). MariaDB: no LOCK TABLES privilege; no row-level security.
 - reader: SELECT only (the dashboard, reports, export, compare).
+
+What each role can still do is listed in docs/architecture.md's failure-model table.
 
 Each role logs in with its own password (from the environment when applied); the SQL is printed
 for a DBA to review or run by hand (`mlirtuna db roles`), or run (`--apply`).
@@ -14,21 +21,45 @@ for a DBA to review or run by hand (`mlirtuna db roles`), or run (`--apply`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 
 import sqlalchemy as sa
 
 from mlirtuna.db import Database
+from mlirtuna.db.models import NEW, RUNNING, WAITING, Attempt, Job
 from mlirtuna.defaults import ENV_ROLE_PASSWORD
 from mlirtuna.errors import UserError
 
 ROLES = ("admin", "worker", "reader")
-WORKER_UPDATE = ("job", "attempt", "bundle")
 WORKER_INSERT = ("attempt", "result", "candidate", "bundle", "bundle_chunk")
 WORKER_DELETE = ("bundle", "bundle_chunk")
+# The columns a worker never changes: what a job is, who claimed an attempt and when.
+_FIXED = {
+    "job": {"id", "session_id", "problem_id", "stage", "reason", "priority"},
+    "attempt": {"id", "job_id", "lease_token", "machine_name", "gpu_id", "pid", "claimed_at"},
+}
+# The job states a worker moves a job out of (PostgreSQL row-level security).
+WORKER_JOB_STATES = (NEW, WAITING, RUNNING)
+
+
+def worker_update_columns() -> dict[str, tuple[str, ...]]:
+    """Per table, the columns the worker role may UPDATE (every other column of the table is
+    refused): job and attempt but their fixed columns, bundle.complete."""
+    tables = {"job": Job.__table__, "attempt": Attempt.__table__}
+    columns = {
+        name: tuple(c.name for c in table.columns if c.name not in _FIXED[name])
+        for name, table in tables.items()
+    }
+    columns["bundle"] = ("complete",)
+    return columns
+
+
+WORKER_UPDATE = tuple(worker_update_columns())
 PASSWORD_ENV = ENV_ROLE_PASSWORD  # …_ADMIN, …_WORKER, …_READER
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,40}\Z")
+_DQ = '"'  # PostgreSQL's identifier quote
 
 
 def role_names(prefix: str) -> dict[str, str]:
@@ -54,6 +85,7 @@ def roles_sql(db: Database, prefix: str = "tuna", with_passwords: bool = False) 
 
 def _postgresql(db: Database, names: dict[str, str], with_passwords: bool) -> list[str]:
     database = db.url.database
+    prefix = names["admin"].removesuffix("_admin")
     sql = []
     for role, name in names.items():
         password = _password(role, with_passwords)
@@ -72,13 +104,40 @@ def _postgresql(db: Database, names: dict[str, str], with_passwords: bool) -> li
         f'GRANT ALL ON ALL TABLES IN SCHEMA public TO "{admin}"',
         f'GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO "{admin}"',
         f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{worker}", "{reader}"',
-        f'GRANT UPDATE ON {", ".join(WORKER_UPDATE)} TO "{worker}"',
+        # Column privileges only (a table-level UPDATE, from an older `db roles`, goes first:
+        # revoking it revokes its column privileges too).
+        f'REVOKE UPDATE ON {", ".join(WORKER_UPDATE)} FROM "{worker}"',
+        *(
+            f'GRANT UPDATE ({_quoted(columns, _DQ)}) ON {table} TO "{worker}"'
+            for table, columns in worker_update_columns().items()
+        ),
         f'GRANT INSERT ON {", ".join(WORKER_INSERT)} TO "{worker}"',
         f'GRANT DELETE ON {", ".join(WORKER_DELETE)} TO "{worker}"',
         # The ids of the rows a worker inserts come from these tables' sequences.
         f'GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO "{worker}"',
+        # Row-level security on job: everyone with SELECT reads every row; the admin role
+        # writes any; the worker UPDATEs only a job it can move on (the table's owner and
+        # superusers are not subject to it).
+        "ALTER TABLE job ENABLE ROW LEVEL SECURITY",
+        *_policy(prefix, "read", "FOR SELECT USING (true)"),
+        *_policy(prefix, "admin", f'TO "{admin}" USING (true) WITH CHECK (true)'),
+        *_policy(
+            prefix,
+            "worker",
+            f'FOR UPDATE TO "{worker}" USING (state IN '
+            f"({', '.join(repr(s) for s in WORKER_JOB_STATES)})) WITH CHECK (true)",
+        ),
     ]
     return sql
+
+
+def _quoted(columns: tuple[str, ...], quote: str) -> str:
+    return ", ".join(f"{quote}{c}{quote}" for c in columns)
+
+
+def _policy(prefix: str, name: str, body: str) -> list[str]:
+    policy = f'"{prefix}_{name}"'
+    return [f"DROP POLICY IF EXISTS {policy} ON job", f"CREATE POLICY {policy} ON job {body}"]
 
 
 def _mysql(db: Database, names: dict[str, str], with_passwords: bool) -> list[str]:
@@ -92,7 +151,10 @@ def _mysql(db: Database, names: dict[str, str], with_passwords: bool) -> list[st
     sql += [
         f"GRANT ALL ON `{database}`.* TO '{admin}'@'%'",
         f"GRANT SELECT ON `{database}`.* TO '{worker}'@'%', '{reader}'@'%'",
-        *(f"GRANT UPDATE ON `{database}`.`{t}` TO '{worker}'@'%'" for t in WORKER_UPDATE),
+        *(
+            f"GRANT UPDATE ({_quoted(columns, '`')}) ON `{database}`.`{t}` TO '{worker}'@'%'"
+            for t, columns in worker_update_columns().items()
+        ),
         *(f"GRANT INSERT ON `{database}`.`{t}` TO '{worker}'@'%'" for t in WORKER_INSERT),
         *(f"GRANT DELETE ON `{database}`.`{t}` TO '{worker}'@'%'" for t in WORKER_DELETE),
     ]
@@ -102,10 +164,22 @@ def _mysql(db: Database, names: dict[str, str], with_passwords: bool) -> list[st
 def apply_roles(db: Database, prefix: str = "tuna") -> list[str]:
     """Run roles_sql (passwords from MLIRTUNA_ROLE_PASSWORD_*); returns the statements run."""
     statements = roles_sql(db, prefix, with_passwords=True)
+    if db.backend != "postgresql":
+        _revoke_table_updates(db, role_names(prefix)["worker"])
     with db.engine.begin() as conn:
         for statement in statements:
             conn.exec_driver_sql(_driver_text(db, statement))
     return statements
+
+
+def _revoke_table_updates(db: Database, worker: str) -> None:
+    """MariaDB/MySQL: a table-level UPDATE an older `db roles` granted, revoked so that only the
+    column privileges remain (REVOKE of a privilege never granted is an error there: each is
+    tried alone)."""
+    for table in WORKER_UPDATE:
+        statement = f"REVOKE UPDATE ON `{db.url.database}`.`{table}` FROM '{worker}'@'%'"
+        with contextlib.suppress(sa.exc.DBAPIError), db.engine.begin() as conn:
+            conn.exec_driver_sql(_driver_text(db, statement))
 
 
 def _driver_text(db: Database, statement: str) -> str:

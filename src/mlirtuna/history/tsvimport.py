@@ -48,6 +48,7 @@ from mlirtuna import catalog, keys, problems
 from mlirtuna.db import Database, utcnow
 from mlirtuna.db.models import ERROR, Job, Result, TuningSession
 from mlirtuna.errors import InputError, UserError
+from mlirtuna.textinput import quote
 
 TUNER = "imported"
 DEFAULT_TUNING_SPACE = "exhaustive"
@@ -55,6 +56,16 @@ DEFAULT_NUM_CHIPLETS = 1
 # Column widths of the session and result tables (db/models.py).
 _QUOTED_RE = re.compile(r"'([^']+)'|\"([^\"]+)\"")
 _LIMITS = {"arch": 32, "arch_full": 128, "tuning space": 16, "commitId": 64, "perfConfig": 255}
+# What a row may hold (issue 23): an arch as gcnArchName writes it (gfx942, gfx90a,
+# gfx942:sramecc+:xnack-), TFlops of a real chip (a million TFlops is far past any GPU), a
+# duration of at most a year, a tuning space of one word.
+# (mlirtuna's own CPU sessions export `cpu-x86_64` and the like.)
+ARCH_RE = re.compile(
+    r"(?:gfx[0-9a-f]{1,8}(?::[A-Za-z][A-Za-z0-9_-]{0,31}[+-]?){0,8}|cpu-[A-Za-z0-9_]{1,24})\Z"
+)
+MAX_TFLOPS = 1e6
+MAX_DURATION_S = 366 * 86400.0
+_SPACE_WORD = re.compile(r"[A-Za-z0-9_:.-]{1,64}\Z")
 
 
 @dataclass(frozen=True)
@@ -302,10 +313,11 @@ class _Parser:
     ) -> list[_Group]:
         by_context: dict[Context, _Group] = {}
         for row in parsed.rows:
-            if no_winner(row):
-                report.skipped += 1
-                continue
             try:
+                check_ranges(row)
+                if no_winner(row):
+                    report.skipped += 1
+                    continue
                 if not self.wanted(row.test_vector):
                     report.other_op += 1
                     continue
@@ -394,6 +406,8 @@ class _Parser:
         chiplets = row.num_chiplets
         if chiplets is None:
             chiplets = self.fill.num_chiplets or DEFAULT_NUM_CHIPLETS
+        if num_cu < 1 or chiplets < 1:
+            raise InputError(f"numCUs {num_cu} and numChiplets {chiplets} must be at least 1")
         space = row.tuning_space or self.fill.tuning_space or DEFAULT_TUNING_SPACE
         commit = "" if row.commit_id in (None, "unknown") else row.commit_id
         for name, value in (
@@ -436,6 +450,24 @@ class _Parser:
         )
 
 
+def check_ranges(row: tuningdb.TuningRow) -> None:
+    """InputError for a value no real tuning run writes: an arch not like gfx942[:features],
+    TFlops negative, infinite or past MAX_TFLOPS (E2's `-inf` and NaN are markers, kept), a
+    negative or endless duration, a tuning space that is not one word."""
+    if not ARCH_RE.match(row.arch):
+        raise InputError(
+            f"arch {quote(row.arch)} is not like gfx942, gfx942:sramecc+:xnack- or cpu-x86_64"
+        )
+    t = row.tflops
+    if t is not None and not math.isnan(t) and t != -math.inf and not (0 <= t <= MAX_TFLOPS):
+        raise InputError(f"TFlops {t!r} is out of range (0 to {MAX_TFLOPS:g}, -inf or nan)")
+    d = row.duration_s
+    if d is not None and not math.isnan(d) and not (0 <= d <= MAX_DURATION_S):
+        raise InputError(f"durationSec {d!r} is out of range (0 to {MAX_DURATION_S:g})")
+    if row.tuning_space is not None and not _SPACE_WORD.match(row.tuning_space):
+        raise InputError(f"tuningSpace {quote(row.tuning_space)} is not one word")
+
+
 def no_winner(row: tuningdb.TuningRow) -> bool:
     """E2's rows for "no valid perf config" (`None`, `-inf`). NaN is not one of them: it is what
     export writes for a winner whose TFlops is unknown (a legacy row), so it imports as None."""
@@ -455,7 +487,10 @@ def _check_width(name: str, value: str) -> None:
 
 def _timestamp(text: str | None) -> dt.datetime | None:
     # tuningdb has checked the form YYYY-MM-DDTHH:MM:SSZ; fromisoformat is the fast C parser.
-    return dt.datetime.fromisoformat(text[:-1]) if text else None
+    try:
+        return dt.datetime.fromisoformat(text[:-1]) if text else None
+    except ValueError:  # never a traceback (FILE:LINE is added by the caller)
+        raise InputError(f"timestamp {quote(text or '')} is not YYYY-MM-DDTHH:MM:SSZ") from None
 
 
 def _write_group(

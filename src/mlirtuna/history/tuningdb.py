@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from mlirtuna.errors import InputError
-from mlirtuna.textinput import ascii_int, is_ascii_int, quote, read_lines
+from mlirtuna.textinput import ascii_float, ascii_int, is_ascii_int, quote, read_lines
 
 V3_COLUMNS = (
     "arch",
@@ -66,6 +66,7 @@ _ALIASES = {
 }
 _SPACE_RE = re.compile(r"\(\s*(\w+)\s*\)")
 _COMMIT_RE = re.compile(r"^#\s*commit:\s*(\S+)\s*$")
+_TIMESTAMP_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z\Z")
 ERROR_MARK = "### "
 # Positional layouts for rows that come before any header (perfRunner's parse_tuning_db_line).
 _POSITIONAL = {
@@ -257,6 +258,8 @@ def _make_row(values: dict[str, str], header_space: str | None, lineno: int) -> 
     for name, value in (("arch", arch), ("testVector", tv), ("perfConfig", pc)):
         if not value:
             raise InputError(f"empty {name}")
+    if values.get("tuningSpace") == "":  # the column is there, its value is not
+        raise InputError("empty tuningSpace")
     return TuningRow(
         arch=arch,
         num_cu=_opt_int(values, "numCUs"),
@@ -287,10 +290,7 @@ def _opt_float(values: dict[str, str], name: str) -> float | None:
     text = values.get(name)
     if not text:
         return None
-    try:
-        return float(text)
-    except ValueError:
-        raise InputError(f"{name} {text!r} is not a number") from None
+    return ascii_float(name, text)
 
 
 def _opt_timestamp(values: dict[str, str]) -> str | None:
@@ -298,9 +298,11 @@ def _opt_timestamp(values: dict[str, str]) -> str | None:
     if not text:
         return None
     try:
+        if not _TIMESTAMP_RE.match(text):  # strptime's %Y also takes fullwidth digits
+            raise ValueError(text)
         dt.datetime.strptime(text, TIMESTAMP_FORMAT)
     except ValueError:
-        raise InputError(f"timestamp {text!r} is not YYYY-MM-DDTHH:MM:SSZ") from None
+        raise InputError(f"timestamp {quote(text)} is not YYYY-MM-DDTHH:MM:SSZ") from None
     return text
 
 

@@ -73,3 +73,12 @@ def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str]:
     before = current_revision(engine)
     command.upgrade(_config(engine), revision)
     return before, current_revision(engine) or ""
+
+
+def downgrade(engine: Engine, revision: str) -> tuple[str | None, str]:
+    """Back to `revision` (tests of a migration's way down; an admin undoing an upgrade)."""
+    from alembic import command
+
+    before = current_revision(engine)
+    command.downgrade(_config(engine), revision)
+    return before, current_revision(engine) or ""

@@ -176,13 +176,28 @@ def derive_key(fn: Function, where: str) -> tuple[str, str]:
         return "gemm", dot_key(fn, op).canonical()
     except InputError as exc:
         raise exc.at(where, op.line) from None
+    except (ValueError, TypeError, KeyError, IndexError) as exc:  # an attribute of a wrong kind
+        raise InputError(
+            f"migraphx.{op.name}: cannot read its operands or attributes "
+            f"({type(exc).__name__}: {str(exc)[:80]})",
+            where,
+            op.line,
+        ) from None
 
 
 def _pair(op: Op, name: str, default: int) -> tuple[int, int]:
     value = op.attrs.get(name, [default, default])
     if not isinstance(value, list) or len(value) != 2:
         raise InputError(f"migraphx.{op.name}: expected 2 values for {name}, got {value!r}")
-    return int(value[0]), int(value[1])
+    return _int(op, name, value[0]), _int(op, name, value[1])
+
+
+def _int(op: Op, name: str, value: object) -> int:
+    """An attribute's integer as the module wrote it in ASCII digits (the reader leaves
+    anything else a string: fullwidth digits, `1_0`, a word)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"migraphx.{op.name}: {name} {ascii(value)[:40]} is not an integer")
+    return value
 
 
 def conv_key(fn: Function, op: Op) -> conv.ConvProblem:
@@ -199,7 +214,8 @@ def conv_key(fn: Function, op: Op) -> conv.ConvProblem:
         pad = pad[:2]
     if len(pad) != 2:
         raise InputError(f"migraphx.{op.name}: cannot read padding {pad!r}")
-    if int(op.attrs.get("padding_mode", 0)) != 0:
+    pad = [_int(op, "padding", p) for p in pad]
+    if _int(op, "padding_mode", op.attrs.get("padding_mode", 0)) != 0:
         raise InputError(f"migraphx.{op.name}: padding_mode {op.attrs['padding_mode']} is not read")
     data_type = CONV_TYPES.get(x.dtype)
     if data_type is None:
@@ -224,13 +240,13 @@ def conv_key(fn: Function, op: Op) -> conv.ConvProblem:
         fil_w=xs,
         out_channels=k,
         batchsize=n,
-        pad_h=int(pad[0]),
-        pad_w=int(pad[1]),
+        pad_h=pad[0],
+        pad_w=pad[1],
         conv_stride_h=sh,
         conv_stride_w=sw,
         dilation_h=dh,
         dilation_w=dw,
-        group_size=int(op.attrs.get("group", 1)),
+        group_size=_int(op, "group", op.attrs.get("group", 1)),
     )
 
 

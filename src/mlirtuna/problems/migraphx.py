@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlirtuna.errors import InputError
+from mlirtuna.textinput import is_ascii_float, is_ascii_int, quote
 
 ANCHORS = frozenset({"convolution", "quant_convolution", "dot", "quant_dot"})
 ELEMENTWISE_BINARY = frozenset({"add", "sub", "mul", "div", "pow", "max", "min"})
@@ -102,6 +103,7 @@ _OP = re.compile(r'^\s*(%[\w.$-]+)\s*=\s*"?migraphx\.(\w+)"?\s*(.*)$')
 _OTHER_OP = re.compile(r'^\s*(?:%[\w.$-]+(?::\d+)?\s*=\s*)?"?([a-z_]+\.[\w.]+)"?')
 _RETURN = re.compile(r"^\s*(?:func\.)?return\b(.*)$")
 _TYPE_SUFFIX = re.compile(r"\s*:\s*[a-z]+\d*\b")
+_DIM = re.compile(r"[0-9]{1,10}\Z")
 
 
 def parse_type(text: str, where: str = "") -> TensorType:
@@ -111,10 +113,9 @@ def parse_type(text: str, where: str = "") -> TensorType:
         raise InputError(f"cannot read the type {text.strip()!r}{where}")
     dims = match.group(1).split(",")[0].strip().split("x")
     dtype = dims[-1].strip()
-    try:
-        shape = tuple(int(d) for d in dims[:-1])
-    except ValueError:
-        raise InputError(f"dynamic or unreadable shape {match.group(0)!r}{where}") from None
+    if not all(_DIM.match(d.strip()) for d in dims[:-1]):  # int() takes `1_0`, fullwidth digits
+        raise InputError(f"dynamic or unreadable shape {quote(match.group(0))}{where}")
+    shape = tuple(int(d) for d in dims[:-1])
     dtype = {"si8": "i8", "si32": "i32"}.get(dtype, dtype)
     if dtype not in DTYPES:
         raise InputError(f"unknown element type {dtype!r} in {match.group(0)!r}{where}")
@@ -126,7 +127,10 @@ def parse_attrs(text: str) -> dict[str, Any]:
     body = text.strip()
     if not body.startswith("{"):
         return {}
-    body = body[1 : body.index("}")]
+    end = body.find("}")
+    if end < 0:
+        raise InputError(f"attributes {quote(body)} have no closing `}}`")
+    body = body[1:end]
     attrs: dict[str, Any] = {}
     for key, value in re.findall(r"(\w+)\s*=\s*(\[[^\]]*\]|[^,]+)", body):
         value = _TYPE_SUFFIX.sub("", value).strip()
@@ -139,14 +143,11 @@ def parse_attrs(text: str) -> dict[str, Any]:
 
 def _scalar(text: str) -> Any:
     text = _TYPE_SUFFIX.sub("", text).strip()
-    try:
+    if is_ascii_int(text):  # ASCII only: int() and float() take `1_0` and fullwidth digits
         return int(text)
-    except ValueError:
-        pass
-    try:
+    if is_ascii_float(text):
         return float(text)
-    except ValueError:
-        return text.strip('"')
+    return text.strip('"')
 
 
 def read_module(text: str, path: str) -> Module:

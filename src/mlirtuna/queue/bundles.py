@@ -218,7 +218,7 @@ def store(db: Database, lease: Lease, packed: Packed, artifact_store: str | None
                 commit_id=packed.commit_id,
                 size=packed.size,
                 sha256=packed.sha256,
-                path=str(path) if path else None,
+                in_store=path is not None,
                 complete=False,
                 created_at=db_now(),
             )
@@ -356,7 +356,7 @@ def _delete(conn: sa.Connection, where) -> list[Path | None]:
     rows = conn.execute(
         sa.select(
             _B.c.id,
-            _B.c.path,
+            _B.c.in_store,
             _B.c.session_id,
             _B.c.problem_id,
             _B.c.job_id,
@@ -370,7 +370,7 @@ def _delete(conn: sa.Connection, where) -> list[Path | None]:
         ids = [r.id for r in rows]
         conn.execute(sa.delete(_C).where(_C.c.bundle_id.in_(ids)))
         conn.execute(sa.delete(_B).where(_B.c.id.in_(ids)))
-    return [_row_file(r) if r.path is not None else None for r in rows]
+    return [_row_file(r) if r.in_store else None for r in rows]
 
 
 def _row_file(row: Any) -> Path | None:
@@ -417,12 +417,12 @@ def fetch(db: Database, session_id: int, problem_id: int) -> Fetched:
                 f"no bundle for problem {problem_id} of session {session_id} (deleted?): "
                 "`mlirtuna jobs requeue` compiles it again"
             )
-        if row.path is None:
+        if not row.in_store:
             chunks = s.scalars(
                 sa.select(_C.c.data).where(_C.c.bundle_id == row.id).order_by(_C.c.seq)
             )
             data = b"".join(chunks)
-    if row.path is not None:
+    if row.in_store:
         path = _row_file(row)
         if path is None:
             delete(db, row.id)

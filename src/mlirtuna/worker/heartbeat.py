@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from mlirtuna import queue
 from mlirtuna.db import Database
@@ -25,8 +25,17 @@ class Heartbeat:
     starting a thread per job cost more than the job's own queue work.
     """
 
-    def __init__(self, db: Database, lease_s: float, interval: float) -> None:
+    def __init__(
+        self,
+        db: Database,
+        lease_s: float,
+        interval: float,
+        on_lost: Callable[[Lease], None] | None = None,
+    ) -> None:
+        """`on_lost(lease)`: called from the heartbeat thread once a lease is found lost (the
+        runner stops that job's tool)."""
         self.db, self.lease_s, self.interval = db, lease_s, interval
+        self.on_lost = on_lost
         self._cv = threading.Condition()
         self._held: dict[int, tuple[Lease, threading.Event]] = {}
         self._claims = 0  # counts holds: a fresh claim restarts the interval, a drop does not
@@ -58,6 +67,8 @@ class Heartbeat:
                         return  # the job ended (and recorded) meanwhile
                 log.warning("job %s: lease lost (taken over, requeued or cancelled)", lease.job_id)
                 lost.set()
+                if self.on_lost is not None:
+                    self.on_lost(lease)
         except Exception as exc:  # the database may come back before the lease runs out
             log.warning("job %s: heartbeat failed: %s", lease.job_id, first_line(exc))
 

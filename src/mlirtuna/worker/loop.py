@@ -23,7 +23,7 @@ import time
 from collections.abc import Generator
 
 import mlirtuna.worker.stages as stages
-from mlirtuna import queue, sessions, tuners
+from mlirtuna import machine, queue, sessions, tuners
 from mlirtuna.db import Database, faults
 from mlirtuna.db.models import BENCHMARK, COMPILE, TUNE
 from mlirtuna.errors import TunerError, UserError
@@ -100,6 +100,9 @@ class Worker:
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> WorkerStats:
+        # Temp dirs a killed worker on this host left behind (never a live worker's).
+        for stale in machine.sweep_stale_temp():
+            log.info("removed %s: its worker is gone", stale)
         try:
             return self._run()
         finally:

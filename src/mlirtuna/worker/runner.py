@@ -38,6 +38,7 @@ from mlirtuna.errors import BatchRefused, DatabaseError, NotRun, TunerError, Uns
 from mlirtuna.problems import Problem
 from mlirtuna.queue import AlsoInTransaction, Lease, bundles
 from mlirtuna.tuners.base import BatchItem, BatchTuner, TuneContext, TuneOutcome, Tuner
+from mlirtuna.tuners.rocmlir import kill_tools
 from mlirtuna.worker.heartbeat import Heartbeat
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,12 @@ class Runner:
         self.batch_tuner = tuner if isinstance(tuner, BatchTuner) else None
         self.current: Lease | None = None  # a job being run: signals and retries look here
         self.stats = WorkerStats()
-        self.heartbeat = Heartbeat(db, settings.lease_s, settings.heartbeat_s)
+        self.heartbeat = Heartbeat(db, settings.lease_s, settings.heartbeat_s, self._lease_lost)
+        # The jobs whose tool runs now, and the thread running it: a lost lease stops the tool
+        # once every job it runs for is lost (`_lease_lost`); guarded by `_running_lock`.
+        self._running: dict[int, tuple[str | None, bool]] = {}  # job id -> (token, lost)
+        self._running_thread = 0
+        self._running_lock = threading.Lock()
 
     # -- the database ------------------------------------------------------------------------
     def retrying(self, fn: Callable[[], T]) -> T:
@@ -156,7 +162,7 @@ class Runner:
         the Finish it returns; a second stop signal gives the job back at once."""
         self.current = lease
         try:
-            with self.heartbeat.hold(lease) as lost:
+            with self.heartbeat.hold(lease) as lost, self._tools_for([lease]):
                 finish = job(lease)
                 if lost.is_set():
                     self.stats.lost += 1
@@ -327,10 +333,12 @@ class Runner:
             # closing: a give-back stops the tool before the jobs are given back.
             with (
                 self.heartbeat.hold_many(leases) as lost,
+                self._tools_for(leases),
                 contextlib.closing(run(leases)) as outcomes,
             ):
                 for lease, outcome, error, final in outcomes:
                     self.heartbeat.drop(lease)
+                    self._settled(lease)
                     if lost[lease.job_id].is_set():
                         self.stats.lost += 1  # another worker has it now: record nothing
                     else:
@@ -344,6 +352,43 @@ class Runner:
             raise
         finally:
             self.current = None
+
+    # -- a lost lease stops its tool (issue 23) --------------------------------------------
+    @contextlib.contextmanager
+    def _tools_for(self, leases: list[Lease]) -> Iterator[None]:
+        """While the block runs, the tools this thread starts work for these jobs."""
+        with self._running_lock:
+            self._running = {lease.job_id: (lease.token, False) for lease in leases}
+            self._running_thread = threading.get_ident()
+        try:
+            yield
+        finally:
+            with self._running_lock:
+                self._running = {}
+
+    def _settled(self, lease: Lease) -> None:
+        """A job of the batch has its outcome: the tool no longer works for it."""
+        with self._running_lock:
+            self._running.pop(lease.job_id, None)
+            self._stop_if_all_lost()
+
+    def _lease_lost(self, lease: Lease) -> None:
+        """From the heartbeat thread: a running job's lease is gone (another worker may have the
+        job now). Once every job the tool still works for is lost, its output can never be
+        recorded: stop it (its process group, as a timeout does) instead of running on."""
+        with self._running_lock:
+            held = self._running.get(lease.job_id)
+            if held is None or held[0] != lease.token:
+                return  # not (or no longer) running here
+            self._running[lease.job_id] = (lease.token, True)
+            self._stop_if_all_lost()
+
+    def _stop_if_all_lost(self) -> None:
+        # Under _running_lock: the next job's tool cannot start before `_running` names it.
+        if self._running and all(lost for _, lost in self._running.values()):
+            jobs = ",".join(str(j) for j in self._running)
+            if kill_tools(self._running_thread):
+                log.warning("jobs %s: every lease lost; stopped the tool", jobs)
 
     def give_back(self, leases: Iterable[Lease], why: str) -> None:
         """Release these jobs (state new, no retry counted), one try each."""

@@ -23,11 +23,11 @@ import functools
 import logging
 import shutil
 import tarfile
-import tempfile
 import threading
 from collections.abc import Generator
 from pathlib import Path
 
+from mlirtuna import machine
 from mlirtuna.db.models import COMPILE
 from mlirtuna.errors import DatabaseError, TunerError, Unsupported
 from mlirtuna.problems import Problem
@@ -56,7 +56,7 @@ def compile_job(runner: Runner, lease: Lease) -> Finish:
     """Compile, pack and store (still invisible) while the lease is held; the returned finish
     makes the bundle visible with the job's completion, or fails the job."""
     problem = runner.problem(lease)
-    tmp = Path(tempfile.mkdtemp(prefix="mlirtuna-compile-"))
+    tmp = machine.make_temp_dir("compile")
     try:
 
         def build() -> bundles.Packed:
@@ -134,7 +134,7 @@ def _compile_group(
     """One --compile-only call for `group`; each compiled job finished (added to `done`); the
     ones to compile alone returned (the call failed, or left them out)."""
     problems = [runner.problem(lease) for lease in group]
-    tmp = Path(tempfile.mkdtemp(prefix="mlirtuna-compile-"))
+    tmp = machine.make_temp_dir("compile")
     try:
         log.info("jobs %s: compiling %d problems in one call",
                  ",".join(str(lease.job_id) for lease in group), len(group))  # fmt: skip
@@ -230,7 +230,7 @@ class Prepared:
 def prepare(runner: Runner, leases: list[Lease]) -> Prepared:
     """These benchmark jobs' bundles fetched, checked and unpacked (a fresh temporary
     directory; `Prepared.discard` removes it)."""
-    prepared = Prepared(Path(tempfile.mkdtemp(prefix="mlirtuna-benchmark-")), [], [])
+    prepared = Prepared(machine.make_temp_dir("benchmark"), [], [])
     try:
         for lease in leases:
             problem = runner.problem(lease)
@@ -309,7 +309,8 @@ def _unpacked(runner: Runner, lease: Lease, dest: Path) -> Path | str:
     except bundles.BundleMissing as exc:
         return str(exc)
     try:
-        bundles.unpack(fetched.data, dest)
+        cap = runner.session.bundle_cap_bytes  # the session's: one file may be all of it
+        bundles.unpack(fetched.data, dest, max_file=cap, max_total=cap)
         for commit in index_commits(dest) | {fetched.commit_id}:
             bundles.check_commit(commit, runner.session.mlir_v, f"bundle {fetched.bundle_id}")
     except (TunerError, tarfile.TarError) as exc:

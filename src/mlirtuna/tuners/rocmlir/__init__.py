@@ -88,7 +88,7 @@ from mlirtuna.tuners.rocmlir.eras import (
 )
 from mlirtuna.tuners.rocmlir.fusionkey import emit_tuning_key, key_pipeline
 from mlirtuna.tuners.rocmlir.outcome import DISCARDED, GPU_TIMED_OUT
-from mlirtuna.tuners.rocmlir.process import scrubbed_env
+from mlirtuna.tuners.rocmlir.process import kill_tools, scrubbed_env
 from mlirtuna.tuners.rocmlir.tuner import RocmlirTuner
 
 __all__ = [
@@ -106,6 +106,7 @@ __all__ = [
     "emit_tuning_key",
     "index_commits",
     "key_pipeline",
+    "kill_tools",
     "lacks_split",
     "merge_artifacts",
     "parse_debug_lines",

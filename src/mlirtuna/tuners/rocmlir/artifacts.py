@@ -53,6 +53,10 @@ def merge_artifacts(sources: list[Path], dest: Path) -> None:
         other = {k: index.get(k) for k in _INDEX_HEADER}
         if other != header:
             raise TunerError(f"{src / INDEX} was compiled for {other}, not {header}")
+    checked: dict[str, Any] = {}
+    for src, index in zip(sources, indexes, strict=True):
+        for digest in index["problems"]:
+            _plain_problem(src, digest, checked)
     (dest / "problems").mkdir(parents=True, exist_ok=True)
     merged = {**header, "lastRunId": max(i.get("lastRunId", 0) for i in indexes), "problems": {}}
     for src, index in zip(sources, indexes, strict=True):
@@ -60,6 +64,28 @@ def merge_artifacts(sources: list[Path], dest: Path) -> None:
             shutil.move(src / "problems" / digest, dest / "problems" / digest)
             merged["problems"][digest] = entry
     (dest / INDEX).write_text(json.dumps(merged, indent=2), encoding="utf-8")
+
+
+_DIGEST_RE = re.compile(r"[0-9A-Za-z_][0-9A-Za-z_.-]{0,127}")
+
+
+def _plain_problem(src: Path, digest: object, merged: dict[str, Any]) -> None:
+    """A problem folder that may be moved: its name from index.json (data from a bundle) is a
+    plain name, not yet merged, and it is a real directory holding only regular files and
+    directories (bundles never hold links: a link would make the move, or the tool, reach
+    outside the bundle). TunerError, before anything moved, otherwise."""
+    where = src / INDEX
+    if not isinstance(digest, str) or not _DIGEST_RE.fullmatch(digest):
+        raise TunerError(f"{where}: problem name {ascii(digest)[:80]} is not a plain name")
+    if digest in merged:
+        raise TunerError(f"{where}: problem {digest} is in two bundles of one batch")
+    folder = src / "problems" / digest
+    merged[digest] = None  # claimed; the entry itself is filled in by the move
+    if not folder.is_symlink() and not folder.is_dir():
+        raise TunerError(f"{where}: problem {digest} has no folder")
+    for path in (folder, *folder.rglob("*")):
+        if path.is_symlink() or not (path.is_dir() or path.is_file()):
+            raise TunerError(f"{where}: {path.relative_to(src)} is a link or not plain data")
 
 
 def split_artifacts(source: Path, wanted: list[str], dests: list[Path]) -> list[bool]:
@@ -76,7 +102,11 @@ def split_artifacts(source: Path, wanted: list[str], dests: list[Path]) -> list[
     found = []
     for config, dest in zip(wanted, dests, strict=True):
         hit = by_key.get(keys.split_key(config).plain)
-        if hit is None or not (source / "problems" / hit[0]).is_dir():
+        if (
+            hit is None
+            or not _DIGEST_RE.fullmatch(hit[0])  # a name that stays inside problems/
+            or not (source / "problems" / hit[0]).is_dir()
+        ):
             found.append(False)
             continue
         digest, entry = hit

@@ -46,6 +46,10 @@ SECRET_ENV = (
 # group and session (setsid) still carries it, and is found and killed by it when the tool stops.
 TOOL_MARK = "MLIRTUNA_TOOL_RUN"
 _marks: weakref.WeakKeyDictionary[subprocess.Popen[bytes], str] = weakref.WeakKeyDictionary()
+# The thread that started each running tool: a worker that loses a job's lease stops the tools
+# of the thread that runs that job (kill_tools), and no other's.
+_owners: weakref.WeakKeyDictionary[subprocess.Popen[bytes], int] = weakref.WeakKeyDictionary()
+_owners_lock = threading.Lock()
 # Any line of rocmlir-tuning-driver's output as E4 logs it with --debug,
 # "<perfConfig>\t<ns|N/A|Discarded>" (read from a batch's stderr as it arrives). (?<!\S): a match
 # starts only where a word does; without it every position inside a long perf config is tried
@@ -94,6 +98,8 @@ def start(
     """Start the tool, its stdout and stderr read by threads; `stdin`: text fed to it;
     `driver`: keep stderr's driver lines (TailReader)."""
     proc = popen(argv, cwd, env, fed=stdin is not None)
+    with _owners_lock:  # a one-shot run (not a stream serving later jobs): its job's to stop
+        _owners[proc] = threading.get_ident()
     if proc.stdin is not None:
         # The tool reads all of stdin before it starts (load_configs_from_stdin); a few
         # configs fit in the pipe's buffer, so this write does not wait for the tool.
@@ -181,6 +187,21 @@ def stop(proc: subprocess.Popen[bytes], readers: Sequence[TailReader], kill_grac
         for reader in readers:
             # Something outside the group may still hold a pipe; do not wait for it forever.
             reader.join(kill_grace_s)
+
+
+def kill_tools(thread: int) -> int:
+    """SIGKILL, at once, every tool still running that `thread` started: its process group, its
+    descendants and whatever carries its mark (as `stop` does, without the grace: its output
+    will not be used). For a worker that lost the lease of the job the tool runs for; the thread
+    waiting on the tool sees it end. The number of tools killed."""
+    with _owners_lock:
+        running = [p for p, owner in _owners.items() if owner == thread and p.returncode is None]
+    for proc in running:
+        escaped = _descendants(proc.pid)
+        _signal_group(proc.pid, signal.SIGKILL)
+        for pid in escaped | _marked(_marks.get(proc)):
+            _signal(pid, signal.SIGKILL)
+    return len(running)
 
 
 def _processes() -> dict[int, int]:

@@ -18,13 +18,13 @@ import json
 import queue
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any, cast
 
 import mlirtuna.tuners.rocmlir.process as process
+from mlirtuna import machine
 from mlirtuna.errors import StreamBroken, TunerError, Unsupported
 from mlirtuna.problems import Problem
 from mlirtuna.tuners.base import StreamItem, TuneContext
@@ -48,7 +48,7 @@ class Stream:
     ) -> None:  # fmt: skip
         self.ctx, self.two_stage, self.kill_grace_s = ctx, two_stage, kill_grace_s
         self.proc = process.popen(argv, cwd, env, fed=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix="mlirtuna-stream-"))
+        self.tmp = machine.make_temp_dir("stream")
         self.stderr = process.TailReader(
             cast("io.BufferedReader | None", self.proc.stderr), process.STDERR_KEEP_BYTES
         )

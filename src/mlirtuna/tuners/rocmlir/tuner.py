@@ -107,7 +107,7 @@ class RocmlirTuner:
     def tune(self, problem: Problem, ctx: TuneContext) -> TuneOutcome:
         era = self.era
         self._check_context(ctx, era)
-        with tempfile.TemporaryDirectory(prefix="mlirtuna-rocmlir-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=machine.temp_prefix("rocmlir")) as tmp:
             out = Path(tmp) / "tuning.tsv"
             write_module(out, problem)
             argv = self.command(problem, ctx, out)
@@ -242,7 +242,7 @@ class RocmlirTuner:
         era = self.era
         self.check_split()
         self._check_context(ctx, era)
-        with tempfile.TemporaryDirectory(prefix="mlirtuna-rocmlir-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=machine.temp_prefix("rocmlir")) as tmp:
             out = Path(tmp) / "tuning.tsv"
             write_module(out, problem)
             argv = self.command(problem, ctx, out, benchmark=True)
@@ -372,7 +372,7 @@ class RocmlirTuner:
         if len(ops) != 1 or not all(self.batchable(p) for p in problems):
             raise TunerError(f"tune_many: one batchable op per call, not {sorted(ops)}")
         total = ctx.timeout_s * len(problems) if ctx.timeout_s else None
-        with tempfile.TemporaryDirectory(prefix="mlirtuna-rocmlir-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=machine.temp_prefix("rocmlir")) as tmp:
             out = Path(tmp) / "tuning.tsv"
             argv = [*self.command(problems[0], ctx, out, batch=True, benchmark=benchmark)]
             argv += extra
