@@ -24,7 +24,7 @@ from mlirtuna.db.models import BENCHMARK, COMPILE, ERROR, NEW, RUNNING, WAITING,
 from mlirtuna.db.text import MAX_CANDIDATE_ERROR_BYTES
 from mlirtuna.db.text import cut_text as _cut
 from mlirtuna.keys import perf_config_family
-from mlirtuna.queue.claim import Lease
+from mlirtuna.queue.claim import Lease, NextClaim, claimed_with
 
 if TYPE_CHECKING:  # annotations only: `status` and `jobs` need no tuner code loaded
     from mlirtuna.tuners.base import Candidate, TuneOutcome
@@ -88,6 +88,60 @@ def record(
             return True  # an earlier try of this record committed; its reply was lost
     log.warning("job %s: lease lost before recording; recording nothing", lease.job_id)
     return False
+
+
+def record_and_claim(
+    db: Database,
+    lease: Lease,
+    outcome: TuneOutcome,
+    claim: NextClaim,
+    also: AlsoInTransaction | None = None,
+) -> tuple[bool, Lease | None]:
+    """`record`, and the claim of the next job in the same transaction: one durable commit per
+    job. (recorded, the job taken or None). A refused record (the lease was lost) takes
+    nothing. Per backend: PostgreSQL one statement (sql.RECORD_AND_CLAIM_PG); MariaDB/MySQL one
+    script, the candidates and the COMMIT (three round trips); SQLite one BEGIN IMMEDIATE.
+
+    A retry passes the same `claim` (its token): when an earlier try committed and its reply
+    was lost, the attempt's outcome says the record landed and `claimed_with` finds the job
+    that try took (None when it took none, or the lease has since expired)."""
+    params = _record_params(lease, outcome)
+    pg = db.backend == "postgresql"
+    taken: Lease | None = None
+    with db.transaction(immediate=True, single=pg and also is None) as conn:
+        if pg:
+            arrays = _candidate_arrays(lease, outcome)
+            args = {**params, **arrays, **claim.params("n_token")}
+            row = sql.RECORD_AND_CLAIM_PG.run(conn, args).first()
+            recorded = row is not None
+            if row is not None:
+                taken = claim.lease(conn, row[1:])
+        elif db.is_sqlite:
+            recorded = sql.COMPLETE_SQLITE.run(conn, params).rowcount == 1
+            if recorded:
+                sql.ADD_RESULT_SQLITE.run(conn, params)
+                sql.END_ATTEMPT_SQLITE.run(conn, params)
+        else:
+            rows = sql.RECORD_AND_CLAIM_MYSQL.run_script(
+                conn, {**params, **claim.params("n_token")}
+            )
+            recorded = rows[4][0][0] == 1
+            if rows[-1]:
+                taken = claim.lease(conn, rows[-1][0])
+        if recorded and not pg and outcome.candidates:
+            sql.ADD_CANDIDATES.run(conn, _candidate_rows(lease, outcome))
+        if recorded and also is not None:
+            also(conn)
+        if recorded and db.is_sqlite:
+            taken = claim.take(db, conn)
+    if recorded:
+        return True, taken
+    with db.session() as s:
+        if _attempt_outcome(s, lease.token) == "completed":
+            # An earlier try committed, with its claim; its reply was lost.
+            return True, claimed_with(db, claim.token)
+    log.warning("job %s: lease lost before recording; recording nothing", lease.job_id)
+    return False, None
 
 
 def complete(db: Database, lease: Lease, output: str, also: AlsoInTransaction) -> bool:
@@ -162,6 +216,8 @@ def _spread_columns(c: Candidate) -> dict[str, object]:
         "time_iqr": sp and sp.iqr,
         "samples": sp and sp.samples,
         "remeasured": c.remeasured,
+        # The search pass's time: kept when the top-k re-measurement replaced kernel_time.
+        "search_time": c.kernel_time_ns if c.search_time_ns is None else c.search_time_ns,
     }
 
 
