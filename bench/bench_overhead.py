@@ -8,7 +8,11 @@
    - Optuna: `study.ask()`, `trial.suggest_float("x", 0, 1)`, `study.tell(trial, 0.5)` with
      RDBStorage and RandomSampler.
    Each side has a scratch database of its own on the same server (both keep an
-   `alembic_version` table); for SQLite, a file of its own each.
+   `alembic_version` table); for SQLite, a file of its own each, both with the same durability:
+   WAL and `PRAGMA synchronous=NORMAL` (mlirtuna's own: a commit does not fsync; Optuna's
+   default is a rollback journal with synchronous=FULL), or both FULL with `--sqlite-sync full`.
+   Beside each ratio: the fsync probe, the median ms of one durable one-row commit (INSERT one
+   row, COMMIT) on that backend at that durability; and both sides' client CPU per job.
 2. Where mlirtuna's time goes: each queue call timed on its own.
 3. Jobs per second with 1, 4 and 16 worker processes (no-op tuner), measured between the first
    claim and the last completion by the database clock (process start-up excluded).
@@ -28,10 +32,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import common
+import sqlalchemy as sa
 from sqlalchemy import event
 
 from mlirtuna import queue
-from mlirtuna.db import PING_IDLE_S, Database
+from mlirtuna.db import PING_IDLE_S, Database, resolve_url
 from mlirtuna.queue import Claimant, Lease
 from mlirtuna.tuners.base import TuneContext
 from mlirtuna.tuners.sleep import SleepTuner
@@ -59,56 +64,114 @@ RATE_HEADERS = (
     "backend", "workers", "jobs", "window s", "jobs/s (DB window)", "jobs/s (wall)",
     "worker CPU ms/job", "machine CPU busy",
 )  # fmt: skip
-OVERHEAD_HEADERS = ("backend", "mlirtuna ms/job", "Optuna ms/trial", "Optuna / mlirtuna")
-PARTS = ("reclaim_expired", "claim + problem", "heartbeat hold", "record")
-COUNTS = ("claim statements", "claim round trips", "record statements", "record round trips")
+OVERHEAD_HEADERS = (
+    "backend", "fsync probe ms", "mlirtuna ms/job", "Optuna ms/trial", "Optuna / mlirtuna",
+    "mlirtuna CPU ms/job", "Optuna CPU ms/trial", "Optuna / mlirtuna CPU",
+)  # fmt: skip
+PROBE_COMMITS = 200
+PARTS = ("reclaim_expired", "claim + problem", "heartbeat hold", "record", "record + claim next")
+COUNTS = (
+    "claim statements", "claim round trips", "record statements", "record round trips",
+    "record + claim next statements", "record + claim next round trips",
+)  # fmt: skip
 SMOKE = Sizes(rounds=2, per_round=3, calls=3, throughput_jobs=6, workers=(2,))
 
 
-def mlirtuna_round(worker: Worker, n: int) -> float:
-    """Seconds per job for `n` jobs of the real worker loop."""
+Timed = tuple[float, float]  # (wall, client CPU) seconds per job
+
+
+def mlirtuna_round(worker: Worker, n: int) -> Timed:
+    """Seconds per job for `n` jobs of the real worker loop: wall, and this process's CPU (the
+    heartbeat thread included)."""
     worker.settings.max_jobs = worker.stats.completed + n
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     worker.run()
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     if worker.stats.completed != worker.settings.max_jobs:
         raise RuntimeError(f"worker did {worker.stats}, expected {worker.settings.max_jobs} jobs")
-    return elapsed / n
+    return elapsed / n, cpu / n
 
 
-def optuna_round(study: optuna.Study, n: int) -> float:  # type: ignore[name-defined]
-    """Seconds per trial for `n` ask + suggest + tell."""
-    t0 = time.perf_counter()
+def optuna_round(study: optuna.Study, n: int) -> Timed:  # type: ignore[name-defined]
+    """Seconds per trial for `n` ask + suggest + tell: wall, and this process's CPU."""
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(n):
         trial = study.ask()
         trial.suggest_float("x", 0.0, 1.0)
         study.tell(trial, 0.5)
-    return (time.perf_counter() - t0) / n
+    return (time.perf_counter() - t0) / n, (time.process_time() - c0) / n
 
 
 def per_job(
-    db: Database, optuna_url: str | None, sizes: Sizes, profile: bool
-) -> tuple[float, float | None]:
-    """(mlirtuna, optuna) median milliseconds per job, rounds alternating who goes first."""
+    db: Database, optuna_url: str | None, sizes: Sizes, profile: bool, sqlite_sync: str
+) -> tuple[Timed, Timed | None]:
+    """(mlirtuna, optuna) median (wall, CPU) milliseconds per job, rounds alternating who goes
+    first."""
     sid = common.make_session(db, sizes.per_round * (sizes.rounds + 1))
     worker = common.worker_class()(db, WorkerSettings(session_id=sid, tuner="sleep:0"))
     prof = cProfile.Profile() if profile else None
-    ours: list[float] = []
-    theirs: list[float] = []
-    contenders: list[tuple[list[float], Callable[[], float]]] = [
+    ours: list[Timed] = []
+    theirs: list[Timed] = []
+    contenders: list[tuple[list[Timed], Callable[[], Timed]]] = [
         (ours, lambda: _maybe_profiled(prof, mlirtuna_round, worker, sizes.per_round))
     ]
     if optuna_url is not None:
-        study = optuna.create_study(storage=RDBStorage(optuna_url), sampler=RandomSampler())
+        storage = RDBStorage(optuna_url)
+        if db.is_sqlite:
+            sqlite_durability(storage.engine, sqlite_sync)
+        study = optuna.create_study(storage=storage, sampler=RandomSampler())
         contenders.append((theirs, lambda: optuna_round(study, sizes.per_round)))
     for r in range(sizes.rounds + 1):
         for into, run in contenders if r % 2 else contenders[::-1]:
-            seconds = run()
+            wall, cpu = run()
             if r:  # round 0 warms both up (first connections, statement caches)
-                into.append(seconds * 1e3)
+                into.append((wall * 1e3, cpu * 1e3))
     if prof is not None:
         _print_profile(db.backend, prof)
-    return common.median(ours), common.median(theirs) if theirs else None
+    return _medians(ours), _medians(theirs) if theirs else None
+
+
+def _medians(rounds: list[Timed]) -> Timed:
+    return common.median([w for w, _ in rounds]), common.median([c for _, c in rounds])
+
+
+def sqlite_durability(engine: sa.Engine, sync: str) -> None:
+    """Every new connection of this engine commits with the durability both contenders share:
+    WAL and `PRAGMA synchronous=` NORMAL (mlirtuna's own: no fsync per commit) or FULL. The
+    connections already pooled are closed, so that none keeps the old setting."""
+
+    def pragmas(dbapi_conn, _record) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA synchronous={sync.upper()}")
+        cur.close()
+
+    event.listen(engine, "connect", pragmas)
+    engine.dispose()
+
+
+def fsync_probe(url: str, commits: int, sqlite_sync: str) -> float:
+    """Median ms of one durable one-row commit (INSERT one row, COMMIT), on a table of its own
+    in this database, at the durability the contenders run with: what the disk (and the
+    server's commit settings) charge each commit."""
+    engine = sa.create_engine(resolve_url(url), poolclass=sa.NullPool)
+    if engine.dialect.name == "sqlite":
+        sqlite_durability(engine, sqlite_sync)
+    times = []
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("CREATE TABLE fsync_probe (id INTEGER PRIMARY KEY)")
+            conn.commit()
+            for i in range(commits):
+                t0 = time.perf_counter()
+                conn.exec_driver_sql(f"INSERT INTO fsync_probe (id) VALUES ({i})")
+                conn.commit()
+                times.append((time.perf_counter() - t0) * 1e3)
+            conn.exec_driver_sql("DROP TABLE fsync_probe")
+            conn.commit()
+    finally:
+        engine.dispose()
+    return common.median(times)
 
 
 def _maybe_profiled(prof: cProfile.Profile | None, fn, *args) -> float:
@@ -169,12 +232,12 @@ def breakdown(db: Database, n: int) -> dict[str, float]:
     and per record the statements and round trips sent; per job the milliseconds spent inside
     the driver executing statements."""
     parts: dict[str, list[float]] = {k: [] for k in PARTS}
-    sid = common.make_session(db, n + 1)
+    sid = common.make_session(db, 2 * n + 3)
     clock = DriverClock(db)
     who, tuner = Claimant("bench", -1), SleepTuner(0.0)
     ctx = TuneContext("cpu", "cpu", 1, 1, "full", gpu_id=-1)
     beat = Heartbeat(db, 120.0, 40.0)
-    counts = {"claim": [0, 0], "record": [0, 0]}
+    counts = {"claim": [0, 0], "record": [0, 0], "record + claim next": [0, 0]}
     driver_s = 0.0
     for i in range(n + 1):
         t0 = time.perf_counter()
@@ -199,10 +262,31 @@ def breakdown(db: Database, n: int) -> dict[str, float]:
         driver_s += clock.seconds
         for key, taken in (("claim", claimed), ("record", recorded)):
             counts[key] = [a + b for a, b in zip(counts[key], taken, strict=True)]
-        for key, a, b in zip(parts, (t0, t1, t2, t3), (t1, t2, t3, t4), strict=True):
+        for key, a, b in zip(PARTS[:4], (t0, t1, t2, t3), (t1, t2, t3, t4), strict=True):
             parts[key].append((b - a) * 1e3)
+    # The worker's own path, one job at a time: each record claims the next job in its commit.
+    combined = [0, 0]
+    lease = queue.claim(db, sid, who, 120.0)
+    for i in range(n + 1):
+        if lease is None or lease.problem is None:
+            raise RuntimeError("no job to claim")
+        with beat.hold(lease):
+            outcome = tuner.tune(lease.problem, ctx)
+        clock.take()
+        t0 = time.perf_counter()
+        recorded, lease = queue.record_and_claim(
+            db, lease, outcome, queue.NextClaim(sid, who, 120.0)
+        )
+        elapsed = time.perf_counter() - t0
+        taken = clock.take()
+        if not recorded:
+            raise RuntimeError("lease lost in a single-worker benchmark")
+        if i:
+            parts["record + claim next"].append(elapsed * 1e3)
+            combined = [a + b for a, b in zip(combined, taken, strict=True)]
+    counts["record + claim next"] = combined
     out = {k: common.median(v) for k, v in parts.items()}
-    for key in ("claim", "record"):
+    for key in ("claim", "record", "record + claim next"):
         out[f"{key} statements"] = counts[key][0] / n
         out[f"{key} round trips"] = counts[key][1] / n if not db.is_sqlite else float("nan")
     out["in driver"] = driver_s / n * 1e3
@@ -225,6 +309,12 @@ def throughput(db: Database, url: str, sizes: Sizes) -> list[tuple[int, common.W
 def main() -> None:
     p = common.parser(__doc__.split("\n\n")[0])
     p.add_argument("--profile", action="store_true", help="cProfile mlirtuna's rounds (stderr)")
+    p.add_argument(
+        "--sqlite-sync",
+        choices=("normal", "full"),
+        default="normal",
+        help="SQLite durability of both contenders (WAL; synchronous NORMAL: mlirtuna's own)",
+    )
     args = p.parse_args()
     chosen = common.backends(args.backends)
     sizes = SMOKE if args.smoke else REAL
@@ -244,19 +334,31 @@ def main() -> None:
                 o_url = stack.enter_context(common.scratch_db(backend, migrate=False))
             db = Database(url)
             stack.callback(db.dispose)
+            if db.is_sqlite:
+                sqlite_durability(db.engine, args.sqlite_sync)
+            commits = 5 if args.smoke else PROBE_COMMITS
+            probe = fsync_probe(url, commits, args.sqlite_sync)
             common.status(f"{backend}: per-job overhead, {sizes.rounds} x {sizes.per_round} jobs")
-            ours, theirs = per_job(db, o_url, sizes, args.profile)
-            ratio = f"{theirs / ours:.1f}x" if theirs else "-"
-            overhead.append([label, ours, theirs or "not installed", ratio])
+            ours, theirs = per_job(db, o_url, sizes, args.profile, args.sqlite_sync)
+            overhead.append(overhead_row(label, probe, ours, theirs))
             common.status(f"{backend}: per-call breakdown")
             calls = breakdown(db, sizes.calls)
             per_call = [calls[k] for k in PARTS]
             counted = [_count(calls[k]) for k in COUNTS]
-            parts.append([label, *per_call, sum(per_call), *counted, calls["in driver"]])
+            parts.append([label, *per_call, *counted, calls["in driver"]])
             common.status(f"{backend}: throughput with {sizes.workers} worker processes")
             for w, run in throughput(db, url, sizes):
                 rates.append(rate_row(label, w, run))
-    common.emit(report(chosen, sizes, overhead, parts, rates), args.out)
+    common.emit(report(chosen, sizes, overhead, parts, rates, args.sqlite_sync), args.out)
+
+
+def overhead_row(label: str, probe: float, ours: Timed, theirs: Timed | None) -> list[object]:
+    if theirs is None:
+        return [label, probe, ours[0], "not installed", "-", ours[1], "not installed", "-"]
+    return [
+        label, probe, ours[0], theirs[0], f"{theirs[0] / ours[0]:.1f}x",
+        ours[1], theirs[1], f"{theirs[1] / ours[1]:.1f}x",
+    ]  # fmt: skip
 
 
 def _count(value: float) -> str:
@@ -276,7 +378,7 @@ def rate_row(label: str, workers: int, run: common.WorkerRun) -> list[object]:
     ]
 
 
-def report(chosen, sizes: Sizes, overhead, parts, rates) -> str:
+def report(chosen, sizes: Sizes, overhead, parts, rates, sqlite_sync: str = "normal") -> str:
     who = f"Optuna {optuna.__version__}" if optuna is not None else "Optuna (not installed)"
     return "\n\n".join(
         [
@@ -286,17 +388,25 @@ def report(chosen, sizes: Sizes, overhead, parts, rates) -> str:
             "contenders alternating within one run, each in its own scratch database on the same "
             "server. mlirtuna: the worker loop with the no-op tuner (claim with the problem, "
             f"heartbeat, fenced record of one candidate, a sweep every 5 s). {who}: RDBStorage, "
-            "RandomSampler, ask + suggest_float + tell.",
+            "RandomSampler, ask + suggest_float + tell. SQLite: both with WAL and "
+            f"synchronous={sqlite_sync.upper()}"
+            + (" (mlirtuna's own; a commit does not fsync)" if sqlite_sync == "normal" else "")
+            + ". fsync probe: median ms of one one-row INSERT + COMMIT on that backend, what "
+            "each durable commit costs there. CPU: each contender's client process CPU time "
+            "per job (mlirtuna's heartbeat thread included); the servers' CPU is not counted.",
             common.table(OVERHEAD_HEADERS, overhead),
             "Where mlirtuna's time goes: median ms per call, each timed on its own (the worker "
             "sweeps at most every 5 s, so reclaim_expired is not in its per-job cost); then the "
-            "statements a claim and a record send (SQLite's BEGIN IMMEDIATE included) and their "
+            "statements a claim and a record send, alone and as the worker sends them (the "
+            "record of job N and the claim of job N+1 in one commit; SQLite's BEGIN IMMEDIATE "
+            "included), and their "
             "round trips to the server (statements + COMMIT + the ping of a connection idle "
             "over 1 s, none here; PostgreSQL's one-statement claim and record run in "
             "autocommit, without BEGIN/COMMIT); then per "
-            "job the ms spent inside the database driver executing statements (round trips and "
+            "job the ms spent inside the database driver executing statements, separate claim and "
+            "record (round trips and "
             "server work; COMMIT not included). The rest is Python.",
-            common.table(["backend", *PARTS, "sum", *COUNTS, "in driver"], parts),
+            common.table(["backend", *PARTS, *COUNTS, "in driver"], parts),
             "Queue throughput, no-op tuner, worker processes started behind a barrier; jobs/s "
             "by the database clock (first claim to last completion) and by the wall clock "
             "(start signal to the last worker's exit, which includes its `--until-empty` check); "

@@ -146,9 +146,10 @@ def test_a_database_error_that_waiting_cannot_cure_stops_the_worker(db, db_url, 
 
 @pytest.fixture
 def lossy_replies(monkeypatch):
-    """The first claim and the first record commit, then lose their reply (MariaDB restarted
-    between the commit and the answer): the worker sees a lost connection."""
-    lost = {"claim": 1, "record": 1}
+    """The first claim, the first record and the first record+claim commit, then lose their
+    reply (MariaDB restarted between the commit and the answer): the worker sees a lost
+    connection."""
+    lost = {"claim": 1, "record": 1, "record_and_claim": 1}
 
     def lossy(name, real):
         def call(*args, **kw):
@@ -162,19 +163,75 @@ def lossy_replies(monkeypatch):
 
     monkeypatch.setattr(queue, "claim", lossy("claim", queue.claim))
     monkeypatch.setattr(queue, "record", lossy("record", queue.record))
+    monkeypatch.setattr(
+        queue, "record_and_claim", lossy("record_and_claim", queue.record_and_claim)
+    )
     monkeypatch.setattr(faults, "DB_RETRY_S", 0.05)
     return lost
 
 
 def test_claim_and_record_whose_reply_was_lost_count_once(db, tmp_path, lossy_replies):
-    sid = make_session(db, tmp_path, 2, tuner="sleep")
-    w = _in_process_worker(db, sid, seconds=0.0)
+    # Job 1 claimed alone; jobs 2 and 3 each claimed with the record before (the first of
+    # those replies lost); job 3 recorded alone (--max-jobs 3 reached).
+    sid = make_session(db, tmp_path, 4, tuner="sleep")
+    w = _in_process_worker(db, sid, seconds=0.0, max_jobs=3)
     w.run()
-    assert lossy_replies == {"claim": 0, "record": 0}
-    assert (w.stats.completed, w.stats.lost) == (2, 0)
+    assert lossy_replies == {"claim": 0, "record": 0, "record_and_claim": 0}
+    assert (w.stats.completed, w.stats.lost, w.stats.claimed_with_record) == (3, 0, 2)
+    assert job_states(db, sid) == {"completed": 3, "new": 1}  # none held unowned
     with db.session() as s:
-        assert sorted(s.scalars(sa.select(Attempt.outcome))) == ["completed", "completed"]
-        assert s.scalars(sa.select(Job.retries)).all() == [0, 0]  # no retry burnt
+        assert sorted(s.scalars(sa.select(Attempt.outcome))) == ["completed"] * 3
+        assert s.scalars(sa.select(Job.retries)).all() == [0] * 4  # no retry burnt
+
+
+def test_a_worker_stopping_after_a_record_and_claim_gives_the_claimed_job_back(
+    db, tmp_path, monkeypatch
+):
+    """Told to stop just after the commit that recorded job 1 and claimed job 2: job 2 goes
+    back new, with no retry counted, and its attempt says so."""
+    sid = make_session(db, tmp_path, 3, tuner="sleep")
+    w = _in_process_worker(db, sid, seconds=0.0)
+    real = queue.record_and_claim
+
+    def then_stop(*args, **kw):
+        done = real(*args, **kw)
+        w.stop_requested.set()  # a SIGTERM between the commit and the next job
+        return done
+
+    monkeypatch.setattr(queue, "record_and_claim", then_stop)
+    w.run()
+    assert (w.stats.completed, w.stats.claimed_with_record, w.stats.released) == (1, 1, 1)
+    assert job_states(db, sid) == {"completed": 1, "new": 2}
+    with db.session() as s:
+        rows = s.execute(sa.select(Attempt.job_id, Attempt.outcome).order_by(Attempt.id)).all()
+        assert [r.outcome for r in rows] == ["completed", "released"]
+        assert s.get(Job, rows[1].job_id).retries == 0
+
+
+def test_a_record_whose_lease_was_lost_claims_nothing(db, tmp_path, monkeypatch):
+    """Job 1's lease is taken over while it runs: its record is refused and the claim sent
+    with it takes nothing; the worker goes on claiming on its own."""
+    sid = make_session(db, tmp_path, 2, tuner="sleep")
+    w = _in_process_worker(db, sid, seconds=0.0, max_jobs=2)
+    real = queue.record_and_claim
+    stolen = []
+
+    def after_a_takeover(db_, lease, *args, **kw):
+        if not stolen:
+            with db.session() as s:
+                s.execute(sa.update(Job).where(Job.id == lease.job_id).values(lease_token="x"))
+            stolen.append(lease.job_id)
+            assert real(db_, lease, *args, **kw) == (False, None)
+            assert job_states(db, sid) == {"running": 1, "new": 1}  # nothing taken
+            with db.session() as s:
+                s.execute(sa.update(Job).where(Job.id == lease.job_id).values(state="new"))
+            return False, None
+        return real(db_, lease, *args, **kw)
+
+    monkeypatch.setattr(queue, "record_and_claim", after_a_takeover)
+    w.run()
+    assert (w.stats.completed, w.stats.lost) == (1, 1)
+    assert w.stats.claimed_with_record == 0
 
 
 def test_a_heartbeat_racing_the_record_is_not_a_lost_lease(db, tmp_path, caplog):

@@ -161,6 +161,67 @@ def test_record_with_a_lost_lease_writes_nothing(db, session_with_jobs):
     assert job_row(db, lease.job_id).state == "running"
 
 
+def _running(db) -> list[tuple[int, str]]:
+    with db.session() as s:
+        rows = s.execute(sa.select(Job.id, Job.lease_token).where(Job.state == "running"))
+        return sorted((r.id, r.lease_token) for r in rows)
+
+
+def test_record_and_claim_records_and_takes_the_next_in_one_commit(db, session_with_jobs):
+    """One durable commit per job: job N's record and job N+1's claim; the last record takes
+    nothing, and nothing is held after it."""
+    lease = queue.claim(db, session_with_jobs, ME, 60)
+    first = lease.job_id
+    for n in range(5):
+        claim = queue.NextClaim(session_with_jobs, ME, 60)
+        recorded, nxt = queue.record_and_claim(db, lease, outcome(3), claim)
+        assert recorded
+        assert count(db, Result, job_id=lease.job_id) == 1
+        assert count(db, Candidate, job_id=lease.job_id) == 4
+        assert job_row(db, lease.job_id).state == "completed"
+        if n == 4:
+            assert nxt is None  # no job left
+            break
+        assert nxt is not None and nxt.job_id == first + n + 1 and nxt.token == claim.token
+        assert nxt.problem is not None and nxt.problem.op == "gemm" and nxt.retries == 0
+        assert _running(db) == [(nxt.job_id, claim.token)]
+        lease = nxt
+    assert _running(db) == []
+    with db.session() as s:
+        outcomes = s.scalars(sa.select(Attempt.outcome).order_by(Attempt.id)).all()
+    assert outcomes == ["completed"] * 5
+
+
+def test_record_and_claim_with_a_lost_lease_takes_nothing(db, session_with_jobs):
+    lease = queue.claim(db, session_with_jobs, ME, 60)
+    stale = queue.Lease(lease.job_id, "not-my-token", lease.session_id, lease.problem_id, 0)
+    claim = queue.NextClaim(session_with_jobs, ME, 60)
+    assert queue.record_and_claim(db, stale, outcome(), claim) == (False, None)
+    assert count(db, Result) == 0 and count(db, Candidate) == 0
+    assert _running(db) == [(lease.job_id, lease.token)]  # the claim leaked no job
+    assert count(db, Attempt) == 1 and count(db, Job, state="new") == 4
+
+
+def test_record_and_claim_whose_reply_was_lost_is_resolved_by_its_tokens(db, session_with_jobs):
+    """The combined commit landed and its reply was lost: the retry (same lease, same claim
+    token) learns that its record landed and which job it holds; nothing is done twice."""
+    lease = queue.claim(db, session_with_jobs, ME, 60)
+    claim = queue.NextClaim(session_with_jobs, ME, 60)
+    recorded, nxt = queue.record_and_claim(db, lease, outcome(3), claim)
+    assert recorded and nxt is not None
+    again = queue.record_and_claim(db, lease, outcome(3), claim)  # the retry
+    assert again[0] and again[1] is not None
+    assert (again[1].job_id, again[1].token, again[1].stage) == (nxt.job_id, claim.token, "tune")
+    assert count(db, Result) == 1 and count(db, Candidate) == 4 and count(db, Attempt) == 2
+    assert _running(db) == [(nxt.job_id, claim.token)]
+    # The last record took nothing: its retry says so too.
+    with db.session() as s:  # no job left to claim
+        s.execute(sa.update(Job).where(Job.state == "new").values(state="cancelled"))
+    last = queue.NextClaim(session_with_jobs, ME, 60)
+    assert queue.record_and_claim(db, nxt, outcome(), last) == (True, None)
+    assert queue.record_and_claim(db, nxt, outcome(), last) == (True, None)
+
+
 def test_heartbeat_extends_and_reports_loss(db, session_with_jobs):
     lease = queue.claim(db, session_with_jobs, ME, 5)
     before = job_row(db, lease.job_id).lease_expires_at

@@ -369,3 +369,44 @@ def test_one_problem_on_two_chips_is_two_groups_and_stdout_stays_clean(db, tmp_p
     assert r.code == 0, r.stderr
     lists = {x["arch"]: x["perf_configs"] for x in json.loads(r.stdout)["lists"]}
     assert lists == {"gfx90a": ["v4:a"], "gfx942": ["v4:b"]}
+
+
+def test_lists_learn_from_search_pass_times_not_the_top_k_re_measurement(db):
+    """A re-measured candidate keeps its search-pass time (candidate.search_time); collect
+    reads every candidate at that time and skips the session's winner row (re-measured)."""
+    import sqlalchemy as sa
+
+    from mlirtuna import queue
+    from mlirtuna.queue import Claimant
+    from mlirtuna.tuners.base import Candidate as Cand
+    from mlirtuna.tuners.base import TuneOutcome
+
+    sid = new_session(db)
+    with db.session() as s:
+        catalog.ensure_problems(s, "gemm", [parse("gemm", gemm(16))])
+        ids = catalog.problem_ids(s, "gemm", [gemm(16)])
+        catalog.tag_problems(s, "st", dict.fromkeys(ids.values(), 0))
+    jobs.load(db, sid, tag="st")
+    lease = queue.claim(db, sid, Claimant("t", 0), 60)
+    once = Cand("v4:a", 100.0, 10.0)  # search pass only
+    # Re-measured faster (12.5 TFlops) than its search pass (8 TFlops at 125 ns).
+    again = Cand("v4:b", 80.0, 12.5, remeasured=True, search_time_ns=125.0)
+    assert queue.record(db, lease, TuneOutcome([once, again], again))
+    with db.session() as s:
+        stored = dict(s.execute(sa.select(Candidate.perf_config, Candidate.search_time)).all())
+    assert stored == {"v4:a": 100.0, "v4:b": 125.0}
+    (hist,) = quick.collect(db, [sid])
+    assert {pc: round(tf, 6) for pc, tf in next(iter(hist.perf.values())).items()} == {
+        "v4:a": 10.0,
+        "v4:b": 8.0,
+    }
+
+
+def test_the_cpu_tuner_keeps_the_search_pass_time_of_what_it_re_measures():
+    p = parse("gemm", "-t f32 -transA false -transB false -g 1 -m 40 -n 24 -k 64")
+    ctx = TuneContext("cpu", "cpu", 2, 1, "quick", gpu_id=-1, topk=3)
+    out = CpuTuner(repeats=1).tune(p, ctx)
+    again = [c for c in out.candidates if c.remeasured]
+    assert len(again) >= 2
+    assert all(c.search_time_ns and c.search_time_ns > 0 for c in again)
+    assert all(c.search_time_ns is None for c in out.candidates if not c.remeasured)

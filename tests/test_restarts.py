@@ -13,6 +13,7 @@ from support.ownservers import OwnMariadb, OwnPostgres
 from support.workers import (
     assert_done_exactly_once,
     assert_never_held_twice,
+    claimed_with_record,
     finish,
     job_states,
     make_session,
@@ -76,6 +77,7 @@ def test_workers_outlive_server_restarts(own_server, tmp_path):
     assert [p.returncode for p in procs] == [0, 0, 0], stderr_of(procs[0])
     db = Database(url)
     assert_done_exactly_once(db, sid, n)  # 0 lost, 0 doubled, 0 stuck running
+    assert claimed_with_record(procs) > 0  # records claimed the next job in their commit
     db.dispose()
     assert_never_held_twice(read_log(log))
     assert "database unavailable" in "".join(stderr_of(p) for p in procs)

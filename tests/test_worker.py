@@ -17,6 +17,7 @@ from plugins.claimlog import read_log
 from support.workers import (
     assert_done_exactly_once,
     assert_never_held_twice,
+    claimed_with_record,
     finish,
     job_states,
     make_session,
@@ -82,6 +83,8 @@ def test_chaos_sigkill_and_restart_loses_nothing(db, db_url, tmp_path, batch):
                 p.wait()
     assert kills >= 5
     assert_done_exactly_once(db, sid, n)
+    if batch == 1:  # one job at a time: records claimed the next job in their commit
+        assert claimed_with_record(procs) > 0
     with db.session() as s:
         expired = s.scalar(
             sa.select(sa.func.count()).select_from(Attempt).where(Attempt.outcome == "expired")
@@ -173,6 +176,8 @@ def test_workers_survive_killed_connections(db, db_url, tmp_path, batch):
     assert killed > 0
     assert [p.returncode for p in procs] == [0, 0, 0], [stderr_of(p)[-2000:] for p in procs]
     assert_done_exactly_once(db, sid, n)
+    if batch == 1:
+        assert claimed_with_record(procs) > 0
 
 
 def _kill_worker_connections(db: Database) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import itertools
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -61,6 +62,13 @@ def start_worker(db_url, sid, log, *extra, sleep_s=0.0, barrier=0):
 
 def stderr_of(proc) -> str:
     return proc.errlog.read_text()
+
+
+def claimed_with_record(procs) -> int:
+    """Jobs these workers claimed in the commit of their previous job's record, from each
+    finished worker's closing line."""
+    found = (re.search(r"(\d+) claimed with a record", stderr_of(p)) for p in procs)
+    return sum(int(m.group(1)) for m in found if m)
 
 
 def finish(procs, timeout=180):

@@ -149,7 +149,8 @@ def _run_here(db, settings: WorkerSettings, slot: supervisor.Slot) -> None:
     stats = w.run()
     common.err(
         f"worker {slot.label}: {stats.completed} completed, {stats.failed} failed, "
-        f"{stats.lost} lost leases, {stats.released} given back"
+        f"{stats.lost} lost leases, {stats.released} given back, "
+        f"{stats.claimed_with_record} claimed with a record"
     )
 
 

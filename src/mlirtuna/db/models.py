@@ -418,6 +418,9 @@ class Candidate(Base):
     time_iqr: Mapped[float | None] = mapped_column(Double, nullable=True)  # ns
     samples: Mapped[int | None] = mapped_column(Integer, nullable=True)  # kept after outliers
     remeasured: Mapped[bool] = _bool()  # numbers from the top-k re-measurement
+    # The search pass's time (ns) of every valid candidate: kernel_time's own where it was not
+    # re-measured, the search's where the top-k pass replaced it (one kind: quick.collect).
+    search_time: Mapped[float | None] = mapped_column(Double, nullable=True)
 
 
 class QuickList(Base):

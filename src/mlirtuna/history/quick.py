@@ -91,21 +91,41 @@ class History:
 
 
 def collect(db: Database, session_ids: Sequence[int], op: str | None = None) -> list[History]:
-    """Every valid measurement of these sessions (candidates, and winners of imported ones)."""
+    """Every valid measurement of these sessions: candidates, and winners of imported ones.
+
+    One kind of time: a candidate's search-pass time (candidate.search_time), also where the
+    top-k re-measurement replaced its stored median (a re-measured winner would otherwise beat
+    configs timed only once, by the kind of its time). A winner (result) counts only for a
+    problem of a session that has no candidates for it (imported history). Rows recorded before
+    migration 0016 have no search time: their kernel_time is read."""
     if not session_ids:
         raise UserError("quick-list needs at least one --session")
     arch = {sid: sessions.get(db, sid).arch for sid in session_ids}
     # {(arch, problem): {perf config: best TFlops}}: one problem tuned on two chips is two rows.
     perf: dict[tuple[str, int], dict[str, float]] = {}
+    tried: set[tuple[int, int]] = set()  # (session, problem) with candidates
+
+    def add(sid: int, pid: int, pc: str, tf: float | None) -> None:
+        if tf is None or tf <= 0 or not math.isfinite(tf):
+            return
+        row = perf.setdefault((arch[sid], pid), {})
+        row[pc] = max(tf, row.get(pc, 0.0))
+
+    C, R = Candidate, Result
     with db.session() as s:
-        for table in (Candidate, Result):
-            stmt = sa.select(table.session_id, table.problem_id, table.perf_config, table.tflops)
-            stmt = stmt.where(table.session_id.in_(session_ids), table.tflops.is_not(None))
-            for sid, pid, pc, tf in s.execute(stmt):
-                if tf is None or tf <= 0 or not math.isfinite(tf):
-                    continue
-                row = perf.setdefault((arch[sid], pid), {})
-                row[pc] = max(tf, row.get(pc, 0.0))
+        stmt = sa.select(C.session_id, C.problem_id, C.perf_config, C.tflops, C.kernel_time)
+        stmt = stmt.add_columns(C.search_time)
+        stmt = stmt.where(C.session_id.in_(session_ids), C.tflops.is_not(None))
+        for sid, pid, pc, tf, kernel, search in s.execute(stmt):
+            tried.add((sid, pid))
+            if search is not None and kernel and search > 0:
+                tf = tf * kernel / search  # the same flops over the search pass's time
+            add(sid, pid, pc, tf)
+        stmt = sa.select(R.session_id, R.problem_id, R.perf_config, R.tflops)
+        stmt = stmt.where(R.session_id.in_(session_ids), R.tflops.is_not(None))
+        for sid, pid, pc, tf in s.execute(stmt):
+            if (sid, pid) not in tried:
+                add(sid, pid, pc, tf)
         problems = {
             pid: (p_op, tv)
             for pid, p_op, tv in s.execute(sa.select(Problem.id, Problem.op, Problem.test_vector))

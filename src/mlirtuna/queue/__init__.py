@@ -3,7 +3,8 @@
 Four operations, each one short transaction (docs/architecture.md explains why they are safe):
 - claim (claim.py): the next `new` job of a session, or up to K of them (claim_many);
 - heartbeat, record / complete / fail / release, reclaim_expired (settle.py): fenced writes,
-  applied only while the job still carries this worker's lease token;
+  applied only while the job still carries this worker's lease token; record_and_claim records
+  a job and claims the next in one transaction (one durable commit per job);
 - the statements behind them are built once per backend (sql.py).
 Jobs as people manage them (load, list, requeue, cancel, wait) are in jobs.py; a two-stage job's
 bundle in bundles.py; waking idle workers (PostgreSQL LISTEN) in wakeup.py.
@@ -15,6 +16,7 @@ here, and the worker looks them up here on every call).
 from mlirtuna.queue.claim import (
     Claimant,
     Lease,
+    NextClaim,
     claim,
     claim_many,
     claimed_with,
@@ -29,6 +31,7 @@ from mlirtuna.queue.settle import (
     heartbeat,
     reclaim_expired,
     record,
+    record_and_claim,
     release,
 )
 
@@ -37,6 +40,7 @@ __all__ = [
     "AlsoInTransaction",
     "Claimant",
     "Lease",
+    "NextClaim",
     "claim",
     "claim_many",
     "claimed_with",
@@ -47,5 +51,6 @@ __all__ = [
     "new_token",
     "reclaim_expired",
     "record",
+    "record_and_claim",
     "release",
 ]

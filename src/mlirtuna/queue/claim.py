@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import sqlalchemy as sa
@@ -49,6 +49,50 @@ class Claimant:
 
 def new_token() -> str:
     return uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class NextClaim:
+    """The claim a worker sends with its record of the job before (settle.record_and_claim):
+    the next job of this session and stage, taken with `token` (the same for every try)."""
+
+    session_id: int
+    who: Claimant
+    lease_s: float
+    stage: str = TUNE
+    token: str = field(default_factory=new_token)
+
+    def params(self, token_name: str = "p_token") -> dict[str, object]:
+        return {
+            "p_session": self.session_id,
+            "p_stage": self.stage,
+            token_name: self.token,
+            "p_lease_s": float(self.lease_s),
+            "p_machine": self.who.machine_name,
+            "p_gpu": self.who.gpu_id,
+            "p_pid": self.who.pid,
+        }
+
+    def lease(self, conn: sa.Connection, taken: Sequence) -> Lease | None:
+        """The Lease of a combined claim's row (job id, problem id, retries, problem columns;
+        a NULL job id: nothing taken). A problem that is gone is left for the runner to
+        report (problem None): the record it came with must still commit."""
+        job_id, problem_id, retries, *problem = taken
+        if job_id is None:
+            return None
+        try:
+            found: Problem | None = _problem_of(conn, problem)
+        except LookupError:
+            found = None
+        return Lease(job_id, self.token, self.session_id, problem_id, retries, found, self.stage)
+
+    def take(self, db: Database, conn: sa.Connection) -> Lease | None:
+        """The claim, in the caller's transaction (SQLite: after its record)."""
+        row, problem = _take_next(db, conn, self.params())
+        if row is None:
+            return None
+        return Lease(row.id, self.token, self.session_id, row.problem_id, row.retries, problem,
+                     self.stage)  # fmt: skip
 
 
 def claim(

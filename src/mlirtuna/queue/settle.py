@@ -24,7 +24,7 @@ from mlirtuna.db.models import BENCHMARK, COMPILE, ERROR, NEW, RUNNING, WAITING,
 from mlirtuna.db.text import MAX_CANDIDATE_ERROR_BYTES
 from mlirtuna.db.text import cut_text as _cut
 from mlirtuna.keys import perf_config_family
-from mlirtuna.queue.claim import Lease
+from mlirtuna.queue.claim import Lease, NextClaim, claimed_with
 
 if TYPE_CHECKING:  # annotations only: `status` and `jobs` need no tuner code loaded
     from mlirtuna.tuners.base import Candidate, TuneOutcome
@@ -63,31 +63,74 @@ def record(
     """Winner, every candidate and `completed` in one transaction, only while the lease holds;
     `also` adds its writes to that transaction (on PostgreSQL the record is then no longer one
     autocommitted statement but that statement and `also` in one transaction)."""
+    return _record(db, lease, outcome, None, also)[0]
+
+
+def record_and_claim(
+    db: Database,
+    lease: Lease,
+    outcome: TuneOutcome,
+    claim: NextClaim,
+    also: AlsoInTransaction | None = None,
+) -> tuple[bool, Lease | None]:
+    """`record`, and the claim of the next job in the same transaction: one durable commit per
+    job. (recorded, the job taken or None). A refused record (the lease was lost) takes
+    nothing. Per backend: PostgreSQL one statement (sql.RECORD_AND_CLAIM_PG); MariaDB/MySQL one
+    script, the candidates and the COMMIT (three round trips); SQLite one BEGIN IMMEDIATE.
+
+    A retry passes the same `claim` (its token): when an earlier try committed and its reply
+    was lost, the attempt's outcome says the record landed and `claimed_with` finds the job
+    that try took (None when it took none, or the lease has since expired)."""
+    return _record(db, lease, outcome, claim, also)
+
+
+def _record(
+    db: Database,
+    lease: Lease,
+    outcome: TuneOutcome,
+    claim: NextClaim | None,
+    also: AlsoInTransaction | None,
+) -> tuple[bool, Lease | None]:
     params = _record_params(lease, outcome)
     pg = db.backend == "postgresql"
+    taken: Lease | None = None
     with db.transaction(immediate=True, single=pg and also is None) as conn:
         if pg:
-            done = sql.RECORD_PG.run(conn, {**params, **_candidate_arrays(lease, outcome)})
-            recorded = done.first() is not None
+            args = {**params, **_candidate_arrays(lease, outcome)}
+            if claim is None:
+                recorded = sql.RECORD_PG.run(conn, args).first() is not None
+            else:
+                args.update(claim.params("n_token"))
+                row = sql.RECORD_AND_CLAIM_PG.run(conn, args).first()
+                recorded = row is not None
+                taken = claim.lease(conn, row[1:]) if row is not None else None
         elif db.is_sqlite:
             # The fenced update comes first: when it matches nothing, nothing has been written.
             recorded = sql.COMPLETE_SQLITE.run(conn, params).rowcount == 1
             if recorded:
                 sql.ADD_RESULT_SQLITE.run(conn, params)
                 sql.END_ATTEMPT_SQLITE.run(conn, params)
-        else:
+        elif claim is None:
             recorded = sql.RECORD_MYSQL.run_script(conn, params)[-1][0][0] == 1
+        else:
+            args = {**params, **claim.params("n_token")}
+            rows = sql.RECORD_AND_CLAIM_MYSQL.run_script(conn, args)
+            recorded = rows[4][0][0] == 1
+            taken = claim.lease(conn, rows[-1][0]) if rows[-1] else None
         if recorded and not pg and outcome.candidates:
             sql.ADD_CANDIDATES.run(conn, _candidate_rows(lease, outcome))
         if recorded and also is not None:
             also(conn)
+        if recorded and claim is not None and db.is_sqlite:
+            taken = claim.take(db, conn)
     if recorded:
-        return True
+        return True, taken
     with db.session() as s:
         if _attempt_outcome(s, lease.token) == "completed":
-            return True  # an earlier try of this record committed; its reply was lost
+            # An earlier try committed (with its claim); its reply was lost.
+            return True, claimed_with(db, claim.token) if claim is not None else None
     log.warning("job %s: lease lost before recording; recording nothing", lease.job_id)
-    return False
+    return False, None
 
 
 def complete(db: Database, lease: Lease, output: str, also: AlsoInTransaction) -> bool:
@@ -162,6 +205,8 @@ def _spread_columns(c: Candidate) -> dict[str, object]:
         "time_iqr": sp and sp.iqr,
         "samples": sp and sp.samples,
         "remeasured": c.remeasured,
+        # The search pass's time: kept when the top-k re-measurement replaced kernel_time.
+        "search_time": c.kernel_time_ns if c.search_time_ns is None else c.search_time_ns,
     }
 
 

@@ -3,7 +3,8 @@ attempt log, with their bind parameters (`p_…`; `w_…` the winner, `c_…`/`a
 
 The claim and the record run once per job on every worker: their statements are built once,
 here, with bind parameters, compiled once per dialect and sent as SQL text (db.Precompiled).
-Per backend, the fewest round trips it allows (bench/bench_overhead.py counts them):
+Per backend, the fewest round trips it allows (bench/bench_overhead.py counts them); a worker
+that takes one job at a time sends the record and the next claim together (RECORD_AND_CLAIM_*):
   PostgreSQL: claim = 1 statement (data-modifying CTEs: pick, take, attempt row, the problem),
               record = 1 statement (fenced update, result, candidates, attempt end), each in
               autocommit (one statement is atomic by itself: no BEGIN, no COMMIT);
@@ -68,6 +69,11 @@ _ATTEMPT = {
     "pid": sa.bindparam("p_pid", type_=sa.Integer()),
     "claimed_at": _NOW,
 }
+# A claim sent with a record (record_and_claim) names the next job's token n_token: p_token
+# is the recorded job's, which fences the record.
+_NEXT_TOKEN = sa.bindparam("n_token", type_=sa.String(32))
+_TAKE_NEXT = {**_TAKE, "lease_token": _NEXT_TOKEN}
+_ATTEMPT_NEXT = {**_ATTEMPT, "lease_token": _NEXT_TOKEN}
 _NEXT = sa.select(_J.c.id, _J.c.problem_id, _J.c.retries).where(_CLAIMABLE)
 _NEXT = _NEXT.order_by(_J.c.priority, _J.c.id).limit(1)
 
@@ -115,47 +121,62 @@ READ_PROBLEM_SQLITE = Precompiled(_READ_PROBLEM)
 _PICKED = ("@mlirtuna_job", "@mlirtuna_problem", "@mlirtuna_retries")
 
 
-def _claim_mysql() -> Precompiled:
+def _claim_mysql_statements(
+    take: dict = _TAKE, attempt_values: dict = _ATTEMPT, guard: Any = None
+) -> list[sa.ClauseElement]:
+    """The claim script's statements; the second is the pick, which _pick_into edits.
+    `guard`: a condition the pick also needs (record_and_claim: the record matched)."""
     picked: list[sa.ColumnClause[Any]] = [sa.literal_column(v) for v in _PICKED]
     job, problem, retries = picked
-    attempt = sa.select(job, *_ATTEMPT.values()).where(job.is_not(None))
-
-    def pick_into(i: int, sql: str) -> str:  # SELECT … INTO @… FROM …: Core has no INTO
-        if i != 1:
-            return sql
-        return sql.replace("\nFROM job", f" INTO {', '.join(_PICKED)}\nFROM job", 1)
-
-    return Precompiled(
+    attempt = sa.select(job, *attempt_values.values()).where(job.is_not(None))
+    pick = _NEXT if guard is None else _NEXT.where(guard)
+    return [
         sa.text(f"SET {', '.join(f'{v} = NULL' for v in _PICKED)}"),
-        _NEXT.with_for_update(skip_locked=True),
-        sa.update(_J).where(_J.c.id == job).values(_TAKE),
-        sa.insert(_A).from_select(["job_id", *_ATTEMPT], attempt),
+        pick.with_for_update(skip_locked=True),
+        sa.update(_J).where(_J.c.id == job).values(take),
+        sa.insert(_A).from_select(["job_id", *attempt_values], attempt),
         sa.select(job, problem, retries, *_PROBLEM_COLUMNS)
         .select_from(_with_problem(_P, _P.c.id))
         .where(_P.c.id == problem),
-        edit=pick_into,
-    )
+    ]
 
 
-CLAIM_MYSQL = _claim_mysql()
+def _pick_into(at: int):
+    def edit(i: int, sql: str) -> str:  # SELECT … INTO @… FROM …: Core has no INTO
+        if i != at:
+            return sql
+        return sql.replace("\nFROM job", f" INTO {', '.join(_PICKED)}\nFROM job", 1)
+
+    return edit
 
 
-def _claim_pg() -> Precompiled:
-    """PostgreSQL: pick (SKIP LOCKED), take, add the attempt row and read the problem, all in
-    one statement."""
+CLAIM_MYSQL = Precompiled(*_claim_mysql_statements(), edit=_pick_into(1))
+
+
+def _taken_pg(take: dict = _TAKE, attempt_values: dict = _ATTEMPT, guard: Any = None):
+    """The claim's CTEs: `taken` (the job picked with SKIP LOCKED and taken, when `guard`
+    holds) and its attempt row."""
     pick = _NEXT.with_only_columns(_J.c.id).with_for_update(skip_locked=True).scalar_subquery()
+    where = _J.c.id == pick if guard is None else sa.and_(_J.c.id == pick, guard)
     taken = (
         sa.update(_J)
-        .where(_J.c.id == pick)
-        .values(_TAKE)
+        .where(where)
+        .values(take)
         .returning(_J.c.id, _J.c.problem_id, _J.c.retries)
         .cte("taken")
     )
     attempt = (
         sa.insert(_A)
-        .from_select(["job_id", *_ATTEMPT], sa.select(taken.c.id, *_ATTEMPT.values()))
+        .from_select(["job_id", *attempt_values], sa.select(taken.c.id, *attempt_values.values()))
         .cte("new_attempt")
     )
+    return taken, attempt
+
+
+def _claim_pg() -> Precompiled:
+    """PostgreSQL: pick (SKIP LOCKED), take, add the attempt row and read the problem, all in
+    one statement."""
+    taken, attempt = _taken_pg()
     return Precompiled(
         sa.select(taken.c.id, taken.c.problem_id, taken.c.retries, *_PROBLEM_COLUMNS)
         .select_from(_with_problem(taken, taken.c.problem_id))
@@ -212,6 +233,7 @@ CANDIDATE_TYPES: dict[str, sa.types.TypeEngine[Any]] = {
     "time_iqr": sa.Double(),
     "samples": sa.Integer(),
     "remeasured": sa.Boolean(),
+    "search_time": sa.Double(),
 }
 _IDS = {
     "session_id": sa.bindparam("p_session", type_=sa.Integer()),
@@ -234,23 +256,34 @@ END_ATTEMPT = sa.update(_A).where(_OPEN_ATTEMPT).values(_ENDED)
 END_ATTEMPT_SQLITE = Precompiled(END_ATTEMPT)
 
 
-def _record_mysql() -> Precompiled:
+_RECORDED: sa.ColumnClause[Any] = sa.literal_column("@mlirtuna_recorded")
+
+
+def _record_mysql_statements() -> list[sa.ClauseElement]:
     """MariaDB/MySQL: one script (one round trip): the fenced update, its row count kept in a
     session variable, the result and the attempt's end only when it matched, and that count;
     the candidates follow (one multi-row INSERT) only when it did."""
-    recorded: sa.ColumnClause[Any] = sa.literal_column("@mlirtuna_recorded")
     values = (sa.literal(v) if isinstance(v, str) else v for v in _WINNER.values())
-    winner = sa.select(*_IDS.values(), *values).where(recorded == 1)
-    return Precompiled(
+    winner = sa.select(*_IDS.values(), *values).where(_RECORDED == 1)
+    return [
         COMPLETE,
         sa.text("SET @mlirtuna_recorded = ROW_COUNT()"),
         sa.insert(_R).from_select([*_IDS, *_WINNER], winner),
-        sa.update(_A).where(_OPEN_ATTEMPT, recorded == 1).values(_ENDED),
-        sa.select(recorded),
-    )
+        sa.update(_A).where(_OPEN_ATTEMPT, _RECORDED == 1).values(_ENDED),
+        sa.select(_RECORDED),
+    ]
 
 
-RECORD_MYSQL = _record_mysql()
+RECORD_MYSQL = Precompiled(*_record_mysql_statements())
+# The record of job N and the claim of job N+1 as one script (record_and_claim): the record's
+# five statements, then the claim's, whose pick also needs the record to have matched. Rows:
+# [4] the record's count, [-1] the job taken with its problem (none: none taken).
+_RECORD = _record_mysql_statements()
+RECORD_AND_CLAIM_MYSQL = Precompiled(
+    *_RECORD,
+    *_claim_mysql_statements(_TAKE_NEXT, _ATTEMPT_NEXT, _RECORDED == 1),
+    edit=_pick_into(len(_RECORD) + 1),
+)
 
 
 RENEW = Precompiled(
@@ -262,10 +295,8 @@ RENEW = Precompiled(
 )
 
 
-def _record_pg() -> Precompiled:
-    """PostgreSQL: the fenced update, the result, every candidate (arrays, unnested) and the
-    attempt's end in one statement; each insert reads the update's RETURNING, so nothing is
-    written when the fence matched nothing. Returns one row per job completed (0 or 1)."""
+def _record_pg_ctes() -> tuple[sa.CTE, list[sa.CTE]]:
+    """The record's CTEs: `done` (the fenced update's RETURNING) and the writes that read it."""
     done = (
         sa.update(_J)
         .where(_FENCE)
@@ -288,11 +319,33 @@ def _record_pg() -> Precompiled:
         ),
     )
     ended = sa.update(_A).where(_OPEN_ATTEMPT, sa.exists(sa.select(done.c.id))).values(_ENDED)
-    return Precompiled(
-        sa.select(done.c.id).add_cte(
-            winner.cte("winner"), candidates.cte("candidates"), ended.cte("ended")
-        )
-    )
+    return done, [winner.cte("winner"), candidates.cte("candidates"), ended.cte("ended")]
+
+
+def _record_pg() -> Precompiled:
+    """PostgreSQL: the fenced update, the result, every candidate (arrays, unnested) and the
+    attempt's end in one statement; each insert reads the update's RETURNING, so nothing is
+    written when the fence matched nothing. Returns one row per job completed (0 or 1)."""
+    done, writes = _record_pg_ctes()
+    return Precompiled(sa.select(done.c.id).add_cte(*writes))
 
 
 RECORD_PG = _record_pg()
+
+
+def _record_and_claim_pg() -> Precompiled:
+    """PostgreSQL: the record of job N and the claim of job N+1 in one statement (one round
+    trip, one commit): the claim's update also needs the record's `done` row, so a refused
+    record takes nothing. One row when recorded: (recorded job, the job taken or NULLs, its
+    problem); no row when the fence matched nothing."""
+    done, writes = _record_pg_ctes()
+    taken, attempt = _taken_pg(_TAKE_NEXT, _ATTEMPT_NEXT, sa.exists(sa.select(done.c.id)))
+    claimed = _with_problem(taken, taken.c.problem_id)
+    return Precompiled(
+        sa.select(done.c.id, taken.c.id, taken.c.problem_id, taken.c.retries, *_PROBLEM_COLUMNS)
+        .select_from(done.outerjoin(claimed, sa.true()))
+        .add_cte(*writes, attempt)
+    )
+
+
+RECORD_AND_CLAIM_PG = _record_and_claim_pg()

@@ -29,6 +29,9 @@ class Candidate:
     # The samples' statistics in ns where the tuner has them (kernel_time_ns is their median).
     spread: Spread | None = None
     remeasured: bool = False  # measured again in the top-k pass; these numbers are from it
+    # The search pass's time (ns) of a re-measured candidate, which kernel_time_ns no longer
+    # is; None: kernel_time_ns is the only time (stored as the candidate's search_time).
+    search_time_ns: float | None = None
 
     @property
     def valid(self) -> bool:

@@ -1,7 +1,9 @@
 """The worker's loop: claim jobs of one session, hand each to its stage's work, until told to stop.
 
 One worker process per GPU (supervisor.py). A job's run and its outcome are runner.py's; a split
-session's compile and benchmark stages are stages.py's; this module claims and dispatches.
+session's compile and benchmark stages are stages.py's; this module claims and dispatches. One
+job at a time, the record of job N claims job N+1 in the same commit (queue.record_and_claim);
+a worker that stops holding such a job gives it back (state new, no retry counted).
 Stopping: the first SIGINT/SIGTERM lets the current job finish, the second gives it back at once
 (state new, no retry counted).
 
@@ -71,6 +73,8 @@ class Worker:
         self.wakeup = Wakeup(db, settings.session_id)
         self.batch = self._batch_size()
         self._prefetch: Prefetch | None = None
+        if self.batch == 1:  # one durable commit per job: each record claims the next job
+            self.runner.next_claim = self._next_claim
 
     @property
     def session(self) -> sessions.Session:
@@ -112,6 +116,9 @@ class Worker:
         try:
             return self._loop()
         finally:
+            if (claimed := self.runner.claimed) is not None:  # taken with the last record
+                self.runner.claimed = None
+                self.runner.give_back([claimed], "given back by a stopping worker")
             if self._prefetch is not None:  # stopping: the next batch goes back untouched
                 prefetch, self._prefetch = self._prefetch, None
                 prefetch.give_back()
@@ -215,8 +222,11 @@ class Worker:
         return streamer.run()
 
     def _next(self) -> tuple[list[Lease], stages.Prepared | None]:
-        """The next batch: the prefetched one (less the jobs whose lease was lost), else
-        claimed now."""
+        """The next batch: the job claimed with the last record, the prefetched batch (less
+        the jobs whose lease was lost), else claimed now."""
+        if (claimed := self.runner.claimed) is not None:
+            self.runner.claimed = None
+            return [claimed], None
         if self._prefetch is not None:
             prefetch, self._prefetch = self._prefetch, None
             leases, prepared = prefetch.take()
@@ -269,6 +279,19 @@ class Worker:
             self._sweep(now)
             leases = claim()
         return leases
+
+    def _next_claim(self) -> queue.NextClaim | None:
+        """The claim sent with a job's record (one job at a time), or None when this worker
+        takes no more: told to stop, or --max-jobs reached with the job being recorded."""
+        if self.stop_requested.is_set():
+            return None
+        if self.settings.max_jobs is not None and self._done() + 1 >= self.settings.max_jobs:
+            return None
+        now = time.monotonic()
+        if now >= self._next_sweep:
+            self._sweep(now)
+        s = self.settings
+        return queue.NextClaim(s.session_id, self.claimant, s.lease_s, self.claim_stage)
 
     def _sweep(self, now: float) -> None:
         self.runner.retrying(

@@ -36,7 +36,7 @@ from mlirtuna.defaults import (
 )
 from mlirtuna.errors import BatchRefused, DatabaseError, NotRun, TunerError, Unsupported
 from mlirtuna.problems import Problem
-from mlirtuna.queue import AlsoInTransaction, Lease, bundles
+from mlirtuna.queue import AlsoInTransaction, Lease, NextClaim, bundles
 from mlirtuna.tuners.base import BatchItem, BatchTuner, TuneContext, TuneOutcome, Tuner
 from mlirtuna.tuners.rocmlir import kill_tools
 from mlirtuna.worker.heartbeat import Heartbeat
@@ -97,6 +97,7 @@ class WorkerStats:
     lost: int = 0  # leases lost before recording (another worker took the job over)
     released: int = 0
     prefetched: int = 0  # batches claimed and unpacked while the previous call benchmarked
+    claimed_with_record: int = 0  # jobs claimed in the commit that recorded the one before
 
 
 class GiveBack(BaseException):
@@ -132,6 +133,10 @@ class Runner:
         self.quick_lists = quick_lists
         self.batch_tuner = tuner if isinstance(tuner, BatchTuner) else None
         self.current: Lease | None = None  # a job being run: signals and retries look here
+        # The claim to send with each record (one job at a time: queue.record_and_claim), or
+        # None to record alone; the worker sets it and takes `claimed`, the job it took.
+        self.next_claim: Callable[[], NextClaim | None] | None = None
+        self.claimed: Lease | None = None
         self.stats = WorkerStats()
         self.heartbeat = Heartbeat(db, settings.lease_s, settings.heartbeat_s, self._lease_lost)
         # The jobs whose tool runs now, and the thread running it: a lost lease stops the tool
@@ -290,7 +295,7 @@ class Runner:
         for note in outcome.notes:
             log.info("job %s: %s", lease.job_id, note)
         also, committed = record_with(self.session, lease)
-        if self.retrying(lambda: queue.record(self.db, lease, outcome, also)):
+        if self.record(lease, outcome, also):
             committed()
             self.stats.completed += 1
             log.info(
@@ -301,6 +306,19 @@ class Runner:
             )
         else:
             self.stats.lost += 1
+
+    def record(self, lease: Lease, outcome: TuneOutcome, also: AlsoInTransaction | None) -> bool:
+        """Record through the fence; with `next_claim`, claim the next job in the same commit
+        (the job taken is left in `claimed`)."""
+        claim = self.next_claim() if self.next_claim is not None else None
+        if claim is None:
+            return self.retrying(lambda: queue.record(self.db, lease, outcome, also))
+        recorded, self.claimed = self.retrying(
+            lambda: queue.record_and_claim(self.db, lease, outcome, claim, also)
+        )
+        if self.claimed is not None:
+            self.stats.claimed_with_record += 1
+        return recorded
 
     def fail(self, lease: Lease, error: str | None, final: bool) -> None:
         """Fail the job: retried after the backoff, or `error` once retries (or `final`) end."""

@@ -25,6 +25,7 @@ problem's dims and equivalent configs deduplicated. Tuning spaces:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import itertools
@@ -320,7 +321,10 @@ class CpuTuner:
             tick=lambda: deadline.check(len(tried)),
         )
         for name, spread in spreads.items():
-            tried[name] = timed(name, spread, flops, remeasured=True)
+            search = tried[name].kernel_time_ns  # kept: quick lists learn from the search's
+            tried[name] = dataclasses.replace(
+                timed(name, spread, flops, remeasured=True), search_time_ns=search
+            )
 
     def _output(
         self, problem: Problem, op: CpuOp, ctx: TuneContext, candidates: list[Candidate]
