@@ -5,6 +5,7 @@ the recorded candidates reads back exactly."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -336,6 +337,15 @@ def test_session_new_names_capabilities_and_refuses_greedy_on_e4(db, db_url, bui
     assert "spaces quick, full, exhaustive, lfbo" in made.stderr
     shown = cli(db_url, *args, "--tuning-space", "full", "--json", env=env)
     assert '"capabilities": "E4: gpus, batch, ' in shown.stdout
+    # Stored with the session: read back later, without the build, it still names them.
+    sid = str(json.loads(shown.stdout)["id"])
+    assert (
+        '"capabilities": "E4: gpus, batch, ' in cli(db_url, "session", "show", sid, "--json").stdout
+    )
+    plain = cli(db_url, "session", "show", sid).stdout
+    assert any(
+        line.startswith("capabilities") and "two-stage" in line for line in plain.splitlines()
+    )
 
 
 def test_e4_checks_a_bundle_against_the_target_it_resolves(build, tmp_path, monkeypatch) -> None:

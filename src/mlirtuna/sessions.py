@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import sqlalchemy as sa
@@ -70,8 +70,8 @@ class Session:
     artifact_store: str | None = None
     keep_artifacts: bool = False
     name: str = ""  # `session new --name`, or set by `run` from the op and the input
-    # What the build's tuningRunner can do (eras.Era.describe), read at `session new`; not a
-    # column (kept out of as_dict when unknown), so a session read back says "".
+    # What the build's tuningRunner can do (eras.Era.describe), read at `session new` and stored
+    # (kept out of as_dict when there is none: CPU, sleep and imported sessions).
     capabilities: str = ""
     bundle_cap_mib: int | None = None  # None: DEFAULT_BUNDLE_CAP_BYTES
 
@@ -82,7 +82,7 @@ class Session:
 
     @classmethod
     def from_row(cls, row: TuningSession) -> Session:
-        values = {f.name: getattr(row, f.name) for f in fields(cls) if f.name != "capabilities"}
+        values = {f.name: getattr(row, f.name) for f in fields(cls)}
         values["created_at"] = _iso(row.created_at)
         values["retired_at"] = _iso(row.retired_at) if row.retired_at else None
         values["run_spec"] = json.loads(row.run_spec) if row.run_spec else None
@@ -327,11 +327,12 @@ def create(db: Database, spec: SessionSpec, run_spec: dict[str, Any] | None = No
         keep_artifacts=spec.keep_artifacts,
         name=_check_name(spec.name),
         bundle_cap_mib=spec.bundle_cap_mib,
+        capabilities=spec.capabilities[:500],
     )
     with db.session() as s:
         s.add(row)
         s.flush()
-        return replace(Session.from_row(row), capabilities=spec.capabilities)
+        return Session.from_row(row)
 
 
 NAME_MAX = 200  # characters of session.name

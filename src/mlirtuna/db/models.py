@@ -304,6 +304,9 @@ class TuningSession(Base):
     bundle_cap_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # What to call it: `session new --name`, or set by `run` from the op and the input.
     name: Mapped[str] = _str(200)
+    # What the build's tuningRunner.py could do when the session was opened (eras.Era.describe):
+    # "" for sessions without a rocMLIR build.
+    capabilities: Mapped[str] = _str(500)
 
 
 class Job(Base):

@@ -125,8 +125,13 @@ class Worker:
 
     def _loop(self) -> WorkerStats:
         streaming = self._streaming_tuner()
-        if streaming is not None and self._stream(streaming):
-            return self.stats
+        if streaming is not None:
+            # The stream claims ahead on its own (it keeps jobs fed): a record must not also
+            # claim one for the one-job loop, which never runs while the stream does.
+            chained, self.runner.next_claim = self.runner.next_claim, None
+            if self._stream(streaming):
+                return self.stats
+            self.runner.next_claim = chained  # it could not start: the one-job loop runs
         idle = POLL_MIN_S
         said_idle = False  # an idle stretch is announced once, not at every poll
         while not self.stop_requested.is_set() and not self._enough():
