@@ -2,19 +2,22 @@
 text fields, and integer columns SQLite lets hold text, carry markup. On every page: no element
 the data injected, no dialog, no script run, no link in a plot's legend or hover.
 
-SQLite only (the one backend that stores text in an integer column); the fixtures follow
-tests/test_web_browser.py."""
+On all three backends (tests/conftest.py's module_db_url): the text columns everywhere, cut to
+each column's length on the servers; text in the integer columns on SQLite only (the one backend
+that stores it). The fixtures follow tests/test_web_browser.py."""
 
 from __future__ import annotations
 
 import sqlite3
 
 import pytest
+import sqlalchemy as sa
 from support.browser import CHROMIUM, Page, sync_api
 from support.webfarm import make
 from support.webserve import serving
 
 from mlirtuna.db import Database
+from mlirtuna.db.models import Base
 
 pytestmark = pytest.mark.slow
 
@@ -48,14 +51,57 @@ def poison(path) -> dict[str, int]:
     return {"job": job, "session": session, "problem": problem}
 
 
+# The text columns a page shows, per table, on a database server (each cut to its length).
+SERVER_TEXT = {
+    "session": ("reason", "ticket", "arch_full", "rocm_v", "mlir_v"),
+    "result": ("perf_config",),
+    "attempt": ("message",),
+    "job": ("result", "reason"),
+}
+
+
+def poison_server(db: Database) -> dict[str, int]:
+    """poison() where columns have types: hostile text in every text column a page shows."""
+
+    def fit(table: str, column: str) -> str:
+        length = Base.metadata.tables[table].c[column].type.length
+        return HOSTILE[:length] if length else HOSTILE
+
+    joined = "CONCAT(perf_config, :h)" if db.backend == "mysql" else "perf_config || :h"
+    concat = f"SUBSTR({joined}, 1, 255)"  # candidate.perf_config is VARCHAR(255)
+    with db.engine.begin() as conn:
+        for table, columns in SERVER_TEXT.items():
+            sets = ", ".join(f"{c} = :{c}" for c in columns)
+            conn.execute(sa.text(f"UPDATE {table} SET {sets}"), {c: fit(table, c) for c in columns})
+        conn.execute(sa.text(f"UPDATE candidate SET perf_config = {concat}"), {"h": HOSTILE})
+        conn.execute(
+            sa.text("UPDATE candidate SET error = :h WHERE error IS NOT NULL"), {"h": HOSTILE}
+        )
+        job, session, problem = conn.execute(
+            sa.text("SELECT id, session_id, problem_id FROM job ORDER BY id DESC LIMIT 1")
+        ).one()
+        conn.execute(
+            sa.text(
+                "UPDATE job SET state = 'running', machine_name = :m, heartbeat_at = claimed_at, "
+                "lease_expires_at = claimed_at WHERE id = :j"
+            ),
+            {"m": fit("job", "machine_name"), "j": job},
+        )
+    return {"job": job, "session": session, "problem": problem}
+
+
 @pytest.fixture(scope="module")
-def hostile(tmp_path_factory):
+def hostile(module_db_url, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hostile")
-    db_url = f"sqlite:///{tmp / 'mlirtuna.db'}"
+    db_url = module_db_url
     db = Database(db_url)
     farm = make(db, tmp)
-    db.dispose()
-    ids = poison(tmp / "mlirtuna.db")
+    if db.is_sqlite:
+        db.dispose()
+        ids = poison(db_url.removeprefix("sqlite:///"))
+    else:
+        ids = poison_server(db)
+        db.dispose()
     with serving(db_url) as url, sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         yield browser, url, farm, ids
