@@ -98,23 +98,31 @@ def check_line(line: str) -> None:
         raise InputError(f"control character U+{ord(bad.group()):04X} at column {bad.start() + 1}")
 
 
-def read_text_capped(path: str, max_bytes: int) -> str:
-    """A regular UTF-8 text file of at most `max_bytes` (its size is checked before reading, and
-    no more than the cap is read even if it grows); no NUL or other control character (tabs,
-    CR and LF allowed). One UserError, at FILE:LINE where there is a line, for anything else."""
+def _open_regular(path: str) -> tuple[int, os.stat_result]:
+    """A descriptor of `path` if it is a regular file, opened without blocking on a FIFO and
+    then set blocking; UserError naming the file otherwise."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
     except OSError as error:
         raise UserError(f"{path}: {error.strerror or error}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise UserError(f"{path}: not a regular file")
+    os.set_blocking(fd, True)
+    return fd, info
+
+
+def read_text_capped(path: str, max_bytes: int) -> str:
+    """A regular UTF-8 text file of at most `max_bytes` (its size is checked before reading, and
+    no more than the cap is read even if it grows); no NUL or other control character (tabs,
+    CR and LF allowed). One UserError, at FILE:LINE where there is a line, for anything else."""
+    fd, info = _open_regular(path)
     with open(fd, "rb") as f:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise UserError(f"{path}: not a regular file")
         if info.st_size > max_bytes:
             raise UserError(f"{path}: {info.st_size} bytes, over the cap of {max_bytes} bytes")
-        os.set_blocking(fd, True)
         try:
             data = f.read(max_bytes + 1)
         except OSError as error:
@@ -138,16 +146,7 @@ def read_text_capped(path: str, max_bytes: int) -> str:
 def read_lines(path: str) -> Iterator[str]:
     """The lines of a regular UTF-8 text file, each checked, ends of line kept; errors name
     FILE:LINE (or FILE for the file itself)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except OSError as error:
-        raise UserError(f"{path}: {error.strerror or error}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise UserError(f"{path}: not a regular file")
-    os.set_blocking(fd, True)
+    fd, _ = _open_regular(path)
     with open(fd, "rb") as f:
         yield from _checked_lines(f, path)
 
