@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 import sqlalchemy as sa
+from support.dbroles import as_role, refused
 from support.rocmlir import fake_build, work
 from support.twostage import problems, session
 from support.workers import job_states, make_session
@@ -37,19 +38,6 @@ def prefix(server_db):
     roles.apply_roles(server_db, name)  # again (after `db upgrade`): the same grants, no error
     yield name
     roles.drop_roles(server_db, name)
-
-
-def as_role(db: Database, user: str) -> Database:
-    return Database(db.url.set(username=user, password=None))
-
-
-def refused(db: Database, statement: str) -> bool:
-    try:
-        with db.engine.begin() as conn:
-            conn.exec_driver_sql(statement)
-    except sa.exc.DBAPIError:
-        return True
-    return False
 
 
 def changed(db: Database, statement: str) -> int:

@@ -7,6 +7,7 @@ import uuid
 import pytest
 import sqlalchemy as sa
 from support.clitools import cli
+from support.dbroles import as_role, refused
 from support.workers import job_states, make_session
 
 from mlirtuna.db import Database, roles
@@ -28,19 +29,6 @@ def prefix(server_db):
     roles.drop_roles(server_db, name)
 
 
-def _as(db: Database, user: str) -> Database:
-    return Database(db.url.set(username=user, password=None))
-
-
-def _refused(db: Database, statement: str) -> bool:
-    try:
-        with db.engine.begin() as conn:
-            conn.exec_driver_sql(statement)
-    except sa.exc.DBAPIError:
-        return True
-    return False
-
-
 def test_roles_prints_the_sql_and_applies_it(server_db, prefix, tmp_path):
     url = server_db.url.render_as_string(hide_password=False)
     printed = cli(url, "db", "roles", "--prefix", prefix)
@@ -50,7 +38,7 @@ def test_roles_prints_the_sql_and_applies_it(server_db, prefix, tmp_path):
     assert applied.code == 0, applied.stderr
 
     sid = make_session(server_db, tmp_path, 3, tuner="sleep")
-    worker_db = _as(server_db, f"{prefix}_worker")
+    worker_db = as_role(server_db, f"{prefix}_worker")
     w = Worker(
         worker_db,
         WorkerSettings(session_id=sid, tuner="sleep", until_empty=True),
@@ -66,18 +54,18 @@ def test_roles_prints_the_sql_and_applies_it(server_db, prefix, tmp_path):
         "DELETE FROM result",
         "CREATE TABLE evil (x INTEGER)",
     ):
-        assert _refused(worker_db, statement), statement
+        assert refused(worker_db, statement), statement
     worker_db.dispose()
 
-    reader_db = _as(server_db, f"{prefix}_reader")
+    reader_db = as_role(server_db, f"{prefix}_reader")
     with reader_db.session() as s:
         assert s.scalar(sa.text("SELECT count(*) FROM result")) == 3
     for statement in ("UPDATE job SET priority = 1", "INSERT INTO problem_tag VALUES (1, 'x', 0)",
                       "DELETE FROM attempt", "DROP TABLE result"):  # fmt: skip
-        assert _refused(reader_db, statement), statement
+        assert refused(reader_db, statement), statement
     reader_db.dispose()
 
-    admin_db = _as(server_db, f"{prefix}_admin")
+    admin_db = as_role(server_db, f"{prefix}_admin")
     with admin_db.session() as s:
         s.execute(sa.text("UPDATE job SET priority = 1"))
     admin_db.dispose()

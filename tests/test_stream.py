@@ -10,7 +10,6 @@ per problem; one bad problem never fails the others."""
 
 from __future__ import annotations
 
-import collections
 import itertools
 import json
 import os
@@ -22,12 +21,12 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from support.rocmlir import fake_build, work, worker_settings
-from support.twostage import count, gemm, problems, session, states
+from support.twostage import count, gemm, problems, recorded, session, states
 
 import mlirtuna.tuners.rocmlir.stream as rocmlir_stream
 import mlirtuna.worker.stream as worker_stream
 from mlirtuna import catalog
-from mlirtuna.db.models import BENCHMARK, COMPILE, Attempt, Bundle, Candidate, Job, Result
+from mlirtuna.db.models import BENCHMARK, COMPILE, Attempt, Bundle, Job, Result
 from mlirtuna.queue import bundles, jobs
 from mlirtuna.tuners.rocmlir import RocmlirTuner
 from mlirtuna.worker import Worker, WorkerSettings, supervisor
@@ -64,19 +63,6 @@ def stretches(tmp_path: Path) -> list[dict]:
     path = tmp_path / "gpu.jsonl"
     lines = path.read_text().splitlines() if path.exists() else []
     return sorted((json.loads(line) for line in lines), key=lambda e: e["start"])
-
-
-def recorded(db, sid) -> dict[int, tuple]:
-    """{problem: (winner, tflops, sorted candidates)}, comparable between sessions."""
-    with db.session() as s:
-        winners = {
-            r.problem_id: (r.perf_config, round(r.tflops, 9))
-            for r in s.execute(sa.select(Result).where(Result.session_id == sid)).scalars()
-        }
-        cands = collections.defaultdict(list)
-        for c in s.execute(sa.select(Candidate).where(Candidate.session_id == sid)).scalars():
-            cands[c.problem_id].append((c.perf_config, c.tflops and round(c.tflops, 9), c.error))
-    return {pid: (*w, sorted(cands[pid], key=str)) for pid, w in winners.items()}
 
 
 def benchmark_jobs(db, sid: int) -> list:

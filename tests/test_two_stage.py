@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 from support.clitools import cli, mlirtuna_argv, run_cli, subprocess_env
 from support.rocmlir import ARCH_FULL, fake_build, work
-from support.twostage import COMMIT, SPLIT, count, gemm, problems, session, states
+from support.twostage import COMMIT, SPLIT, count, gemm, problems, recorded, session, states
 
 from mlirtuna import queue, sessions
 from mlirtuna.db.models import Attempt, Bundle, BundleChunk, Candidate, Job, Result
@@ -29,20 +29,6 @@ def build(tmp_path, monkeypatch):
     build = fake_build(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E4")
     return build
-
-
-def recorded(db, sid) -> dict[int, tuple]:
-    """{problem: (winner, tflops, sorted candidates)}: what a session recorded, comparable
-    between sessions."""
-    with db.session() as s:
-        winners = {
-            r.problem_id: (r.perf_config, round(r.tflops, 9))
-            for r in s.execute(sa.select(Result).where(Result.session_id == sid)).scalars()
-        }
-        cands = collections.defaultdict(list)
-        for c in s.execute(sa.select(Candidate).where(Candidate.session_id == sid)).scalars():
-            cands[c.problem_id].append((c.perf_config, c.tflops and round(c.tflops, 9), c.error))
-    return {pid: (*w, sorted(cands[pid], key=str)) for pid, w in winners.items()}
 
 
 @pytest.mark.parametrize("store", ["db", "files"])

@@ -7,7 +7,7 @@ import collections
 import sqlalchemy as sa
 
 from mlirtuna import catalog, sessions
-from mlirtuna.db.models import Job
+from mlirtuna.db.models import Candidate, Job, Result
 from mlirtuna.problems import ExpandOptions
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
@@ -56,3 +56,17 @@ def states(db, sid) -> dict[tuple[str, str], int]:
 def count(db, model, *where) -> int:
     with db.session() as s:
         return s.scalar(sa.select(sa.func.count()).select_from(model).where(*where)) or 0
+
+
+def recorded(db, sid) -> dict[int, tuple]:
+    """{problem: (winner, tflops, sorted candidates)}: what a session recorded, comparable
+    between sessions."""
+    with db.session() as s:
+        winners = {
+            r.problem_id: (r.perf_config, round(r.tflops, 9))
+            for r in s.execute(sa.select(Result).where(Result.session_id == sid)).scalars()
+        }
+        cands = collections.defaultdict(list)
+        for c in s.execute(sa.select(Candidate).where(Candidate.session_id == sid)).scalars():
+            cands[c.problem_id].append((c.perf_config, c.tflops and round(c.tflops, 9), c.error))
+    return {pid: (*w, sorted(cands[pid], key=str)) for pid, w in winners.items()}
