@@ -11,6 +11,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+import mlirtuna.db.statements as statements
 from mlirtuna.db.urls import mask
 from mlirtuna.errors import DatabaseError
 
@@ -126,7 +127,9 @@ def _sqlite_engine(url: URL, read_only: bool = False) -> Engine:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         immediate = conn.get_execution_options().get("sqlite_immediate", False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        # At driver level, as the queue's statements (db.statements): SQLAlchemy's execution
+        # context cost more than the BEGIN itself, on every transaction.
+        statements.run_at_driver(conn, "BEGIN IMMEDIATE" if immediate else "BEGIN", ())
 
     return engine
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, cast
 
 import sqlalchemy as sa
@@ -42,10 +43,14 @@ def json_object(columns: Iterable[sa.ColumnElement]) -> JsonObject:
 class Precompiled:
     """Core statements compiled once per dialect and sent at driver level.
 
-    The queue's hot statements run once per job on every worker: executing them as SQL text
-    skips SQLAlchemy's per-call cache-key generation and compiled-cache lookup, the cost that
-    dominated a job. Bind values still go through each column type's bind processor (SQLite
-    stores datetimes as text); result rows come back as the driver returns them.
+    The queue's hot statements run once per job on every worker: executing them on the pooled
+    DBAPI connection's own cursor skips SQLAlchemy's per-call cache-key generation,
+    compiled-cache lookup and execution context, the cost that dominated a job (on SQLite,
+    where a statement takes microseconds, the execution context alone cost more than the
+    statement). Bind values still go through each column type's bind processor (SQLite stores
+    datetimes as text); rows come back as the driver returns them (tuples), fetched at once.
+    The engine's cursor events still fire, and driver errors are raised as SQLAlchemy's, so
+    that db.faults classifies them as for any other statement.
 
     Several statements make a script, sent in one round trip by `run_script` (MariaDB/MySQL,
     whose connections allow multiple statements: db.engine).
@@ -58,31 +63,18 @@ class Precompiled:
         self.stmts, self.edit = stmts, edit
         self._compiled: dict[str, tuple[str, dict, dict]] = {}
 
-    def run(self, conn: Connection, params: dict | list[dict]) -> sa.CursorResult:
+    def run(self, conn: Connection, params: dict | list[dict]) -> DriverRows:
+        """One statement (a list of parameter sets: executemany), its rows fetched."""
         sql, bound = self._prepare(conn.dialect)
         if isinstance(params, list):
-            return conn.exec_driver_sql(sql, [bound(p) for p in params])
-        return conn.exec_driver_sql(sql, bound(params))
+            return run_at_driver(conn, sql, [bound(p) for p in params], many=True)[0]
+        return run_at_driver(conn, sql, bound(params))[0]
 
-    def run_script(self, conn: Connection, params: dict) -> list[list[tuple]]:
+    def run_script(self, conn: Connection, params: dict) -> list[DriverRows]:
         """Every statement's rows, the script sent in one round trip; a failing statement
-        raises as exec_driver_sql would (the transaction is then rolled back whole)."""
+        raises as `run` would (the transaction is then rolled back whole)."""
         sql, bound = self._prepare(conn.dialect)
-        args = bound(params)
-        cursor = conn.connection.cursor()  # the pooled DBAPI connection's own cursor
-        conn.dispatch.before_cursor_execute(conn, cursor, sql, args, None, False)
-        try:
-            cursor.execute(sql, args)
-            rows = [list(cursor.fetchall())]
-            while cursor.nextset():  # the later statements' errors surface here
-                rows.append(list(cursor.fetchall()))
-        except Exception as exc:
-            conn._handle_dbapi_exception(exc, sql, args, cursor, None)  # wraps; drops dead links
-            raise
-        finally:
-            cursor.close()
-        conn.dispatch.after_cursor_execute(conn, cursor, sql, args, None, False)
-        return rows
+        return run_at_driver(conn, sql, bound(params), script=True)
 
     def _prepare(self, dialect: sa.Dialect) -> tuple[str, Callable[[dict], dict]]:
         sql, constants, processors = self._compiled.get(dialect.name) or self._compile(dialect)
@@ -118,6 +110,57 @@ class Precompiled:
             texts.append(self.edit(i, text) if self.edit else text)
         self._compiled[dialect.name] = (";\n".join(texts), constants, processors)
         return self._compiled[dialect.name]
+
+
+@dataclass(frozen=True)
+class DriverRows:
+    """A statement's rows, as the driver returned them, and the rows it matched (UPDATE,
+    DELETE; for executemany, the driver's total)."""
+
+    rows: list[tuple]
+    rowcount: int
+
+    def first(self) -> tuple | None:
+        return self.rows[0] if self.rows else None
+
+    def one(self) -> tuple:
+        if len(self.rows) != 1:
+            raise sa.exc.NoResultFound(f"expected one row, got {len(self.rows)}")
+        return self.rows[0]
+
+
+def run_at_driver(
+    conn: Connection, sql: str, args: Any, *, many: bool = False, script: bool = False
+) -> list[DriverRows]:
+    """Run `sql` on the connection's DBAPI cursor: every result set's rows (several for a
+    script). The cursor events fire as for Connection.execute; a driver error goes through
+    the Connection's own handling (wrapped as sa.exc.DBAPIError, a dead link invalidated)."""
+    cursor = conn.connection.cursor()  # the pooled DBAPI connection's own cursor
+    dispatch = conn.dispatch
+    if dispatch.before_cursor_execute:  # any listeners: dispatching to none costs a job's 5 %
+        dispatch.before_cursor_execute(conn, cursor, sql, args, None, many)
+    try:
+        if many:
+            cursor.executemany(sql, args)
+        else:
+            cursor.execute(sql, args)
+        results = [_fetched(cursor)]
+        while script and cursor.nextset():  # a script's later statements' errors surface here
+            results.append(_fetched(cursor))
+    except Exception as exc:
+        conn._handle_dbapi_exception(exc, sql, args, cursor, None)  # raises the wrapped error
+        raise
+    finally:
+        cursor.close()
+    if dispatch.after_cursor_execute:
+        dispatch.after_cursor_execute(conn, cursor, sql, args, None, many)
+    return results
+
+
+def _fetched(cursor: Any) -> DriverRows:
+    # The rows first: SQLite counts an UPDATE … RETURNING's rows only once they are stepped.
+    rows = list(cursor.fetchall()) if cursor.description is not None else []
+    return DriverRows(rows, cursor.rowcount)
 
 
 def rowcount(result: sa.Result[Any]) -> int:

@@ -11,7 +11,7 @@ import os
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import sqlalchemy as sa
 
@@ -132,24 +132,27 @@ class _Taken(NamedTuple):
     retries: int
 
 
-def _take_next(db: Database, conn: sa.Connection, params: dict) -> tuple[Any, Problem | None]:
+def _take_next(
+    db: Database, conn: sa.Connection, params: dict
+) -> tuple[_Taken | None, Problem | None]:
     """(the job taken: a row with id, problem_id, retries; its problem), or (None, None)."""
     if db.backend == "postgresql":
         row = sql.CLAIM_PG.run(conn, params).first()
         if row is None:
             return None, None
-        return row, _problem_of(conn, row[3:])
+        return _Taken(*row[:3]), _problem_of(conn, row[3:])
     if db.is_sqlite:
         row = sql.CLAIM_SQLITE.run(conn, params).first()
         if row is None:
             return None, None
-        sql.ADD_ATTEMPT_SQLITE.run(conn, {**params, "p_job": row.id})
-        values = sql.READ_PROBLEM_SQLITE.run(conn, {"p_problem": row.problem_id}).one()
-        return row, _problem_of(conn, values)
-    taken = sql.CLAIM_MYSQL.run_script(conn, params)[-1]
-    if not taken:
+        taken = _Taken(*row)
+        sql.ADD_ATTEMPT_SQLITE.run(conn, {**params, "p_job": taken.id})
+        values = sql.READ_PROBLEM_SQLITE.run(conn, {"p_problem": taken.problem_id}).one()
+        return taken, _problem_of(conn, values)
+    last = sql.CLAIM_MYSQL.run_script(conn, params)[-1].first()
+    if last is None:
         return None, None
-    job_id, problem_id, retries, *problem = taken[0]
+    job_id, problem_id, retries, *problem = last
     return _Taken(job_id, problem_id, retries), _problem_of(conn, problem)
 
 

@@ -111,12 +111,13 @@ def _record(
                 sql.ADD_RESULT_SQLITE.run(conn, params)
                 sql.END_ATTEMPT_SQLITE.run(conn, params)
         elif claim is None:
-            recorded = sql.RECORD_MYSQL.run_script(conn, params)[-1][0][0] == 1
+            recorded = sql.RECORD_MYSQL.run_script(conn, params)[-1].rows[0][0] == 1
         else:
             args = {**params, **claim.params("n_token")}
-            rows = sql.RECORD_AND_CLAIM_MYSQL.run_script(conn, args)
-            recorded = rows[4][0][0] == 1
-            taken = claim.lease(conn, rows[-1][0]) if rows[-1] else None
+            results = sql.RECORD_AND_CLAIM_MYSQL.run_script(conn, args)
+            recorded = results[4].rows[0][0] == 1
+            next_row = results[-1].first()
+            taken = claim.lease(conn, next_row) if next_row is not None else None
         if recorded and not pg and outcome.candidates:
             sql.ADD_CANDIDATES.run(conn, _candidate_rows(lease, outcome))
         if recorded and also is not None:
