@@ -1,21 +1,25 @@
-"""Fixtures: every database test runs on SQLite, PostgreSQL and MariaDB/MySQL.
+"""Fixtures: database tests run on SQLite, PostgreSQL and MariaDB/MySQL.
 
 Server URLs come from MLIRTUNA_TEST_POSTGRES and MLIRTUNA_TEST_MYSQL; without them only SQLite
 runs and the summary says which backends were skipped. With MLIRTUNA_TEST_REQUIRE_ALL=1 (CI) a
-missing or unreachable server is a failure, not a skip. Each test gets a fresh database.
+missing or unreachable server is a failure, not a skip.
+
+Each test gets a database of its own at the schema's head, made cheaply from one migrated once
+per test process (tests/support/testdbs.py): a file copy on SQLite, a template on PostgreSQL, a
+reset of a reused database on MariaDB. A test file that needs fewer backends says so with
+`pytestmark = pytest.mark.backends("sqlite")`; without the mark a test runs on all three.
 """
 
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
-from mlirtuna.db import Database, resolve_url
+from mlirtuna.db import Database
+from tests.support.testdbs import BACKENDS, TestDatabases
 
 HERE = Path(__file__).parent
 DATA = HERE / "data"
@@ -24,108 +28,61 @@ FAKE_ROCMLIR = HERE / "fake_rocmlir"
 # The stand-in tool reads FAKE_* variables; the tool's environment is an allowlist.
 os.environ.setdefault("MLIRTUNA_TOOL_ENV", "FAKE_*")
 
-SERVER_ENV = {"postgresql": "MLIRTUNA_TEST_POSTGRES", "mysql": "MLIRTUNA_TEST_MYSQL"}
-REQUIRE_ALL = os.environ.get("MLIRTUNA_TEST_REQUIRE_ALL") == "1"
-_skipped: dict[str, str] = {}
-_template_ready: set[str] = set()
+DB_FIXTURES = ("db_url", "empty_db_url", "module_db_url")
 
 
-def _server_admin(backend: str) -> sa.Engine | None:
-    if backend in _skipped:
-        return None
-    url = os.environ.get(SERVER_ENV[backend])
-    if not url:
-        _skipped[backend] = f"{SERVER_ENV[backend]} not set"
-        return None
-    engine = sa.create_engine(resolve_url(url), isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
-    try:
-        with engine.connect():
-            pass
-    except sa.exc.OperationalError as exc:
-        if REQUIRE_ALL:
-            raise
-        _skipped[backend] = f"unreachable: {str(exc.orig).splitlines()[0]}"
-        return None
-    return engine
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "backends(*names): the database backends a test runs on (sqlite, postgresql, mysql); "
+        "without it, all three",
+    )
 
 
-def _fresh_server_db(backend: str, migrated: bool = True) -> Iterator[str]:
-    admin = _server_admin(backend)
-    if admin is None:
-        if REQUIRE_ALL:
-            pytest.fail(f"{backend} required (MLIRTUNA_TEST_REQUIRE_ALL=1): {_skipped[backend]}")
-        pytest.skip(f"{backend}: {_skipped[backend]}")
-    name = f"mlirtuna_t_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    base = resolve_url(os.environ[SERVER_ENV[backend]])
-    with admin.connect() as conn:
-        if backend == "postgresql":
-            template = f" TEMPLATE {_pg_template(admin, base)}" if migrated else ""
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"{template}')
-        else:
-            conn.exec_driver_sql(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
-    url = base.set(database=name)
-    if migrated and backend == "mysql":
-        migrate = Database(url, check_schema=False)
-        migrate.upgrade()
-        migrate.dispose()
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            if backend == "postgresql":
-                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            else:
-                conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
-        admin.dispose()
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: two test processes per core. Most tests wait (on a database, a worker process,
+    a tool, a browser): the CPU sat 18-37 % busy with one process (issue 32)."""
+    return 2 * (os.cpu_count() or 1)
 
 
-def _pg_template(admin: sa.Engine, base: sa.URL) -> str:
-    """A database migrated once per run; each test's database is a cheap copy of it."""
-    name = f"mlirtuna_tmpl_{os.getpid()}"
-    if name not in _template_ready:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        db = Database(base.set(database=name), check_schema=False)
-        db.upgrade()
-        db.dispose()
-        _template_ready.add(name)
-    return f'"{name}"'
+def pytest_generate_tests(metafunc):
+    """Parametrize each database fixture over the backends the test (or its file) asks for."""
+    marker = metafunc.definition.get_closest_marker("backends")
+    backends = list(marker.args) if marker else list(BACKENDS)
+    unknown = set(backends) - set(BACKENDS)
+    if unknown:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: unknown backends {unknown}")
+    for name in DB_FIXTURES:
+        if name in metafunc.fixturenames:
+            scope = "module" if name == "module_db_url" else "function"
+            metafunc.parametrize(name, backends, indirect=True, scope=scope)
 
 
-BACKENDS = ["sqlite", "postgresql", "mysql"]
+@pytest.fixture(scope="session")
+def test_databases(tmp_path_factory) -> Iterator[TestDatabases]:
+    dbs = TestDatabases(tmp_path_factory.mktemp("templates"))
+    yield dbs
+    dbs.close()
 
 
-@pytest.fixture(params=BACKENDS)
-def db_url(request, tmp_path) -> Iterator[str]:
+@pytest.fixture
+def db_url(request, tmp_path, test_databases) -> Iterator[str]:
     """A URL of a fresh database with the schema at head, once per backend."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'mlirtuna.db'}"
-        Database(url).dispose()  # the first use of a new SQLite file creates the schema
-        yield url
-        return
-    yield from _fresh_server_db(request.param)
+    yield from test_databases.migrated(request.param, tmp_path / "mlirtuna.db")
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
-def module_db_url(request, tmp_path_factory) -> Iterator[str]:
+@pytest.fixture(scope="module")
+def module_db_url(request, tmp_path_factory, test_databases) -> Iterator[str]:
     """As db_url, but one database per backend for a whole test module (its tests share it):
     for modules that fill a database once and start a server over it (the browser tests)."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'mlirtuna.db'}"
-        Database(url).dispose()
-        yield url
-        return
-    yield from _fresh_server_db(request.param)
+    path = tmp_path_factory.mktemp("db") / "mlirtuna.db"
+    yield from test_databases.migrated(request.param, path, shared=False)
 
 
-@pytest.fixture(params=BACKENDS)
-def empty_db_url(request, tmp_path) -> Iterator[str]:
+@pytest.fixture
+def empty_db_url(request, tmp_path, test_databases) -> Iterator[str]:
     """A URL of a fresh database with no tables at all."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'empty.db'}"
-        return
-    yield from _fresh_server_db(request.param, migrated=False)
+    yield from test_databases.empty(request.param, tmp_path / "empty.db")
 
 
 @pytest.fixture
@@ -135,22 +92,9 @@ def db(db_url) -> Iterator[Database]:
     database.dispose()
 
 
-def pytest_sessionfinish(session, exitstatus):
-    # Drop the PostgreSQL template this run made.
-    for name in _template_ready:
-        admin = _server_admin("postgresql")
-        if admin is not None:
-            with admin.connect() as conn:
-                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            admin.dispose()
-
-
 def pytest_terminal_summary(terminalreporter):
-    for backend, var in SERVER_ENV.items():
-        if not os.environ.get(var):
-            _skipped.setdefault(backend, f"{var} not set")
-    ran = ["sqlite"] + [b for b in SERVER_ENV if b not in _skipped]
+    ran, skipped = TestDatabases.summary()
     terminalreporter.write_sep("-", "database backends")
     terminalreporter.write_line(f"ran: {', '.join(ran)}")
-    for backend, why in _skipped.items():
+    for backend, why in skipped.items():
         terminalreporter.write_line(f"SKIPPED backend {backend}: {why}")

@@ -22,6 +22,10 @@ from mlirtuna.tuners.base import TuneContext
 from mlirtuna.tuners.rocmlir import fusionkey, outcome
 from mlirtuna.tuners.rocmlir.process import Run
 
+# The backend changes nothing here (the queue, records and SQL of their own are tested on every
+# backend in their own files): SQLite only, to keep the suite quick.
+pytestmark = pytest.mark.backends("sqlite")
+
 FUSION = Path(__file__).parent / "data" / "fusion"
 CASE_4 = FUSION / "resnet50" / "mixr-resnet-fusion-case-4.mlir"
 DOT_ADD = FUSION / "mixr-gemm" / "mixr-gemm-add.e2e.mlir"

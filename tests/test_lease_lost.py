@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import sqlalchemy as sa
 from support.clitools import mlirtuna_argv, subprocess_env
 from support.rocmlir import (  # noqa: F401 (quiet_build is the build fixture)
@@ -21,6 +22,10 @@ from support.workers import wait_for
 from mlirtuna import queue
 from mlirtuna.db.models import Attempt, Job
 from mlirtuna.queue import Claimant
+
+# The backend changes nothing here (the queue, records and SQL of their own are tested on every
+# backend in their own files): SQLite only, to keep the suite quick.
+pytestmark = pytest.mark.backends("sqlite")
 
 
 def gone(*pids: int, within: float = 10.0) -> bool:

@@ -21,6 +21,10 @@ from mlirtuna.db.models import Candidate, Job, Result
 from mlirtuna.problems import parse
 from mlirtuna.queue import jobs
 
+# The backend changes nothing here (the queue, records and SQL of their own are tested on every
+# backend in their own files): SQLite only, to keep the suite quick.
+pytestmark = pytest.mark.backends("sqlite")
+
 
 @pytest.mark.parametrize("era", ["E2", "E3"])
 @pytest.mark.parametrize("op", ["gemm", "conv", "attention"])

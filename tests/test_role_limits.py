@@ -23,6 +23,9 @@ from mlirtuna.queue.wakeup import Wakeup
 from mlirtuna.tuners.sleep import SleepTuner
 from mlirtuna.worker import Worker, WorkerSettings
 
+# Roles are the servers' (SQLite has no users).
+pytestmark = pytest.mark.backends("postgresql", "mysql")
+
 
 @pytest.fixture
 def server_db(db):

@@ -14,6 +14,9 @@ from mlirtuna.db import Database, roles
 from mlirtuna.tuners.sleep import SleepTuner
 from mlirtuna.worker import Worker, WorkerSettings
 
+# Roles are the servers' (SQLite has no users).
+pytestmark = pytest.mark.backends("postgresql", "mysql")
+
 
 @pytest.fixture
 def server_db(db):

@@ -15,6 +15,10 @@ from support.perfrunner_reader import read_tuning_db
 from mlirtuna import flow
 from mlirtuna.errors import UserError
 
+# The backend changes nothing here (the queue, records and SQL of their own are tested on every
+# backend in their own files): SQLite only, to keep the suite quick.
+pytestmark = pytest.mark.backends("sqlite")
+
 ROOT = Path(__file__).parent.parent
 EXAMPLES = ROOT / "examples"
 GEMM = "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m {m} -n 16 -k 16\n"

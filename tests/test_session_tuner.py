@@ -23,6 +23,10 @@ from mlirtuna.tuners.base import Candidate as Cand
 from mlirtuna.tuners.base import TuneOutcome
 from mlirtuna.worker import Worker, WorkerSettings
 
+# The backend changes nothing here (the queue, records and SQL of their own are tested on every
+# backend in their own files): SQLite only, to keep the suite quick.
+pytestmark = pytest.mark.backends("sqlite")
+
 FAKE = Path(__file__).parent / "fake_rocmlir"
 GEMM = "-t f16 -out_datatype f16 -transA false -transB false -g 1 -m 1024 -n 512 -k 768"
 SMALL = "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m {m} -n 8 -k 8"

@@ -14,6 +14,10 @@ from support.twostage import problems, session
 
 from mlirtuna import machine
 
+# The backend changes nothing here (the queue, records and SQL of their own are tested on every
+# backend in their own files): SQLite only, to keep the suite quick.
+pytestmark = pytest.mark.backends("sqlite")
+
 
 @pytest.fixture
 def tmpdir_root(tmp_path, monkeypatch):

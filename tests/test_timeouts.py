@@ -25,6 +25,10 @@ from mlirtuna.errors import TunerTimeout
 from mlirtuna.problems import parse
 from mlirtuna.tuners.rocmlir import process
 
+# The backend changes nothing here (the queue, records and SQL of their own are tested on every
+# backend in their own files): SQLite only, to keep the suite quick.
+pytestmark = pytest.mark.backends("sqlite")
+
 STUBBORN = """
 import os, signal, subprocess, sys, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
