@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from support.clitools import mlirtuna_argv, run_cli, subprocess_env
+from support.clitools import cli, mlirtuna_argv, run_cli, subprocess_env
 from support.rocmlir import fake_build
 
 from mlirtuna import catalog, queue, sessions
@@ -334,7 +334,7 @@ def test_claim_many_takes_each_job_with_its_own_lease(db, tmp_path):
 
 
 def test_batch_must_be_at_least_one(db_url):
-    run = run_cli(db_url, "worker", "--session", "1", "--batch", "0")
+    run = cli(db_url, "worker", "--session", "1", "--batch", "0")
     assert run.code == 2
     assert run.stderr.strip().splitlines() == ["error: --batch 0: give 1 or more jobs"]
 
@@ -454,7 +454,7 @@ def test_import_refuses_what_the_real_gemm_parser_refuses(db, db_url, tmp_path):
         catalog.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag="x")
     with db.session() as s:  # nothing half-written
         assert s.scalar(sa.select(sa.func.count()).select_from(Problem)) == 0
-    refused = run_cli(db_url, "import", "--op", "gemm", str(path))
+    refused = cli(db_url, "import", "--op", "gemm", str(path))
     lines = refused.stderr.strip().splitlines()
     assert (
         refused.code == 2 and len(lines) == 1 and f"{path}:2:" in lines[0] and "-transO" in lines[0]

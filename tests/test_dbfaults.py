@@ -15,7 +15,7 @@ import psycopg
 import pymysql
 import pytest
 import sqlalchemy as sa
-from support.clitools import run_cli
+from support.clitools import cli, run_cli
 from support.ownservers import OwnPostgres
 from support.workers import job_states, make_session, start_worker, stderr_of, wait_for
 
@@ -302,7 +302,7 @@ def test_a_worker_waits_for_a_database_that_is_not_up_yet(tmp_path):
 def test_a_missing_table_is_one_line_for_a_command(db, db_url):
     with db.engine.begin() as conn:
         conn.exec_driver_sql("ALTER TABLE job RENAME TO job_gone")
-    run = run_cli(db_url, "status")
+    run = cli(db_url, "status")
     assert run.code == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert run.stderr.startswith("error: database error on ") and "job" in run.stderr
 
@@ -317,7 +317,7 @@ def test_a_missing_table_is_one_line_for_a_command(db, db_url):
     ],
 )
 def test_a_malformed_url_is_one_line_with_the_password_masked(url):
-    run = run_cli(url, "status")
+    run = cli(url, "status")
     assert run.code == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert "bad database URL" in run.stderr and "ss:word" not in run.stderr
     assert "p@ss" not in run.stderr and "Traceback" not in run.stderr

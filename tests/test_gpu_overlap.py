@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from support.clitools import run_cli
+from support.clitools import cli
 from support.rocmlir import fake_build, work, worker_settings
 from support.twostage import count, problems, session, states
 
@@ -194,6 +194,6 @@ def test_batch_wait_and_prefetch_reach_every_worker_process():
 
 
 def test_a_negative_batch_wait_is_refused(db_url):
-    run = run_cli(db_url, "worker", "--session", "1", "--batch", "4", "--batch-wait", "-1")
+    run = cli(db_url, "worker", "--session", "1", "--batch", "4", "--batch-wait", "-1")
     assert run.code == 2
     assert run.stderr.strip().splitlines() == ["error: --batch-wait -1: give 0 or more seconds"]

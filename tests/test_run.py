@@ -216,16 +216,14 @@ def one_line(run, code: int, *fragments: str) -> None:
 
 def test_unreadable_file(db_url, tmp_path):
     one_line(
-        run_cli(db_url, "import", "--op", "gemm", str(tmp_path / "nope")), 2, str(tmp_path / "nope")
+        cli(db_url, "import", "--op", "gemm", str(tmp_path / "nope")), 2, str(tmp_path / "nope")
     )
-    one_line(
-        run_cli(db_url, "run", "--op", "gemm", str(tmp_path / "nope")), 2, str(tmp_path / "nope")
-    )
+    one_line(cli(db_url, "run", "--op", "gemm", str(tmp_path / "nope")), 2, str(tmp_path / "nope"))
 
 
 def test_unknown_op(db_url):
     one_line(
-        run_cli(db_url, "import", "--op", "fft", str(EXAMPLES / "gemm-small")),
+        cli(db_url, "import", "--op", "fft", str(EXAMPLES / "gemm-small")),
         2,
         "unknown op 'fft'",
         "conv",
@@ -233,24 +231,24 @@ def test_unknown_op(db_url):
 
 
 def test_bad_url(tmp_path):
-    one_line(run_cli("nonsense://", "status"), 2, "database URL")
+    one_line(cli("nonsense://", "status"), 2, "database URL")
 
 
 def test_unreachable_database_masks_the_password(tmp_path):
     url = "postgresql://tuna:hunter2@127.0.0.1:1/tuna?connect_timeout=2"
-    run = run_cli(url, "status")
+    run = cli(url, "status")
     one_line(run, 2, "cannot reach the database", "***")
     assert "hunter2" not in run.stderr
 
 
 @pytest.mark.backends("postgresql", "mysql")  # a new SQLite file is created, never "too old"
 def test_schema_too_old_names_the_upgrade(empty_db_url):
-    one_line(run_cli(empty_db_url, "status"), 2, "run `mlirtuna db upgrade`")
+    one_line(cli(empty_db_url, "status"), 2, "run `mlirtuna db upgrade`")
 
 
 def test_no_rocmlir_build_where_required(db_url, tmp_path, monkeypatch):
     monkeypatch.delenv("MLIRTUNA_ROCMLIR_BUILD", raising=False)
-    run = run_cli(
+    run = cli(
         db_url,
         "run",
         "--op",
@@ -270,7 +268,7 @@ def test_no_rocmlir_build_where_required(db_url, tmp_path, monkeypatch):
 
 
 def test_debug_shows_the_traceback(db_url):
-    run = run_cli(db_url, "--debug", "session", "show", "42")
+    run = cli(db_url, "--debug", "session", "show", "42")
     assert run.code != 0 and "Traceback" in run.stderr and "NotFound" in run.stderr
 
 

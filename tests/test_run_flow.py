@@ -35,9 +35,9 @@ def test_typod_build_dir_is_an_error(db_url, tmp_path, monkeypatch, how):
     typo.mkdir(parents=True)
     args = ["run", "--op", "gemm", str(EXAMPLES / "gemm-small")]
     if how == "flag":
-        run = run_cli(db_url, *args, "--mlir-build-dir", str(typo))
+        run = cli(db_url, *args, "--mlir-build-dir", str(typo))
     else:
-        run = run_cli(db_url, *args, MLIRTUNA_ROCMLIR_BUILD=str(typo))
+        run = cli(db_url, *args, env={"MLIRTUNA_ROCMLIR_BUILD": str(typo)})
     assert run.code == 2, run.stderr
     line = run.stderr.strip()
     assert "\n" not in line and str(typo) in line and "bin/tuningRunner.py" in line
@@ -74,7 +74,7 @@ def test_run_skips_what_the_cpu_tuner_cannot_run(db_url, tmp_path):
 def test_run_with_nothing_the_cpu_tuner_can_run_is_an_error(db_url, tmp_path):
     path = tmp_path / "g"
     path.write_text(GEMM.format(m=8).replace("f32", "fp8", 1))
-    run = run_cli(db_url, "run", "--op", "gemm", "--quiet", str(path))
+    run = cli(db_url, "run", "--op", "gemm", "--quiet", str(path))
     assert run.code == 2 and "fp8" in run.stderr and "\n" not in run.stderr.strip()
     assert cli(db_url, "session", "list", "--json").json() == []
 

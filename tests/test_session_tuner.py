@@ -74,7 +74,7 @@ def test_worker_without_tuner_runs_the_sessions_tuner(db, db_url, tmp_path, buil
 @pytest.mark.parametrize("asked", ["cpu", "sleep:0.1", "plugins.claimlog:Logging"])
 def test_worker_with_another_tuner_is_refused(db, db_url, tmp_path, asked):
     sid = open_session(db, tmp_path, "rocmlir", [GEMM], **ROCMLIR)
-    run = run_cli(db_url, "worker", "--session", str(sid), "--tuner", asked, "--until-empty")
+    run = cli(db_url, "worker", "--session", str(sid), "--tuner", asked, "--until-empty")
     assert run.code == 2, run.stderr
     line = run.stderr.strip()
     assert "\n" not in line and f"--tuner {asked}" in line and "rocmlir" in line
@@ -195,6 +195,6 @@ def test_delete_refuses_a_running_session_unless_forced(db, tmp_path):
 
 def test_delete_asks_for_yes_without_a_terminal(db, db_url, tmp_path):
     sid = open_session(db, tmp_path, "sleep", [SMALL.format(m=1)])
-    run = run_cli(db_url, "session", "delete", str(sid))
+    run = cli(db_url, "session", "delete", str(sid))
     assert run.code == 2 and "--yes" in run.stderr and "\n" not in run.stderr.strip()
     assert sessions.get(db, sid).id == sid
