@@ -17,7 +17,7 @@ from support.rocmlir import (  # noqa: F401 (quiet_build is the build fixture)
     quiet_build,
     rocmlir_session,
 )
-from support.workers import wait_for
+from support.workers import running_job, wait_for, wait_past_lease
 
 from mlirtuna import queue
 from mlirtuna.db.models import Attempt, Job
@@ -55,7 +55,7 @@ def test_a_worker_that_lost_its_lease_stops_the_tool(db, db_url, tmp_path, build
         wait_for(lambda: all(p.exists() and p.read_text().strip() for p in pids), timeout=60)
         tool, child = (int(p.read_text()) for p in pids)
         a.send_signal(signal.SIGSTOP)
-        time.sleep(2.5)  # past the lease: A's heartbeat cannot renew it
+        wait_past_lease(db, running_job(db, sid))  # A's heartbeat cannot renew it
         assert queue.reclaim_expired(db, max_retries=5, session_id=sid) == 1
         b = queue.claim(db, sid, Claimant("other-host", 0, 1), lease_s=600)
         assert b is not None  # another worker has the job now

@@ -4,7 +4,6 @@ expired leases, release, requeue, cancel."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import sqlalchemy as sa
@@ -15,6 +14,7 @@ from support.queueing import (  # noqa: F401 (the session_with_jobs fixture)
     gemm_file,
     outcome,
 )
+from support.workers import wait_past_lease
 
 from mlirtuna import catalog, queue, sessions
 from mlirtuna.db.models import Attempt, Candidate, Job, Result
@@ -255,7 +255,7 @@ def test_fail_backs_off_then_errors_after_max(db, session_with_jobs):
 
 def test_expired_lease_goes_back_and_old_holder_records_nothing(db, session_with_jobs):
     lease = queue.claim(db, session_with_jobs, ME, 0.2)
-    time.sleep(0.5)
+    wait_past_lease(db, lease.job_id)
     assert queue.reclaim_expired(db, max_retries=3) == 1
     row = job_row(db, lease.job_id)
     assert row.state == "new" and row.retries == 1 and "lease expired" in row.result
@@ -273,7 +273,7 @@ def test_expired_lease_goes_back_and_old_holder_records_nothing(db, session_with
 
 def test_expired_lease_at_max_retries_is_error(db, session_with_jobs):
     lease = queue.claim(db, session_with_jobs, ME, 0.1)
-    time.sleep(0.3)
+    wait_past_lease(db, lease.job_id)
     queue.reclaim_expired(db, max_retries=1)
     assert job_row(db, lease.job_id).state == "error"
 

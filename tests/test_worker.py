@@ -21,9 +21,11 @@ from support.workers import (
     finish,
     job_states,
     make_session,
+    running_job,
     start_worker,
     stderr_of,
     wait_for,
+    wait_past_lease,
 )
 
 from mlirtuna import catalog
@@ -98,7 +100,7 @@ def test_paused_worker_records_nothing_after_takeover(db, db_url, tmp_path):
     a = start_worker(db_url, sid, log, "--max-jobs", "1", "--lease", "1", sleep_s=1.0)
     wait_for(lambda: job_states(db, sid).get("running") == 1)
     a.send_signal(signal.SIGSTOP)
-    time.sleep(1.6)  # past the lease: A's heartbeat cannot renew it
+    wait_past_lease(db, running_job(db, sid))  # A's heartbeat cannot renew it
     b = start_worker(db_url, sid, log, "--until-empty", "--lease", "30", sleep_s=0.1)
     finish([b])
     a.send_signal(signal.SIGCONT)

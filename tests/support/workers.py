@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from mlirtuna import catalog, sessions
 from mlirtuna.db import Database
+from mlirtuna.db.clock import db_now
 from mlirtuna.db.models import Attempt, Candidate, Job, Result
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
@@ -124,3 +125,23 @@ def wait_for(cond, timeout: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         time.sleep(0.05)
+
+
+def wait_past_lease(db: Database, job_id: int, timeout: float = 30.0) -> None:
+    """Until the database's clock (the one leases are judged by) is past the job's lease: a
+    worker paused that long can no longer renew it."""
+
+    def past() -> bool:
+        with db.session() as s:
+            expired = sa.select(Job.lease_expires_at < db_now()).where(Job.id == job_id)
+            return bool(s.scalar(expired))
+
+    wait_for(past, timeout)
+
+
+def running_job(db: Database, session_id: int) -> int:
+    """The id of the session's one running job."""
+    with db.session() as s:
+        return s.scalars(
+            sa.select(Job.id).where(Job.session_id == session_id, Job.state == "running")
+        ).one()
