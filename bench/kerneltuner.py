@@ -88,28 +88,9 @@ def matrix(caches: dict[str, Cache], configs: list[str] | None = None) -> quick.
 
 # rocMLIR's .debug conv columns (perfRunner table_entry(), as `export --format debug` writes).
 DEBUG_COLUMNS = [
-    "Chip",
-    "numCU",
-    "Direction",
-    "DataType",
-    "FilterLayout",
-    "InputLayout",
-    "OutputLayout",
-    "N",
-    "C",
-    "H",
-    "W",
-    "K",
-    "Y",
-    "X",
-    "DilationH",
-    "DilationW",
-    "StrideH",
-    "StrideW",
-    "PaddingH",
-    "PaddingW",
-    "PerfConfig",
-    "TFlops",
+    *("Chip", "numCU", "Direction", "DataType", "FilterLayout", "InputLayout", "OutputLayout"),
+    *("N", "C", "H", "W", "K", "Y", "X", "DilationH", "DilationW", "StrideH", "StrideW"),
+    *("PaddingH", "PaddingW", "PerfConfig", "TFlops"),
 ]
 
 
