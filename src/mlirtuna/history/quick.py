@@ -651,6 +651,10 @@ GAIN_FLOOR = 1e-3
 #: A config field with exactly this many distinct values is a switch (use_shmem, forceUnroll…):
 #: the combinations of switches are the families a transferable list samples from.
 SWITCH_VALUES = 2
+#: Virtual problems for the tail of a transferable list: VIRTUAL mixtures of the known rows with
+#: Dirichlet(VIRTUAL_ALPHA) weights (< 1: most weight on a few rows, as a new GPU resembles
+#: some known ones more than others).
+VIRTUAL, VIRTUAL_ALPHA, VIRTUAL_SEED = 64, 0.5, 36
 
 
 @dataclass
@@ -752,16 +756,26 @@ def across_list(m: Matrix, k: int) -> list[str]:
        list yet, best family first: a new GPU's optimum often lies in a family the training
        GPUs rank low (W6600 vs the NVIDIA GPUs on the convolution), and k near-copies of one
        family's best would all miss it.
-    3. The rest by mean log ratio.
+    3. The rest by a robust cover of *virtual* problems between the known ones: VIRTUAL random
+       mixtures (Dirichlet weights) of the rows' log ratios, each measured against its own best,
+       so the tail holds configs that are best somewhere between the training GPUs rather than
+       near-copies of the top one (seeded: the same matrix gives the same list).
     """
+    logs = _log_ratios(m)  # (configs, rows)
+    score = logs @ _row_weights(m.units)
+    chosen = _robust_cover(logs, _row_weights(m.units), score, k)
+    chosen += _family_picks(families(m.configs), score, chosen, k)
+    chosen += _virtual_cover(logs, score, chosen, k)
+    return [m.configs[j] for j in chosen]
+
+
+def _robust_cover(logs: Any, w: Any, score: Any, k: int) -> list[int]:
+    """Greedy on the weighted mean of log(best-in-list / best), while a config gains."""
     import numpy as np
 
-    logs = _log_ratios(m)  # (configs, rows)
-    w = _row_weights(m.units)
-    score = logs @ w
     chosen: list[int] = []
-    best = np.full(len(m.rows), math.log(FAILED_RATIO))
-    while len(chosen) < min(k, len(m.configs)):
+    best = np.full(logs.shape[1], math.log(FAILED_RATIO))
+    while len(chosen) < min(k, len(score)):
         value = np.maximum(logs, best) @ w
         value[chosen] = -np.inf
         gain = value - best @ w
@@ -770,25 +784,40 @@ def across_list(m: Matrix, k: int) -> list[str]:
             break
         chosen.append(j)
         best = np.maximum(best, logs[j])
-    fam = families(m.configs)
-    order = np.argsort(-score, kind="stable")
+    return chosen
+
+
+def _family_picks(fam: Any, score: Any, chosen: list[int], k: int) -> list[int]:
+    """The best config of each family not represented yet, best family first."""
+    import numpy as np
+
     first: dict[int, int] = {}
-    for j in order:
+    for j in np.argsort(-score, kind="stable"):
         first.setdefault(int(fam[j]), int(j))
     seen = {int(fam[j]) for j in chosen}
-    for f, j in first.items():  # dict order = best family first
-        if len(chosen) >= k:
-            break
-        if f not in seen:
-            chosen.append(j)
-            seen.add(f)
-    taken = set(chosen)
-    for j in order:
-        if len(chosen) >= k:
-            break
-        if int(j) not in taken:
-            chosen.append(int(j))
-    return [m.configs[j] for j in chosen]
+    more = [j for f, j in first.items() if f not in seen]  # dict order: best family first
+    return more[: max(0, k - len(chosen))]
+
+
+def _virtual_cover(logs: Any, score: Any, chosen: list[int], k: int) -> list[int]:
+    """Up to k - len(chosen) more configs: greedy on the mean over VIRTUAL mixtures of the rows
+    of log(best-in-list / best) (ties: the best mean log ratio)."""
+    import numpy as np
+
+    if len(chosen) >= min(k, len(score)):
+        return []
+    rng = np.random.default_rng(VIRTUAL_SEED)
+    mix = logs @ rng.dirichlet(np.full(logs.shape[1], VIRTUAL_ALPHA), size=VIRTUAL).T
+    mix -= mix.max(axis=0, keepdims=True)  # each virtual problem against its own best
+    best = mix[chosen].max(axis=0)
+    more: list[int] = []
+    while len(chosen) + len(more) < min(k, len(score)):
+        value = np.maximum(mix, best).mean(axis=1)
+        value[chosen + more] = -np.inf
+        j = int(np.lexsort((-score, -np.round(value, 9)))[0])
+        more.append(j)
+        best = np.maximum(best, mix[j])
+    return more
 
 
 #: The list makers a matrix can be given to, by name.
