@@ -290,3 +290,65 @@ def test_bench_on_the_real_gpus_beats_the_baseline():
     run = bench("--train", str(REAL), "--k", "1,10", "--goal", "--peers", "/nonexistent")
     assert run.returncode == 0, run.stderr
     assert "mlirtuna" in run.stdout and "BELOW" not in run.stdout
+
+
+# --- quick-list --across (the farm's own multi-arch history) -----------------------------------
+
+
+def tuned(db, sid: int, table: dict[str, dict[str, float]]) -> None:
+    """Candidates recorded through the real queue: {test vector: {perf config: TFlops}}."""
+    from mlirtuna import catalog, queue
+    from mlirtuna.problems import parse
+    from mlirtuna.queue import Claimant, jobs
+    from mlirtuna.tuners.base import Candidate, TuneOutcome
+
+    with db.session() as s:
+        catalog.ensure_problems(s, "gemm", [parse("gemm", v) for v in table])
+        ids = catalog.problem_ids(s, "gemm", table)
+        catalog.tag_problems(s, f"x{sid}", dict.fromkeys(ids.values(), 0))
+    jobs.load(db, sid, tag=f"x{sid}")
+    while (lease := queue.claim(db, sid, Claimant("t", 0), 60)) is not None:
+        with db.session() as s:
+            tv = catalog.load_problem(s, lease.problem_id).canonical()
+        cands = [Candidate(pc, 1e3 / tf, tf) for pc, tf in table[tv].items()]
+        assert queue.record(db, lease, TuneOutcome(cands, max(cands, key=lambda c: c.tflops)))
+
+
+def test_quick_list_across_arch_is_one_list_scored_leave_one_arch_out(db):
+    from support.clitools import cli
+    from support.results import gemm, new_session
+
+    favourite = {"gfx90a": "v4:a", "gfx942": "v4:b", "gfx950": "v4:c"}
+    ids = []
+    for arch, fav in favourite.items():
+        sid = new_session(db, arch=arch, arch_full=f"{arch}:sramecc+:xnack-")
+        table = {
+            gemm(m): {"v4:a": 5.0, "v4:b": 5.0, "v4:c": 5.0, fav: 10.0, "v4:r": 9.0}
+            for m in (16, 32)
+        }
+        tuned(db, sid, table)
+        ids.append(str(sid))
+    url = db.url.render_as_string(False)
+    r = cli(
+        url,
+        "quick-list",
+        "--session",
+        ",".join(ids),
+        "--across",
+        "arch",
+        "--max-size",
+        "2",
+        "--json",
+    )
+    assert r.code == 0, r.stderr
+    (got,) = r.json()["lists"]
+    assert got["arch"] == "gfx90a+gfx942+gfx950" and got["problems"] == 6
+    # the one config good everywhere first; each arch left out then gets 0.9 of its best
+    assert got["perf_configs"][0] == "v4:r" and len(got["perf_configs"]) == 2
+    loo = got["evaluation"]["leave_one_out"]
+    assert loo == {a: pytest.approx(0.9) for a in favourite}
+    assert "leave-one-arch-out geomean 0.9000" in r.stderr
+    assert r.json()["across"] == "arch"
+    for bad in (["--across", "gpu"], ["--across", "arch", "--top-k", "2"]):
+        r = cli(url, "quick-list", "--session", ids[0], *bad)
+        assert r.code == 2 and r.stderr.startswith("error:") and r.stderr.count("\n") == 1, bad

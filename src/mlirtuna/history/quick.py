@@ -367,6 +367,7 @@ class Options:
     threshold: float = DEFAULT_THRESHOLD
     max_size: int | None = None
     top_k: int | None = None  # the per-problem variant instead of the set cover
+    across: str | None = None  # one list for an arch (problem) none of the history's is
 
     def check(self) -> None:
         if not 0 < self.threshold <= 1:
@@ -857,4 +858,45 @@ def leave_one_out(m: Matrix, k: int, maker: str = "across") -> dict[str, float]:
         if not train.rows:
             continue
         out[unit] = unit_scores(test, MAKERS[maker](train, k))[unit]
+    return out
+
+
+#: What `quick-list --across` can treat as the unit a list must transfer to.
+ACROSS = ("arch", "problem")
+DEFAULT_ACROSS_SIZE = 10
+
+
+def build_across(histories: Sequence[History], across: str, size: int | None) -> list[GroupList]:
+    """Per (op, data type), one list over every arch's history, meant for an arch (or problem)
+    none of them is; its evaluation: leave-one-unit-out, of this list maker and the baseline."""
+    if across not in ACROSS:
+        raise UserError(f"unknown --across {across!r} (known: {', '.join(ACROSS)})")
+    k = size or DEFAULT_ACROSS_SIZE
+    if k < 1:
+        raise UserError("--max-size must be at least 1")
+    by_kind: dict[tuple[str, str], list[History]] = {}
+    for h in histories:
+        by_kind.setdefault((h.group.op, h.group.data_type), []).append(h)
+    out = []
+    for (op, dtype), hs in sorted(by_kind.items()):
+        m = matrix_of(hs)
+        if across == "problem":
+            m.units = list(m.rows)
+        units = m.unit_names()
+        ev = None
+        if len(units) > 1:
+            ev = {
+                "across": across,
+                "size": k,
+                "leave_one_out": leave_one_out(m, k),
+                "baseline_leave_one_out": leave_one_out(m, k, "baseline"),
+            }
+        arch = "+".join(sorted({h.group.arch for h in hs}))
+        method = (
+            f"across {len(units)} {across}s: robust cover, switch families, virtual cover"
+            f" ({k} configs)"
+        )
+        out.append(
+            GroupList(Group(arch, op, dtype), across_list(m, k), len(m.rows), [], method, ev)
+        )
     return out
