@@ -149,19 +149,25 @@ class Peer:
         self.seconds = 0.0
 
     def quick_tuning_gen(self, caches) -> list[str] | None:
+        """Its list from the Kernel Tuner caches, written as one .debug file."""
         if self.why_not:
             return None
-        t0 = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="qtg_") as tmp:
             debug = Path(tmp) / "train.debug"
             kt.write_debug(debug, caches)
+            return self.run_on(debug)
+
+    def run_on(self, debug: Path) -> list[str] | None:
+        """Its cover from one .debug file (the first table key's), in its own order."""
+        t0 = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="qtg_out_") as out:
             run = subprocess.run(
-                [str(self.python), str(self.script), str(debug), "-o", f"{tmp}/out"],
+                [str(self.python), str(self.script), str(debug), "-o", out],
                 capture_output=True,
                 text=True,
                 check=False,
             )
-            incs = list(Path(tmp, "out").glob("*.inc"))
+            incs = sorted(Path(out).glob("*.inc"))
             if run.returncode != 0 or not incs:
                 last = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
                 self.why_not = f"quickTuningGen.py failed: {last[0]}"
