@@ -352,3 +352,32 @@ def test_quick_list_across_arch_is_one_list_scored_leave_one_arch_out(db):
     for bad in (["--across", "gpu"], ["--across", "arch", "--top-k", "2"]):
         r = cli(url, "quick-list", "--session", ids[0], *bad)
         assert r.code == 2 and r.stderr.startswith("error:") and r.stderr.count("\n") == 1, bad
+
+
+@pytest.mark.slow
+def test_farm_bench_runs_at_smoke_size(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "bench_quick_farm.py"),
+            "--smoke",
+            "--ops",
+            "conv",
+            "--k",
+            "1,2",
+            "--peers",
+            str(tmp_path / "none"),
+            "--out",
+            str(tmp_path / "f.md"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    text = (tmp_path / "f.md").read_text()
+    assert "| conv | f32 |" in text and "| all | 2 | 2 |" in text
+    assert "quickTuningGen: not run: no " in text
