@@ -35,6 +35,7 @@ from bench_tuning_spread import pick
 
 from mlirtuna import catalog, sessions
 from mlirtuna.db import Database
+from mlirtuna.errors import UserError
 from mlirtuna.history import quick
 from mlirtuna.problems import OPS
 from mlirtuna.queue import jobs
@@ -57,7 +58,10 @@ def main() -> int:
         for op in args.ops:
             problems = pick(op, False)[: 2 if args.smoke else None]
             tuned = [tune(db, op, p, args) for p in problems]
-            got, note = evaluate_op(db, url, op, tuned, args.k, peer)
+            try:
+                got, note = evaluate_op(db, url, op, tuned, args.k, peer)
+            except UserError as e:  # one op the lists cannot read must not lose the others
+                got, note = [], [f"{op}: not evaluated: {e}"]
             rows += got
             notes += note
         db.dispose()

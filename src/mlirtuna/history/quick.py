@@ -23,7 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from mlirtuna import sessions
+from mlirtuna import catalog, sessions
 from mlirtuna.db import Database, utcnow
 from mlirtuna.db.models import Candidate, Problem, QuickList, Result
 from mlirtuna.defaults import DEFAULT_QUICK_THRESHOLD as DEFAULT_THRESHOLD
@@ -130,21 +130,29 @@ def collect(db: Database, session_ids: Sequence[int], op: str | None = None) -> 
             pid: (p_op, tv)
             for pid, p_op, tv in s.execute(sa.select(Problem.id, Problem.op, Problem.test_vector))
         }
-    return _group(perf, problems, op)
+        parsed = {pid: _problem(s, pid, *problems[pid]) for pid in {p for _, p in perf}}
+    return _group(perf, problems, {p: x for p, x in parsed.items() if x is not None}, op)
 
 
-def _group(perf, problems, op) -> list[History]:
+def _problem(s, pid: int, op: str, vector: str) -> Any:
+    """The typed problem: parsed from its test vector, else (a fusion module, whose vector is
+    its hash) loaded from its config row; None for an op this version cannot read."""
+    try:
+        return parse(op, vector)
+    except MlirtunaError:
+        pass
+    try:
+        return catalog.load_problem(s, pid)
+    except (MlirtunaError, LookupError, KeyError):
+        return None  # nothing to learn from it
+
+
+def _group(perf, problems, parsed, op) -> list[History]:
     groups: dict[Group, History] = {}
-    parsed: dict[int, Any] = {}
     for (arch, pid), row in perf.items():
         p_op, vector = problems[pid]
-        if op is not None and p_op != op:
+        if (op is not None and p_op != op) or pid not in parsed:
             continue
-        if pid not in parsed:
-            try:
-                parsed[pid] = parse(p_op, vector)
-            except MlirtunaError:  # an op this version cannot read: nothing to learn from it
-                continue
         g = Group(arch, p_op, str(getattr(parsed[pid], "data_type", "") or "-"))
         hist = groups.setdefault(g, History(g, {}, {}, *_resolver(parsed)))
         hist.perf[pid], hist.vectors[pid] = row, vector
