@@ -381,3 +381,27 @@ def test_farm_bench_runs_at_smoke_size(tmp_path):
     text = (tmp_path / "f.md").read_text()
     assert "| conv | f32 |" in text and "| all | 2 | 2 |" in text
     assert "quickTuningGen: not run: no " in text
+
+
+def test_fusion_history_is_read_from_its_config_rows(db):
+    """A fusion problem's test vector is its module's hash, which parse() cannot read: quick
+    lists load it from its config row, so fusion sessions make lists too."""
+    from support.results import new_session
+
+    from mlirtuna import catalog, queue
+    from mlirtuna.queue import Claimant, jobs
+    from mlirtuna.tuners.base import Candidate, TuneOutcome
+
+    module = ROOT / "tests" / "data" / "fusion" / "mixr-gemm" / "mixr-gemm-add.e2e.mlir"
+    problem = catalog.read_problem(module)
+    sid = new_session(db)
+    with db.session() as s:
+        ids, _ = catalog.ensure_problems(s, "fusion", [problem])
+        catalog.tag_problems(s, "fz", dict.fromkeys(ids.values(), 0))
+    jobs.load(db, sid, tag="fz")
+    lease = queue.claim(db, sid, Claimant("t", 0), 60)
+    cands = [Candidate("v4:a", 10.0, 2.0), Candidate("v4:b", 20.0, 1.0)]
+    assert queue.record(db, lease, TuneOutcome(cands, cands[0]))
+    (hist,) = quick.collect(db, [sid], "fusion")
+    assert hist.group.op == "fusion"
+    assert list(hist.perf.values()) == [{"v4:a": 2.0, "v4:b": 1.0}]
