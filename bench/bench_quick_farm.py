@@ -17,11 +17,13 @@ scored on it (best TFlops in the list / best TFlops measured, from its own sessi
   format has no other op's columns), else the column says why.
 
     python bench/bench_quick_farm.py [--ops gemm,conv,...] [--k 1,4,10] [--smoke] [--out FILE]
+        [--db sqlite:///farm.db]   # keep the sessions: a rerun only re-evaluates
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -31,10 +33,12 @@ from pathlib import Path
 
 import bench_quick_real as real
 import common
+import sqlalchemy as sa
 from bench_tuning_spread import pick
 
 from mlirtuna import catalog, sessions
 from mlirtuna.db import Database
+from mlirtuna.db.models import TuningSession
 from mlirtuna.errors import UserError
 from mlirtuna.history import quick
 from mlirtuna.problems import OPS
@@ -53,7 +57,7 @@ def main() -> int:
     load, t0 = os.getloadavg(), time.monotonic()
     peer = real.Peer(args.peers, args.peer_python)
     rows, notes = [], []
-    with common.scratch_db("sqlite") as url:
+    with contextlib.nullcontext(args.db) if args.db else common.scratch_db("sqlite") as url:
         db = Database(url)
         for op in args.ops:
             problems = pick(op, False)[: 2 if args.smoke else None]
@@ -78,6 +82,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--peers", type=Path, default=real.PEERS, help="DIR with quickTuningGen.py")
     p.add_argument("--peer-python", type=Path, help="its interpreter (DIR/venv/bin/python)")
     p.add_argument("--out", type=Path, help="also write the report to this file")
+    p.add_argument("--db", help="keep the tuned history in this database URL (a rerun reuses it)")
     args = p.parse_args()
     args.ops = [o for o in args.ops.split(",") if o]
     args.k = sorted({int(x) for x in args.k.split(",") if x.strip()})
@@ -89,7 +94,12 @@ def tune(db: Database, op: str, problem, args) -> tuple[int, str]:
     with db.session() as s:
         ids, _ = catalog.ensure_problems(s, op, [problem])
         pid = next(iter(ids.values()))
-    spec = SessionSpec(tuner="cpu", tuning_space=args.space, topk=1, reason="bench_quick_farm")
+    reason = f"bench_quick_farm {args.space} {'smoke' if args.smoke else 'full'} problem {pid}"
+    with db.session() as s:  # --db: a problem tuned by an earlier run is not tuned again
+        done = s.scalar(sa.select(TuningSession.id).where(TuningSession.reason == reason))
+    if done is not None and not jobs.counts(db, done)[done].get("new"):
+        return done, problem.canonical()
+    spec = SessionSpec(tuner="cpu", tuning_space=args.space, topk=1, reason=reason)
     sid = sessions.create(db, spec).id
     tag = f"farm-{sid}"
     with db.session() as s:
