@@ -52,6 +52,12 @@ def quick_list(
     as_json: bool = typer.Option(
         False, "--json", help="Print the lists as JSON on stdout (as well as -o FILE)."
     ),
+    across: str = typer.Option(
+        None,
+        "--across",
+        help="arch: one list per op and type for an arch none of the sessions' is (problem: "
+        "for a problem never tuned), --max-size long (default 10), scored leave-one-out.",
+    ),
 ) -> None:
     """Per (arch, op, data type), the fewest perf configs reaching threshold x best everywhere."""
     from mlirtuna.history import quick
@@ -67,8 +73,15 @@ def quick_list(
     if update and (fmt != "inc" or output == "-"):
         raise UserError("--update merges into an existing .inc file: give -o FILE.inc")
     ids = [int(x) for x in _split_ids(session)]
-    opts = quick.Options(threshold=threshold, max_size=max_size, top_k=top_k)
-    lists = quick.build(quick.collect(db, ids, op), opts, folds or None, seed)
+    opts = quick.Options(threshold=threshold, max_size=max_size, top_k=top_k, across=across)
+    if across is not None:
+        if top_k is not None or folds:
+            raise UserError(
+                "--across builds its own lists and evaluation: not with --top-k/--folds"
+            )
+        lists = quick.build_across(quick.collect(db, ids, op), across, max_size)
+    else:
+        lists = quick.build(quick.collect(db, ids, op), opts, folds or None, seed)
     write_text(output, _render(lists, fmt, ids, opts, output if update else None))
     if name is not None:
         quick.store(db, name, lists, ids)
@@ -99,7 +112,8 @@ def _render(lists, fmt: str, ids: list[int], opts: quick.Options, merge_into: st
         import json
 
         meta = {"sessions": ids, "threshold": opts.threshold, "max_size": opts.max_size}
-        return json.dumps(quick.render_json(lists, {**meta, "top_k": opts.top_k}), indent=1) + "\n"
+        meta |= {"top_k": opts.top_k, "across": opts.across}
+        return json.dumps(quick.render_json(lists, meta), indent=1) + "\n"
     existing = None
     if merge_into is not None and Path(merge_into).is_file():
         existing = Path(merge_into).read_text(encoding="utf-8")
@@ -107,11 +121,19 @@ def _render(lists, fmt: str, ids: list[int], opts: quick.Options, merge_into: st
 
 
 def _summary(gl: quick.GroupList, name: str | None) -> str:
+    from mlirtuna.history import quick
+
     line = f"{gl.group}: {len(gl.perf_configs)} configs for {gl.problems} problems ({gl.method})"
     if gl.uncovered:
         line += f", {len(gl.uncovered)} uncovered"
     ev = gl.evaluation
-    if ev:
+    if ev and "leave_one_out" in ev:
+        ours, base = ev["leave_one_out"], ev["baseline_leave_one_out"]
+        line += f"; leave-one-{ev['across']}-out geomean {quick.geomean(list(ours.values())):.4f}"
+        line += f" (baseline {quick.geomean(list(base.values())):.4f})"
+        worst = min(ours, key=ours.get)
+        line += f", worst {worst} {ours[worst]:.3f}"
+    elif ev:
         gm, low = ev["ratio_geomean"], ev["ratio_min"]
         line += (
             f"; {ev['folds']}-fold held-out: coverage {ev['coverage_all']:.2f}, "
