@@ -29,6 +29,9 @@ FENCE = 1.5
 FENCE_FLOOR = 0.01
 #: McGill et al.'s notch constant: median +- NOTCH * IQR / sqrt(n) is a ~95 % interval.
 NOTCH = 1.57
+# What a measurement of one kernel can physically be: no GPU reaches 10^6 TFlops (a MI300X
+# peaks near 10^4 at fp8), and a number past it is a tool's fault, never a winner.
+MAX_TFLOPS = 1e6
 
 
 @dataclass(frozen=True, slots=True)
