@@ -35,6 +35,7 @@ from mlirtuna import stats
 from mlirtuna.errors import InputError, TunerError
 from mlirtuna.problems import Problem
 from mlirtuna.problems.fusion import FusionProblem
+from mlirtuna.tuners.rocmlir.process import output_lines
 
 # A normal distribution's IQR in standard deviations: Stats gives stddev, a Spread holds an IQR.
 IQR_PER_STDDEV = 1.349
@@ -123,8 +124,7 @@ class DebugRow:
 
 def read_debug_file(path: Path) -> list[DebugRow]:
     """Reads a tuningRunner `.debug` file (see the module docstring)."""
-    with open(path, encoding="utf-8", newline="") as f:
-        return parse_debug_lines(f, path)
+    return parse_debug_lines(output_lines(path), path)  # each line capped, no link followed
 
 
 def parse_debug_lines(lines: Iterable[str], path: Path, skipped: int = 0) -> list[DebugRow]:

@@ -30,11 +30,13 @@ from mlirtuna.tuners.rocmlir.process import (
     check_outputs,
     last_error_line,
     open_output,
+    read_output,
     read_tail,
     stderr_block,
     tail,
 )
 
+STATE_CAP_BYTES = 1 << 20  # a `.state` names the failed configs of one call: a few KiB
 GPU_TIMED_OUT = "gpu_timed_out"  # E4's state for a driver that exited 3 (--gpu-run-timeout)
 DISCARDED = "Discarded by rocmlir-tuning-driver (E4: over its time budget)"
 _TIMED_OUT_RE = re.compile(r"Tuning timed out after")
@@ -76,16 +78,16 @@ def check_written_errors(out: Path, run: Run) -> None:
 
 def _failed_states(out: Path) -> set[str]:
     """The states E3/E4 recorded in `<output>.state` for the configs that failed."""
-    path = out.with_name(out.name + ".state")
+    raw = read_output(out.with_name(out.name + ".state"), STATE_CAP_BYTES)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(raw or b"{}")
         return {
             state
             for context in data.get("contexts", {}).values()
             for state in context.values()
             if isinstance(state, str)
         }
-    except (OSError, ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return set()
 
 

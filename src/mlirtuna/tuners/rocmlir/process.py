@@ -299,6 +299,27 @@ def open_output(path: Path) -> io.BufferedReader:
     return open(fd, "rb")
 
 
+def output_lines(path: Path) -> Iterator[str]:
+    """The lines of a file the tool wrote (open_output), ends kept, invalid UTF-8 replaced;
+    TunerError at a line longer than MAX_LINE_BYTES (it is not read whole)."""
+    with open_output(path) as f:
+        for lineno, line in enumerate(capped_lines(f), 1):
+            if line is None:
+                raise TunerError(f"{path}:{lineno}: a line longer than {MAX_LINE_BYTES} bytes")
+            yield line.decode("utf-8", errors="replace")
+
+
+def read_output(path: Path, cap: int) -> bytes | None:
+    """A small file the tool wrote (a `.state`), whole; None when it is missing, a link, not a
+    regular file, or over `cap` bytes (it is not read past that)."""
+    try:
+        with open_output(path) as f:
+            data = f.read(cap + 1)
+    except TunerError:
+        return None
+    return data if len(data) <= cap else None
+
+
 def check_outputs(out: Path) -> None:
     """The files of one call's `--output FILE` (FILE, .debug, .state, .log) that exist are
     regular files, not links: TunerError, before any is read, otherwise."""
