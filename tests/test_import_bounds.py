@@ -5,11 +5,13 @@ is refused; names with control or bidi characters are escaped in terminal tables
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 from support.clitools import cli
 
 from mlirtuna import catalog, sessions
 from mlirtuna.db.models import Problem, Result, TuningSession
+from mlirtuna.errors import InputError
 from mlirtuna.problems import ExpandOptions
 
 HEADER = (
@@ -100,13 +102,14 @@ def test_attention_heads_that_do_not_divide_are_refused(db, db_url, tmp_path):
     assert cli(db_url, "import", "--op", "attention", "--no-expand", str(configs)).code == 0
 
 
-MODULE = """// RUN: rocmlir-gen -fut NAME --verifier clone - | FileCheck %s
-module {
-  func.func @NAME(%arg0: tensor<1x64x32xf32>, %arg1: tensor<1x32x64xf32>) -> tensor<1x64x64xf32> {
-    %0 = migraphx.dot(%arg0, %arg1) : (tensor<1x64x32xf32>, tensor<1x32x64xf32>) -> tensor<1x64x64xf32>
-    return %0 : tensor<1x64x64xf32>
-  }
-}
+A, B, C = "tensor<1x64x32xf32>", "tensor<1x32x64xf32>", "tensor<1x64x64xf32>"
+MODULE = f"""// RUN: rocmlir-gen -fut NAME --verifier clone - | FileCheck %s
+module {{
+  func.func @NAME(%arg0: {A}, %arg1: {B}) -> {C} {{
+    %0 = migraphx.dot(%arg0, %arg1) : ({A}, {B}) -> {C}
+    return %0 : {C}
+  }}
+}}
 """
 
 
@@ -133,9 +136,5 @@ def test_session_names_with_control_and_bidi_characters_are_escaped(db, db_url):
 def test_catalog_import_keeps_the_heads_check_for_expanded_lines(db, tmp_path):
     configs = tmp_path / "attention-configs"
     configs.write_text(ATTENTION.replace("-num_heads_kv 2", "-num_heads_kv 3") + "\n")
-    try:
+    with pytest.raises(InputError, match="is not a multiple of -num_heads_kv 3"):
         catalog.import_files(db, "attention", [str(configs)], ExpandOptions(expand=True))
-    except Exception as exc:  # noqa: BLE001 - the message is what is checked
-        assert "is not a multiple of -num_heads_kv 3" in str(exc)
-    else:
-        raise AssertionError("expanded GQA line with 8 over 3 heads was imported")
