@@ -128,3 +128,18 @@ def test_fetch_still_checks_the_forged_bundles_hash(db, tmp_path, build):
     work(db, sid, build, "compile")
     pid = forge_first_bundle(db, "h1")
     assert bundles.fetch(db, sid, pid).data
+
+
+def test_a_stream_reply_that_is_no_exit_status_fails_only_its_job(db, tmp_path, build, monkeypatch):
+    # M6 through a real worker: the stream path settles the bad reply as that job's failure.
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_STREAM", "1")
+    problems(db, tmp_path, 2)
+    sid = session(db, build)
+    work(db, sid, build, "compile")
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_FAULT", "stream_bad_reply")
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_FAULT_CONFIG", "-m 64 ")
+    worker = work(db, sid, build, "gpu", max_retries=2)
+    assert worker.stats.completed == 1
+    (failed,) = _benchmark_errors(db, sid)
+    assert "reply is malformed: status 'zero'" in failed.result
+    assert "is not an exit status" in failed.first_line and failed.retries == 2

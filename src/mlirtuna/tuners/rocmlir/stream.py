@@ -190,13 +190,13 @@ def parse_reply(raw: bytes | None) -> Reply:
     rid, status, error = reply.get("id"), reply.get("status"), reply.get("error", "")
     key = rid if isinstance(rid, str) and len(rid) <= MAX_ID_CHARS else None
     if key is None:
-        return Reply(None, fault=f"id {textinput.quote(repr(rid))} is not a request's id")
+        return Reply(None, fault=f"id {textinput.clip(repr(rid))} is not a request's id")
     if type(status) is not int or not 0 <= status <= 255:
-        return Reply(key, fault=f"status {textinput.quote(repr(status))} is not an exit status")
+        return Reply(key, fault=f"status {textinput.clip(repr(status))} is not an exit status")
     if error is None:
         error = ""
     if not isinstance(error, str):
-        return Reply(key, fault=f"error {textinput.quote(repr(error))} is not text")
+        return Reply(key, fault=f"error {textinput.clip(repr(error))} is not text")
     return Reply(key, status, error)
 
 
