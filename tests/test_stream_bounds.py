@@ -198,5 +198,5 @@ def test_an_output_replaced_by_a_link_is_not_followed(tmp_path):
 def test_a_sample_count_past_an_integer_column_is_dropped():
     # .debug Stats with "count": 10**20 would make the candidate's INSERT fail on the servers
     # (an INTEGER column): the statistics keep their median, the count is unknown.
-    spread = parse_stats('{"median": 5.0, "min": 4.0, "stddev": 0.1, "count": %d}' % 10**20)
+    spread = parse_stats(json.dumps({"median": 5.0, "min": 4.0, "stddev": 0.1, "count": 10**20}))
     assert spread is not None and spread.median == 5.0 and spread.samples is None
