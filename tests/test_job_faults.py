@@ -34,11 +34,12 @@ def _renamed(index: dict, name: str) -> dict:
     return {**index, "problems": {name: entry}}
 
 
-def forge_first_bundle(db, name: str) -> int:
-    """The first stored bundle rewritten as a worker role could: its index.json names its
-    problem `name`, its size and hash made to match. Returns its problem id."""
+def forge_first_bundle(db, name: str, nth: int = 0, move: bool = False) -> int:
+    """The first (`nth`) stored bundle rewritten as a worker role could: its index.json names
+    its problem `name` (`move`: its folder renamed too), its size and hash made to match.
+    Returns its problem id."""
     with db.session() as s:
-        row = s.execute(sa.select(Bundle).order_by(Bundle.id).limit(1)).scalars().one()
+        row = s.execute(sa.select(Bundle).order_by(Bundle.id).offset(nth).limit(1)).scalars().one()
         bundle_id, problem_id = row.id, row.problem_id
         data = b"".join(
             s.scalars(sa.select(BundleChunk.data).where(BundleChunk.bundle_id == bundle_id))
@@ -54,6 +55,9 @@ def forge_first_bundle(db, name: str) -> int:
             if member.name == "index.json":
                 content = json.dumps(_renamed(json.loads(content), name)).encode()
                 member.size = len(content)
+            parts = member.name.split("/")
+            if move and len(parts) > 1 and parts[0] == "problems" and parts[1] != name:
+                member.name = "/".join(["problems", name, *parts[2:]])
             dst.addfile(member, io.BytesIO(content) if member.isfile() else None)
     forged = out.getvalue()
     with db.session() as s:
@@ -143,3 +147,30 @@ def test_a_stream_reply_that_is_no_exit_status_fails_only_its_job(db, tmp_path, 
     (failed,) = _benchmark_errors(db, sid)
     assert "reply is malformed: status 'zero'" in failed.result
     assert "is not an exit status" in failed.first_line and failed.retries == 2
+
+
+def test_two_bundles_listing_one_problem_fail_their_jobs_not_the_worker(db, tmp_path, build):
+    # Each bundle is plain on its own; merged for one batch call they collide.
+    problems(db, tmp_path, 2)
+    sid = session(db, build)
+    work(db, sid, build, "compile")
+    digest = _first_digest(db)
+    forge_first_bundle(db, digest, nth=1, move=True)
+    worker = work(db, sid, build, "gpu", batch=2, max_retries=1)
+    assert worker.stats.completed == 0
+    failed = _benchmark_errors(db, sid)
+    assert len(failed) == 2
+    assert all(f"problem {digest} is in two bundles of one batch" in f.result for f in failed)
+
+
+def _first_digest(db) -> str:
+    with db.session() as s:
+        bundle_id = s.scalars(sa.select(Bundle.id).order_by(Bundle.id)).first()
+        data = b"".join(
+            s.scalars(sa.select(BundleChunk.data).where(BundleChunk.bundle_id == bundle_id))
+        )
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        member = tar.extractfile("index.json")
+        assert member is not None
+        (digest,) = json.loads(member.read())["problems"]
+    return digest
