@@ -182,3 +182,16 @@ def perf_config_family(perf_config: str) -> str:
     if re.fullmatch(r"-?\d+(,-?\d+)+", text):
         return "v1"
     return "other"
+
+
+# Ops tuned with rocMLIR's attention attribute (attn:… perf configs): gemm_gemm and conv_gemm
+# are two-GEMM kernels built as attention is (history/perffields.py).
+ATTENTION_FAMILY_OPS = ("attention", "gemm_gemm", "conv_gemm")
+
+
+def perf_config_fits(op: str, perf_config: str) -> bool:
+    """Whether a perf config can be one of `op`'s: an attention perf config (`attn:…`,
+    `cpu:attn:…`) names no conv or gemm kernel."""
+    text = perf_config.strip()
+    attention = text.startswith(("attn:", "cpu:attn:"))
+    return not attention or op in ATTENTION_FAMILY_OPS

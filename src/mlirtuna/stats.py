@@ -29,6 +29,9 @@ FENCE = 1.5
 FENCE_FLOOR = 0.01
 #: McGill et al.'s notch constant: median +- NOTCH * IQR / sqrt(n) is a ~95 % interval.
 NOTCH = 1.57
+# What a measurement of one kernel can physically be: no GPU reaches 10^6 TFlops (a MI300X
+# peaks near 10^4 at fp8), and a number past it is a tool's fault, never a winner.
+MAX_TFLOPS = 1e6
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,10 +93,25 @@ def noise(iqr: float | None, samples: int | None) -> float:
 
 
 def rel_noise(median: float | None, iqr: float | None, samples: int | None) -> float | None:
-    """Noise relative to the median, or None when nothing about the spread is known."""
-    if median is None or median <= 0 or iqr is None or samples is None:
+    """Noise relative to the median, or None when nothing about the spread is known (or a
+    stored value is not a number: see stored_number)."""
+    median, iqr, count = stored_number(median), stored_number(iqr), stored_number(samples)
+    if median is None or median <= 0 or iqr is None or count is None or count < 1:
         return None
-    return noise(iqr, samples) / median
+    return noise(iqr, int(count)) / median
+
+
+def stored_number(value: object) -> float | None:
+    """A number column's value as read back, or None when it is not a finite number: SQLite
+    keeps whatever it was given (text in a REAL column, an integer past a double), so a read
+    model skips or flags such a row instead of failing on it."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def within_noise(a: float, noise_a: float, b: float, noise_b: float) -> bool:

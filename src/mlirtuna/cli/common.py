@@ -107,14 +107,18 @@ RICH_TABLE_MAX_ROWS = 1000
 
 
 class TextTable:
-    """Rows of text under named columns, printed by `print_table` (Rich only on a terminal)."""
+    """Rows of text under named columns, printed by `print_table` (Rich only on a terminal);
+    every cell escaped (textinput.printable)."""
 
     def __init__(self, *columns: str, title: str = "") -> None:
-        self.columns, self.title = columns, title
+        self.columns = columns
+        self.title = "\n".join(printable(line) for line in title.splitlines())
         self.rows: list[tuple[str, ...]] = []
 
     def add_row(self, *cells: object) -> None:
-        self.rows.append(tuple(map(str, cells)))
+        """Cells as text with control, bidi and line-separator characters escaped: a session
+        named `ESC[2J` or holding U+202E is shown, never acted on by the terminal."""
+        self.rows.append(tuple(printable(str(cell)) for cell in cells))
 
 
 def print_table(table: TextTable) -> None:

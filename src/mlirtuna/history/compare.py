@@ -195,7 +195,7 @@ def add_measured(db: Database, session_id: int, side: Side, wanted: dict[str, st
             )
             for tv, pc, tf, ns, iqr, n in s.execute(stmt):
                 if wanted.get(tv) == pc and _tflops(tf) is not None:
-                    side.measured[(tv, pc)] = Entry(pc, tf, stats.rel_noise(ns, iqr, n))
+                    side.measured[(tv, pc)] = Entry(pc, _tflops(tf), stats.rel_noise(ns, iqr, n))
 
 
 def session_side(db: Database, session_id: int, op: str | None) -> Side:
@@ -272,7 +272,8 @@ def _canonicalizer(op: str | None, known: frozenset[str]) -> Callable[[str], str
 
 
 def _tflops(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) and value > 0 else None
+    number = stats.stored_number(value)  # text stored in a REAL column (SQLite) is no number
+    return number if number is not None and number > 0 else None
 
 
 def parse_threshold(text: str) -> float:

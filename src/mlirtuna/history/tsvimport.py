@@ -15,7 +15,9 @@ Rules (docs: rocmlir-interfaces §1d, §2a, §5):
 - Test vectors are parsed with the op's parser and stored canonical; missing problems are created.
 - Rows E2 wrote for "no valid perf config" (`None`, `-inf`) are skipped and counted; a TFlops of
   `nan` (export's "unknown") imports as no TFlops.
-- The same problem twice in one session: the later row wins, as in perfRunner's dict.
+- The same key twice under one header with different perf configs is a FILE:LINE error (the
+  same perf config again is fine); under a later header (a rerun appended) the later row wins,
+  as in perfRunner's dict. A row of conv or gemm with an attention perf config is an error.
 - E2.5 files: each `# commit:` section's commit and space apply to its rows, so one file may
   give several sessions. Its `### ` error lines become jobs in state `error` whose result is the
   line's text, in the session of the nearest row of the same section (a config that also has a
@@ -26,11 +28,14 @@ Rules (docs: rocmlir-interfaces §1d, §2a, §5):
   (split-k if any of its rows had the flag), so export can write the file's form back.
 - Any bad row is `FILE:LINE: message` and nothing is written: the whole run is one transaction.
 - Each session keeps the SHA-256 of its file's bytes. A file whose hash some session already
-  has is not imported again (reported as `already`), unless `again=True` (`--again`).
+  has is imported again only for the ops those sessions lack (an earlier `--op conv` left the
+  gemm rows out), else reported as `already`; `again=True` (`--again`) imports it whole.
 """
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import datetime as dt
 import hashlib
 import math
@@ -46,7 +51,7 @@ from sqlalchemy.orm import Session
 import mlirtuna.history.tuningdb as tuningdb
 from mlirtuna import catalog, keys, problems
 from mlirtuna.db import Database, utcnow
-from mlirtuna.db.models import ERROR, Job, Result, TuningSession
+from mlirtuna.db.models import ERROR, Job, Problem, Result, TuningSession
 from mlirtuna.errors import InputError, UserError
 from mlirtuna.textinput import quote
 
@@ -108,6 +113,16 @@ class _Group:
     winners: dict[str, _Winner] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)  # canonical -> the ### line's text
     lines: list[int] = field(default_factory=list)  # line numbers of its rows
+    # key -> (section, line) of its first row: the section is the header it is under
+    first_line: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def without_ops(self, ops: set[str], op_of: Callable[[str], str]) -> _Group:
+        """This group less the rows of `ops` (those an earlier import of the file took)."""
+        return dataclasses.replace(
+            self,
+            winners={k: w for k, w in self.winners.items() if w.op not in ops},
+            failed={k: t for k, t in self.failed.items() if op_of(k) not in ops},
+        )
 
     @property
     def key_form(self) -> str:
@@ -205,14 +220,16 @@ def import_tsv(
         )
     if callable(db):
         db = db()
-    if not again:
-        report.already = _imported_before(db, hashes)
-    skip = {x.file for x in report.already}
+    before = {} if again else _imported_before(db, hashes)
     groups: list[_Group] = []
     found: dict[str, dict[str, problems.Problem]] = {}  # op -> canonical -> problem
     for path, file in read.items():
-        if path in skip:
-            continue
+        earlier = before.get(hashes[path])
+        if earlier is not None:  # imported before: only the ops it left out (another --op)
+            file.groups = _left_out(file, earlier.ops)
+            if not file.groups:
+                report.already.append(AlreadyImported(path, hashes[path], earlier.sessions))
+                continue
         report.rows += file.report.rows
         report.skipped += file.report.skipped
         report.other_op += file.report.other_op
@@ -222,7 +239,7 @@ def import_tsv(
             found.setdefault(row_op, {}).update(some)
     report.results = sum(len(g.winners) for g in groups)
     report.failed = sum(len(g.failed) for g in groups)
-    if skip and not groups:
+    if report.already and not groups:
         return report  # nothing new: every file was imported before
     if not report.results:
         raise UserError(
@@ -277,15 +294,42 @@ def file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def _imported_before(db: Database, hashes: dict[str, str]) -> list[AlreadyImported]:
-    stmt = sa.select(TuningSession.source_sha256, TuningSession.id).where(
+@dataclass(frozen=True)
+class _Earlier:
+    """What earlier imports of one file's bytes made: their sessions, the ops of their rows."""
+
+    sessions: list[int]
+    ops: set[str]
+
+
+def _imported_before(db: Database, hashes: dict[str, str]) -> dict[str, _Earlier]:
+    """sha256 -> the earlier imports of those bytes. The ops are those of the results and
+    failed jobs they hold: an import with `--op conv` took the conv rows only."""
+    sessions = sa.select(TuningSession.source_sha256, TuningSession.id).where(
         TuningSession.source_sha256.in_(set(hashes.values()))
     )
+    found: dict[str, _Earlier] = {}
     with db.session() as s:
-        found: dict[str, list[int]] = {}
-        for sha, sid in s.execute(stmt.order_by(TuningSession.id)):
-            found.setdefault(sha, []).append(sid)
-    return [AlreadyImported(path, sha, found[sha]) for path, sha in hashes.items() if sha in found]
+        for sha, sid in s.execute(sessions.order_by(TuningSession.id)):
+            found.setdefault(sha, _Earlier([], set())).sessions.append(sid)
+        of: dict[int, str] = {sid: sha for sha, e in found.items() for sid in e.sessions}
+        for table in (Result, Job):
+            ops = (
+                sa.select(table.session_id, Problem.op)
+                .join(Problem, Problem.id == table.problem_id)
+                .where(table.session_id.in_(of))
+                .distinct()
+            )
+            for sid, op in s.execute(ops):
+                found[of[sid]].ops.add(op)
+    return found
+
+
+def _left_out(file: _File, ops: set[str]) -> list[_Group]:
+    """A file's groups less the rows of `ops`; only the groups that still hold a row."""
+    op_of = {canonical: op for op, some in file.problems.items() for canonical in some}
+    groups = [g.without_ops(ops, lambda k: op_of.get(k, "")) for g in file.groups]
+    return [g for g in groups if g.winners]
 
 
 def read_file(path: str) -> tuningdb.TuningFile:
@@ -312,6 +356,7 @@ class _Parser:
         self, parsed: tuningdb.TuningFile, report: TsvImportReport, sha256: str
     ) -> list[_Group]:
         by_context: dict[Context, _Group] = {}
+        starts = sorted(h.lineno for h in parsed.headers)
         for row in parsed.rows:
             try:
                 check_ranges(row)
@@ -328,8 +373,8 @@ class _Parser:
             group = by_context.get(context)
             if group is None:
                 group = by_context[context] = _Group(parsed.path, context, sha256)
-            group.winners[winner.test_vector] = winner  # a later row wins, as in perfRunner
-            group.lines.append(row.lineno)
+            section = bisect.bisect(starts, row.lineno)  # a rerun appends under a new header
+            _add_winner(group, winner, parsed.path, row.lineno, section)
         groups = list(by_context.values())
         for error in parsed.errors:
             self.attach_error(parsed.path, error, groups, report)
@@ -433,6 +478,10 @@ class _Parser:
         op, canonical, flops = self.vector(key.plain)
         if len(row.perf_config) > _LIMITS["perfConfig"]:
             _check_width("perfConfig", row.perf_config)
+        if not keys.perf_config_fits(op, row.perf_config):
+            raise InputError(
+                f"perf config {quote(row.perf_config)} is an attention one, not {op}'s"
+            )
         tflops = None if row.tflops is None or math.isnan(row.tflops) else row.tflops
         if tflops is not None and not (math.isfinite(tflops) and math.isfinite(flops / tflops)):
             raise InputError(f"TFlops {tflops!r} gives no finite kernel time")
@@ -448,6 +497,32 @@ class _Parser:
             duration_s=duration if duration is None or math.isfinite(duration) else None,
             key_suffix=key.suffix,
         )
+
+
+def _add_winner(group: _Group, winner: _Winner, path: str, lineno: int, section: int) -> None:
+    """A row into its session to be. The same key again under the same header with another
+    perf config: the file contradicts itself, and which row perfRunner keeps depends on its
+    reader, so an InputError at FILE:LINE (with the same perf config it is the same fact). A
+    later header's rows (a rerun rocMLIR appended) replace an earlier run's, as in perfRunner."""
+    key = winner.test_vector + winner.key_suffix
+    before = group.winners.get(winner.test_vector)
+    first = group.first_line.get(key)
+    if (
+        before is not None
+        and first is not None
+        and first[0] == section
+        and before.perf_config != winner.perf_config
+    ):
+        raise InputError(
+            f"key {quote(key)} is already at line {first[1]} with perf config "
+            f"{quote(before.perf_config)}, here with {quote(winner.perf_config)}",
+            path,
+            lineno,
+        )
+    if first is None or first[0] != section:
+        group.first_line[key] = (section, lineno)
+    group.winners[winner.test_vector] = winner
+    group.lines.append(lineno)
 
 
 def check_ranges(row: tuningdb.TuningRow) -> None:

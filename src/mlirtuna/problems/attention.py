@@ -148,7 +148,17 @@ def parse(line: str) -> AttentionProblem:
     for flag, name in TRANS_FLAGS:
         if flag in flags:
             values[name] = bool_value(flag, flags[flag])
+    _check_heads(values)
     return AttentionProblem(data_type=_data_type(flags), **values)
+
+
+def _check_heads(values: dict[str, Any]) -> None:
+    """Grouped-query attention shares each K/V head among num_heads_q / num_heads_kv query
+    heads: a line whose counts do not divide names no kernel rocMLIR can build (checked where
+    lines are read; rows already stored are read as they are)."""
+    q, kv = values.get("num_heads_q", 1), values.get("num_heads_kv", 1)
+    if q % kv:
+        raise InputError(f"-num_heads_q {q} is not a multiple of -num_heads_kv {kv}")
 
 
 @lru_cache(maxsize=64)
@@ -169,6 +179,7 @@ def expand_problems(line: str, options: ExpandOptions) -> list[AttentionProblem]
     if "-t" in flags:
         types = (_data_type(flags),)
     values = _fields(flags)
+    _check_heads(values)
     both = (False, True)
     trans_space = [
         (bool_value(flag, flags[flag]),) if flag in flags else both for flag, _ in TRANS_FLAGS

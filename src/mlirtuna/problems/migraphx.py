@@ -83,10 +83,20 @@ class Module:
         for run in self.run_lines:
             match = _FUT.search(run)
             if match:
-                return match.group(1).lstrip("@")
+                return self._not_an_option(match.group(1).lstrip("@"))
         if not self.functions:
             raise InputError(f"{self.path}: no func.func in the module")
-        return self.functions[0].name
+        return self._not_an_option(self.functions[0].name)
+
+    def _not_an_option(self, name: str) -> str:
+        """The name goes to rocmlir-gen as `-fut NAME`: one starting with '-' would be taken
+        as an option of its own (`-o`: an output file)."""
+        if name.startswith("-"):
+            raise InputError(
+                f"{self.path}: function name {quote(name)} starts with '-' (it would reach "
+                "rocmlir-gen as an option); rename the function"
+            )
+        return name
 
     def function(self, name: str) -> Function:
         for fn in self.functions:

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import aliased
 
-from mlirtuna import catalog, sessions
+from mlirtuna import catalog, sessions, stats
 from mlirtuna.db import Database
 from mlirtuna.db.models import (
     COMPLETED,
@@ -291,7 +291,8 @@ def tflops_distribution(db: Database, session_id: int) -> Histogram:
                 Result.session_id == session_id, Result.tflops.is_not(None)
             )
         ).all()
-    return _histogram(np.asarray(values, dtype=float))
+    numbers = [v for v in _numbers(*values) if v is not None]  # a wrong-typed row skipped
+    return _histogram(np.asarray(numbers, dtype=float))
 
 
 def job_times(db: Database, session_id: int) -> Histogram:
@@ -523,7 +524,13 @@ def candidates(db: Database, session_id: int, problem_id: int) -> Candidates:
                 Result.session_id == session_id, Result.problem_id == problem_id
             )
         )
-    every = [CandidateRow(*r[:4], bool(r[4]), perffields.fields(r[0])) for r in rows]
+    every = [
+        CandidateRow(
+            r[0], *_numbers(r[1], r[2]), _flagged(r[3], r[1], r[2]), bool(r[4]),
+            perffields.fields(r[0]),
+        )
+        for r in rows
+    ]  # fmt: skip
     valid = [c for c in every if c.error is None and c.kernel_time is not None]
     invalid = [c for c in every if c.error is not None or c.kernel_time is None]
     valid.sort(key=lambda c: (-(c.tflops or 0.0), c.kernel_time or 0.0))
@@ -672,9 +679,10 @@ def candidate_page(
         rows = [
             TableRow(
                 r.perf_config, perffields.family(r.perf_config), perffields.fields(r.perf_config),
-                r.tflops, r.kernel_time, r.time_min, r.time_iqr, r.samples, bool(r.remeasured),
+                *_numbers(r.tflops, r.kernel_time, r.time_min, r.time_iqr),
+                r.samples if isinstance(r.samples, int) else None, bool(r.remeasured),
                 r.perf_config == winner and r.error is None and (bool(r.remeasured) or not again),
-                r.error, is_dropped(r.error),
+                _flagged(r.error, r.tflops, r.kernel_time), is_dropped(r.error),
             )
             for r in s.execute(stmt)
         ]  # fmt: skip
@@ -689,6 +697,33 @@ def candidate_page(
         perffields.columns([r.perf_config for r in rows]),
         rows,
     )
+
+
+# ---------------------------------------------------------------- rows of the wrong type
+# SQLite stores what it is given: text in a REAL column, a perf-config field past a double.
+# Such a row is flagged (its numbers read as None, its error says why) or skipped (a plot),
+# never a 500.
+WRONG_TYPE = "stored TFlops or time is not a number (the row was written outside mlirtuna)"
+PLOT_FIELD_MAX = 2**53  # a perf-config field a float axis holds exactly
+
+
+def _numbers(*values: Any) -> list[float | None]:
+    return [stats.stored_number(v) for v in values]
+
+
+def _flagged(error: str | None, *values: Any) -> str | None:
+    """A candidate's error, or WRONG_TYPE when a stored number of it is not one."""
+    wrong = any(v is not None and stats.stored_number(v) is None for v in values)
+    return error if error is not None or not wrong else WRONG_TYPE
+
+
+def _plottable(tflops: Any, best: Any, perf_config: str) -> bool:
+    """A candidate parallel coordinates can draw: numbers where numbers are stored, and perf
+    config fields a float holds."""
+    if stats.stored_number(tflops) is None or stats.stored_number(best) is None:
+        return False
+    fields = perffields.fields(perf_config).values()
+    return all(not isinstance(v, int) or abs(v) <= PLOT_FIELD_MAX for v in fields)
 
 
 # ---------------------------------------------------------------- compare rows
@@ -795,6 +830,7 @@ def parallel(
     with db.session() as s:
         total = s.scalar(sa.select(sa.func.count()).select_from(base.subquery())) or 0
         rows = s.execute(base.order_by(C.id).limit(limit)).all()
+    rows = [r for r in rows if _plottable(r.tflops, r.best, r.perf_config)]
     parsed = [perffields.fields(r.perf_config) for r in rows]
     names = perffields.columns([r.perf_config for r in rows])
     numeric = [n for n in names if all(isinstance(f.get(n), int) for f in parsed)]

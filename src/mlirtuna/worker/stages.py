@@ -33,8 +33,8 @@ from mlirtuna.errors import DatabaseError, TunerError, Unsupported
 from mlirtuna.problems import Problem
 from mlirtuna.queue import Lease, bundles
 from mlirtuna.tuners.base import Compiled, SplitTuner
-from mlirtuna.tuners.rocmlir import index_commits, merge_artifacts
-from mlirtuna.worker.runner import Finish, GiveBack, Runner, Settled
+from mlirtuna.tuners.rocmlir import check_bundle, index_commits, merge_artifacts
+from mlirtuna.worker.runner import Finish, GiveBack, Runner, Settled, error_text
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,8 @@ def _compile_group(
 
 
 def _pack(runner: Runner, lease: Lease, compiled: Compiled, dest: Path) -> bundles.Packed:
-    """A compiled directory checked against the session's commit and packed."""
+    """A compiled directory checked (its problem names, its commit) and packed."""
+    check_bundle(compiled.directory)
     bundles.check_commit(compiled.commit_id, runner.session.mlir_v, f"job {lease.job_id}'s bundle")
     packed = bundles.pack(compiled.directory, dest, compiled.commit_id)
     log.info("job %s: compiled %s (%d bytes)", lease.job_id, runner.problem(lease).canonical(),
@@ -260,7 +261,11 @@ def benchmark(
         if not ready:
             return
         artifacts = prepared.tmp / "artifacts"
-        merge_artifacts([directory for _, _, directory in ready], artifacts)
+        try:
+            merge_artifacts([directory for _, _, directory in ready], artifacts)
+        except TunerError as exc:  # two bundles list one problem: nothing moved, none run
+            yield from ((lease, None, error_text(exc), False) for lease, _, _ in ready)
+            return
 
         def alone(lease: Lease) -> Settled:  # one job, or one of a call the tool refused
             problem = runner.problem(lease)
@@ -311,6 +316,7 @@ def _unpacked(runner: Runner, lease: Lease, dest: Path) -> Path | str:
     try:
         cap = runner.session.bundle_cap_bytes  # the session's: one file may be all of it
         bundles.unpack(fetched.data, dest, max_file=cap, max_total=cap)
+        check_bundle(dest)  # names from index.json stay inside it before anything uses them
         for commit in index_commits(dest) | {fetched.commit_id}:
             bundles.check_commit(commit, runner.session.mlir_v, f"bundle {fetched.bundle_id}")
     except (TunerError, tarfile.TarError) as exc:

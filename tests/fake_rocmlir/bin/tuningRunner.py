@@ -1475,7 +1475,7 @@ def e4_bundle_benchmark(args, gpu: Gpu, gpu_id: int, configs: list[str], log: Lo
 # status: the exit status that call would have had (2: a request it cannot parse). Requests are
 # benchmarked one at a time, in order; EOF on stdin ends the process (status 0).
 # FAKE_TUNINGRUNNER_FAULT=stream_crash (with _FAULT_CONFIG) kills the process at that request,
-# stream_hang makes it hang there.
+# stream_hang makes it hang there, stream_bad_reply answers it with status "zero".
 # ---------------------------------------------------------------------------------------------
 
 
@@ -1500,6 +1500,9 @@ def e4_stream(args, log: Log) -> int:
         if fault_for(config) == "stream_hang":  # a GPU run that never returns
             while True:
                 time.sleep(60)
+        if fault_for(config) == "stream_bad_reply":  # a reply no exit status is (issue 34 M6)
+            print(json.dumps({"id": rid, "status": "zero", "error": ""}), flush=True)
+            continue
         try:
             status = e4_stream_one(args, gpu, gpu_id, op, config, artifacts, output)
             error = "" if status == 0 else "see the request's .log"

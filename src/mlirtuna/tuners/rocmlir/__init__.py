@@ -73,7 +73,12 @@ and tuner (RocmlirTuner, which builds the command lines).
 
 from __future__ import annotations
 
-from mlirtuna.tuners.rocmlir.artifacts import index_commits, merge_artifacts, read_index
+from mlirtuna.tuners.rocmlir.artifacts import (
+    check_bundle,
+    index_commits,
+    merge_artifacts,
+    read_index,
+)
 from mlirtuna.tuners.rocmlir.checks import check_build, check_split_build
 from mlirtuna.tuners.rocmlir.debugfile import DebugRow, parse_debug_lines, read_debug_file
 from mlirtuna.tuners.rocmlir.eras import (
@@ -101,6 +106,7 @@ __all__ = [
     "build_key_form",
     "can_split",
     "check_build",
+    "check_bundle",
     "check_split_build",
     "detect_era",
     "emit_tuning_key",

@@ -44,6 +44,16 @@ def index_commits(directory: Path) -> set[str]:
     return {str(p.get("commitId", "")) for p in read_index(directory)["problems"].values()}
 
 
+def check_bundle(directory: Path) -> None:
+    """A --compile-only directory whose every problem may be moved and benchmarked: listed
+    under a plain name, a real folder of regular files and directories (see _plain_problem).
+    Checked by the compile side before a bundle is stored and by the benchmark side after it
+    is unpacked (a stored bundle is data anyone with the worker role can write)."""
+    checked: dict[str, Any] = {}
+    for digest in read_index(directory)["problems"]:
+        _plain_problem(directory, digest, checked)
+
+
 def merge_artifacts(sources: list[Path], dest: Path) -> None:
     """Several --compile-only directories moved into one, whose index.json lists every problem:
     one --benchmark-artifacts call then benchmarks them all (one tool start-up, not K)."""

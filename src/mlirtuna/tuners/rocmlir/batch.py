@@ -17,17 +17,25 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import mlirtuna.tuners.rocmlir.process as process
 from mlirtuna import keys
 from mlirtuna.errors import BatchRefused, InputError, NotRun, TunerError, TunerTimeout
 from mlirtuna.history import tuningdb
 from mlirtuna.problems import Problem
 from mlirtuna.tuners.base import BatchItem, TuneContext
 from mlirtuna.tuners.rocmlir.debugfile import DebugRow, matches, parse_debug_lines
-from mlirtuna.tuners.rocmlir.outcome import GPU_TIMED_OUT, failure, row_outcome, usage_error
+from mlirtuna.tuners.rocmlir.outcome import (
+    GPU_TIMED_OUT,
+    STATE_CAP_BYTES,
+    failure,
+    row_outcome,
+    usage_error,
+)
 from mlirtuna.tuners.rocmlir.process import Run, TailReader, last_error_line, now, stop, tail
 
 # Ops whose configs are config-list lines (fusion is a module file per call).
 BATCH_OPS = ("conv", "gemm", "attention", "gemm_gemm", "conv_gemm")
+POLL_READ_BYTES = 8 << 20  # of a batch's output file at one poll: thousands of rows
 BATCH_POLL_S = 0.05  # how often a batch's output files are looked at while the tool runs
 # How long a batch's ready row waits for its driver lines on stderr (a pipe lags the files).
 DRIVER_LINES_GRACE_S = 1.0
@@ -261,12 +269,14 @@ class BatchTail:
         try:
             if path.stat().st_size == self._offsets[path]:
                 return []
-            with open(path, "rb") as f:
+            with process.open_output(path) as f:  # never through a link
                 f.seek(self._offsets[path])
-                data = f.read()
-        except OSError:
+                data = f.read(POLL_READ_BYTES)
+        except (OSError, TunerError):
             return []
         end = data.rfind(b"\n") + 1
+        if not end and len(data) == POLL_READ_BYTES:  # a line past any row's length: skipped
+            end = len(data)
         self._offsets[path] += end
         return data[:end].decode("utf-8", errors="replace").splitlines(keepends=True)
 
@@ -322,16 +332,16 @@ def _has_time(verdict: str) -> bool:
 
 def _config_states(out: Path) -> dict[str, str]:
     """E3/E4's `<output>.state`: failed configs (plain key) -> their state."""
-    path = out.with_name(out.name + ".state")
+    raw = process.read_output(out.with_name(out.name + ".state"), STATE_CAP_BYTES)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(raw or b"{}")
         return {
             keys.split_key(vector).plain: state
             for context in data.get("contexts", {}).values()
             for vector, state in context.items()
             if isinstance(state, str)
         }
-    except (OSError, ValueError, AttributeError, InputError):
+    except (ValueError, AttributeError, InputError, RecursionError):
         return {}
 
 

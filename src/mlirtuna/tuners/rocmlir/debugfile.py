@@ -35,6 +35,9 @@ from mlirtuna import stats
 from mlirtuna.errors import InputError, TunerError
 from mlirtuna.problems import Problem
 from mlirtuna.problems.fusion import FusionProblem
+from mlirtuna.tuners.rocmlir.process import output_lines
+
+MAX_SAMPLES = 2**31 - 1  # candidate.samples is an INTEGER: a larger count would fail the record
 
 # A normal distribution's IQR in standard deviations: Stats gives stddev, a Spread holds an IQR.
 IQR_PER_STDDEV = 1.349
@@ -123,8 +126,7 @@ class DebugRow:
 
 def read_debug_file(path: Path) -> list[DebugRow]:
     """Reads a tuningRunner `.debug` file (see the module docstring)."""
-    with open(path, encoding="utf-8", newline="") as f:
-        return parse_debug_lines(f, path)
+    return parse_debug_lines(output_lines(path), path)  # each line capped, no link followed
 
 
 def parse_debug_lines(lines: Iterable[str], path: Path, skipped: int = 0) -> list[DebugRow]:
@@ -202,7 +204,9 @@ def parse_stats(text: str) -> stats.Spread | None:
         return None
     count = next((value[k] for k in ("count", "n", "samples") if k in value), None)
     samples = (
-        count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else None
+        count
+        if isinstance(count, int) and not isinstance(count, bool) and 0 < count <= MAX_SAMPLES
+        else None
     )
     return stats.Spread(
         median=median,

@@ -15,22 +15,28 @@ import re
 from collections.abc import Set
 from pathlib import Path
 
-from mlirtuna import keys, machine, stats
-from mlirtuna.errors import InputError, TunerError, TunerTimeout, Unsupported
+from mlirtuna import keys, machine, stats, textinput
+from mlirtuna.errors import InputError, TunerError, TunerTimeout, Unsupported, UserError
 from mlirtuna.history import tuningdb
 from mlirtuna.problems import Problem
+from mlirtuna.problems import parse as parse_problem
 from mlirtuna.problems.fusion import FusionProblem, parse_key
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome
 from mlirtuna.tuners.rocmlir.debugfile import DebugRow, read_debug_file
 from mlirtuna.tuners.rocmlir.process import (
     STDOUT_KEEP_BYTES,
     Run,
+    capped_lines,
+    check_outputs,
     last_error_line,
+    open_output,
+    read_output,
     read_tail,
     stderr_block,
     tail,
 )
 
+STATE_CAP_BYTES = 1 << 20  # a `.state` names the failed configs of one call: a few KiB
 GPU_TIMED_OUT = "gpu_timed_out"  # E4's state for a driver that exited 3 (--gpu-run-timeout)
 DISCARDED = "Discarded by rocmlir-tuning-driver (E4: over its time budget)"
 _TIMED_OUT_RE = re.compile(r"Tuning timed out after")
@@ -47,6 +53,7 @@ def read_outcome(
     problem: Problem, ctx: TuneContext, out: Path, run: Run, two_stage: bool = False
 ) -> TuneOutcome:
     """The outcome of one call for one problem, from its output file and `.debug` file."""
+    check_outputs(out)
     check_written_errors(out, run)
     if run.returncode != 0:
         raise failure(run, out)
@@ -71,16 +78,16 @@ def check_written_errors(out: Path, run: Run) -> None:
 
 def _failed_states(out: Path) -> set[str]:
     """The states E3/E4 recorded in `<output>.state` for the configs that failed."""
-    path = out.with_name(out.name + ".state")
+    raw = read_output(out.with_name(out.name + ".state"), STATE_CAP_BYTES)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(raw or b"{}")
         return {
             state
             for context in data.get("contexts", {}).values()
             for state in context.values()
             if isinstance(state, str)
         }
-    except (OSError, ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return set()
 
 
@@ -143,12 +150,28 @@ def result_row(problem: Problem, out: Path, run: Run) -> tuple[tuningdb.TuningRo
         expected = problem.tuning_key
         with contextlib.suppress(InputError):
             written = parse_key(row.test_vector)[1]
+    if written != expected and _another_problem(problem, written):
+        raise TunerError(
+            f"tuningRunner wrote a row for another problem: {textinput.quote(row.test_vector)}, "
+            f"not {expected!r}; not recorded"
+        )
     if written != expected:
         notes.append(
             f"tuningRunner recorded the config as {row.test_vector!r}; "
             f"mlirtuna's canonical form is {expected!r}"
         )
     return row, notes
+
+
+def _another_problem(problem: Problem, written: str) -> bool:
+    """Whether a row's key is a config of the problem's op that names another problem (its
+    canonical form differs); a form this reader cannot parse is not called another."""
+    if isinstance(problem, FusionProblem):
+        return False
+    try:
+        return parse_problem(problem.op, written).canonical() != problem.canonical()
+    except (InputError, UserError, ValueError):
+        return False
 
 
 def row_outcome(
@@ -170,6 +193,12 @@ def row_outcome(
         raise TunerError(
             f"no valid perf config: tuningRunner reports perfConfig {row.perf_config} with "
             f"{row.tflops} TFlops for {row.test_vector!r}",
+            detail=tail(run.stderr),
+        )
+    if (row.tflops or 0.0) > stats.MAX_TFLOPS:
+        raise TunerError(
+            f"tuningRunner reports {row.tflops:g} TFlops for {row.test_vector!r}, past any "
+            f"GPU ({stats.MAX_TFLOPS:g}): not recorded",
             detail=tail(run.stderr),
         )
     flops = float(problem.flops())
@@ -246,6 +275,8 @@ def tflops_candidate(
             why = status
         return Candidate(perf_config, error=f"not applicable (rocmlir-tuning-driver: {why})")
     ns = flops / (tool_tflops * 1e3)
+    if tool_tflops > stats.MAX_TFLOPS or not 0 < ns < math.inf:  # 1e308: ns 0, 1e-300: inf
+        return Candidate(perf_config, error=f"TFlops {tool_tflops:g} out of physical limits")
     return Candidate(
         perf_config,
         kernel_time_ns=ns,
@@ -326,5 +357,9 @@ def _margin(winner: Candidate, candidates: list[Candidate]) -> stats.Margin | No
 def _file_line(path: Path, lineno: int | None) -> str:
     if lineno is None:
         return ""
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    return f"line {lineno}: {lines[lineno - 1]!r}" if 0 < lineno <= len(lines) else ""
+    with open_output(path) as f:  # the line only, each line read up to its cap
+        for i, raw in enumerate(capped_lines(f), 1):
+            if i == lineno:
+                text = (raw or b"").decode("utf-8", errors="replace").rstrip("\r\n")
+                return f"line {lineno}: {textinput.quote(text)}"
+    return ""

@@ -15,11 +15,12 @@ import io
 import os
 import re
 import signal
+import stat
 import subprocess
 import threading
 import uuid
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, cast
@@ -30,6 +31,8 @@ from mlirtuna.errors import TunerError, TunerTimeout
 STDERR_TAIL_LINES = 40
 STDOUT_KEEP_BYTES = 1 << 20  # --help and the banner lines are far smaller
 STDERR_KEEP_BYTES = 256 << 10
+MAX_LINE_BYTES = 1 << 20  # a line the tool writes that mlirtuna parses (a stream reply)
+DRIVER_LINE_BYTES = 64 << 10  # a driver line ("<perfConfig>\t<ns>") longer than this is noise
 # The environment a tool gets is an allowlist: what a shell, Python, ROCm and the tool itself
 # need. Names, and prefixes ending in "*"; MLIRTUNA_TOOL_ENV adds more (comma-separated).
 TOOL_ENV = (
@@ -273,11 +276,75 @@ def last_error_line(stderr: str) -> str:
 
 
 def read_tail(path: Path, keep: int) -> str:
-    """The last `keep` bytes of a file the tool wrote, as text (a cut character becomes U+FFFD)."""
-    with open(path, "rb") as f:
+    """The last `keep` bytes of a file the tool wrote, as text (a cut character becomes U+FFFD);
+    TunerError when it is a link or not a regular file (see open_output)."""
+    with open_output(path) as f:
         f.seek(0, os.SEEK_END)
         f.seek(max(f.tell() - keep, 0))
-        return f.read().decode("utf-8", errors="replace")
+        return f.read(keep).decode("utf-8", errors="replace")
+
+
+def open_output(path: Path) -> io.BufferedReader:
+    """A file the tool wrote, opened for reading without following a link (O_NOFOLLOW) and only
+    if it is a regular file: a tool that replaced its output by a link to another file (or a
+    FIFO) never gets that file's text quoted into a job's error. TunerError otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise TunerError(f"cannot read the tool's output {path.name}: {exc.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise TunerError(f"the tool's output {path.name} is not a regular file")
+    os.set_blocking(fd, True)
+    return open(fd, "rb")
+
+
+def output_lines(path: Path) -> Iterator[str]:
+    """The lines of a file the tool wrote (open_output), ends kept, invalid UTF-8 replaced;
+    TunerError at a line longer than MAX_LINE_BYTES (it is not read whole)."""
+    with open_output(path) as f:
+        for lineno, line in enumerate(capped_lines(f), 1):
+            if line is None:
+                raise TunerError(f"{path}:{lineno}: a line longer than {MAX_LINE_BYTES} bytes")
+            yield line.decode("utf-8", errors="replace")
+
+
+def read_output(path: Path, cap: int) -> bytes | None:
+    """A small file the tool wrote (a `.state`), whole; None when it is missing, a link, not a
+    regular file, or over `cap` bytes (it is not read past that)."""
+    try:
+        with open_output(path) as f:
+            data = f.read(cap + 1)
+    except TunerError:
+        return None
+    return data if len(data) <= cap else None
+
+
+def check_outputs(out: Path) -> None:
+    """The files of one call's `--output FILE` (FILE, .debug, .state, .log) that exist are
+    regular files, not links: TunerError, before any is read, otherwise."""
+    for path in (out, *(out.with_name(out.name + s) for s in (".debug", ".state", ".log"))):
+        with contextlib.suppress(FileNotFoundError):
+            info = path.lstat()
+            if not stat.S_ISREG(info.st_mode):
+                kind = "a link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
+                raise TunerError(f"the tool's output {path.name} is {kind}: not read")
+
+
+def capped_lines(pipe: IO[bytes], cap: int = MAX_LINE_BYTES) -> Iterator[bytes | None]:
+    """The lines of a pipe, each read up to `cap` bytes: a longer one is yielded once as None
+    (at once, not when it ends: a line that never ends must not hold up its reader) and the rest
+    of it discarded as it comes, so memory stays within `cap` whatever the tool writes."""
+    skipping = False
+    while line := pipe.readline(cap):
+        whole = line.endswith(b"\n")
+        if skipping:
+            skipping = not whole
+        elif whole or len(line) < cap:  # shorter than the cap without an end: the last line
+            yield line
+        else:
+            skipping = True
+            yield None
 
 
 class TailReader:
@@ -308,7 +375,8 @@ class TailReader:
     def _collect(self, chunk: bytes, driver: list[tuple[str, str]]) -> None:
         text = self._partial + chunk
         end = text.rfind(b"\n") + 1  # only whole lines: the rest comes with the next chunk
-        self._partial = text[end:]
+        # A line that never ends is no driver line: dropped, so the partial line stays bounded.
+        self._partial = text[end:] if len(text) - end <= DRIVER_LINE_BYTES else b""
         driver.extend(  # list.extend is atomic: the poller reads it from another thread
             [
                 (pc.decode(errors="replace"), v.decode())

@@ -20,14 +20,15 @@ import shutil
 import subprocess
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import mlirtuna.tuners.rocmlir.process as process
-from mlirtuna import machine
+from mlirtuna import machine, textinput
 from mlirtuna.errors import StreamBroken, TunerError, Unsupported
 from mlirtuna.problems import Problem
-from mlirtuna.tuners.base import StreamItem, TuneContext
+from mlirtuna.tuners.base import StreamItem, TuneContext, TuneOutcome
 from mlirtuna.tuners.rocmlir.artifacts import commit_refused
 from mlirtuna.tuners.rocmlir.outcome import read_outcome
 
@@ -36,6 +37,9 @@ from mlirtuna.tuners.rocmlir.outcome import read_outcome
 # travels in a file per call. Those are benchmarked alone (one --benchmark-artifacts call).
 STREAM_OPS = ("conv", "gemm")
 STREAM_FLAG = "--benchmark-stream"
+MAX_REPLY_BYTES = process.MAX_LINE_BYTES  # a reply is ~60 bytes; a longer line is refused
+LOG_KEEP_BYTES = 64 << 10  # of a request's .log: its last lines say why it failed
+MAX_ID_CHARS = 64  # request ids are "job-N"
 CLOSE_WAIT_S = 1.0  # for a stream with nothing in flight to exit on EOF before it is stopped
 
 
@@ -52,21 +56,20 @@ class Stream:
         self.stderr = process.TailReader(
             cast("io.BufferedReader | None", self.proc.stderr), process.STDERR_KEEP_BYTES
         )
-        self._replies: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._replies: queue.Queue[Reply | None] = queue.Queue()
         self._fed: dict[str, tuple[Problem, Path, float]] = {}
         self._last_reply = time.time()
         threading.Thread(target=self._read, daemon=True, name="stream-replies").start()
 
     def _read(self) -> None:
-        """Reply lines from stdout into the queue; None once the process closed it."""
+        """Reply lines from stdout into the queue (each read up to MAX_REPLY_BYTES and checked
+        by parse_reply, which never raises); None once the process closed it."""
         pipe = self.proc.stdout
         assert pipe is not None
         with contextlib.suppress(OSError, ValueError), pipe:
-            for raw in pipe:
-                with contextlib.suppress(ValueError):
-                    reply = json.loads(raw)
-                    if isinstance(reply, dict) and "id" in reply:
-                        self._replies.put(reply)
+            for raw in process.capped_lines(pipe, MAX_REPLY_BYTES):
+                if raw is None or raw.strip():
+                    self._replies.put(parse_reply(raw))
         self._replies.put(None)
 
     def feed(self, key: str, problem: Problem, artifacts: Path) -> None:
@@ -96,26 +99,40 @@ class Stream:
         if got is None:
             self._replies.put(None)  # every later call says the same
             raise self._broken("it exited")
-        key = str(got["id"])
-        fed = self._fed.pop(key, None)
-        if fed is None:
-            return None  # not a request of ours (a bad line's reply has id null)
+        # A reply that names no request is the oldest one's: requests are answered in order.
+        key = got.key if got.key is not None else next(iter(self._fed), None)
+        fed = self._fed.pop(key, None) if key is not None else None
+        if key is None or fed is None:
+            return None  # not a request of ours
         problem, out, fed_at = fed
         start, self._last_reply = max(fed_at, self._last_reply), time.time()
-        log = out.with_name(out.name + ".log")
-        text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
-        if got.get("error") and int(got.get("status", 1)) != 0:
-            text += f"\nERROR: {got['error']}\n"
-        run = process.Run(int(got.get("status", 1)), "", text, _utc(start), _utc(self._last_reply))
         try:
-            if run.returncode != 0 and commit_refused(run.stderr):
-                why = process.last_error_line(run.stderr)
-                return key, Unsupported(f"tuningRunner refused the bundle: {why}")
-            return key, read_outcome(problem, self.ctx, out, run, self.two_stage)
+            return key, self._outcome(got, problem, out, start)
         except TunerError as exc:
             return key, exc
+        except Exception as exc:  # whatever the tool wrote costs its job, never the worker
+            return key, TunerError(f"cannot read the benchmark stream's reply to {key}: "
+                                   f"{type(exc).__name__}: {exc}")  # fmt: skip
         finally:
             shutil.rmtree(out.parent, ignore_errors=True)
+
+    def _outcome(self, got: Reply, problem: Problem, out: Path, start: float) -> TuneOutcome:
+        """One request's outcome from its reply and the files it wrote (read_outcome's)."""
+        process.check_outputs(out)
+        log = out.with_name(out.name + ".log")
+        text = process.read_tail(log, LOG_KEEP_BYTES) if log.is_file() else ""
+        if got.fault is not None:
+            raise TunerError(
+                f"the benchmark stream's reply is malformed: {got.fault}", detail=process.tail(text)
+            )
+        if got.error and got.status != 0:
+            text += f"\nERROR: {got.error}\n"
+        run = process.Run(got.status, "", text, _utc(start), _utc(self._last_reply))
+        if run.returncode != 0 and commit_refused(run.stderr):
+            raise Unsupported(
+                f"tuningRunner refused the bundle: {process.last_error_line(run.stderr)}"
+            )
+        return read_outcome(problem, self.ctx, out, run, self.two_stage)
 
     def _broken(self, what: str) -> StreamBroken:
         code = self.proc.poll()
@@ -142,6 +159,45 @@ class Stream:
         else:
             self.stderr.join(self.kill_grace_s)
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One reply line as read: the request it names (None: it names none readable), the
+    status of that request's call, its error text; `fault` says why the line is not a valid
+    reply (then the request fails with that line, and its status means nothing)."""
+
+    key: str | None
+    status: int = 1
+    error: str = ""
+    fault: str | None = None
+
+
+def parse_reply(raw: bytes | None) -> Reply:
+    """A reply line checked field by field (docs/formats.md): a JSON object (flat: a value
+    nested deeper is refused) whose `id` is a string, `status` an exit status (an integer 0 to
+    255, not "zero", NaN, 1e999 or [0]) and `error` a string. None: a line over
+    MAX_REPLY_BYTES. Invalid UTF-8 is replaced (U+FFFD), so the reply still counts."""
+    if raw is None:
+        return Reply(None, fault=f"a reply line longer than {MAX_REPLY_BYTES} bytes")
+    text = raw.decode("utf-8", errors="replace").strip()
+    try:
+        reply = json.loads(text)
+    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
+        return Reply(None, fault=f"not JSON: {textinput.quote(text)}")
+    if not isinstance(reply, dict):
+        return Reply(None, fault=f"not a JSON object: {textinput.quote(text)}")
+    rid, status, error = reply.get("id"), reply.get("status"), reply.get("error", "")
+    key = rid if isinstance(rid, str) and len(rid) <= MAX_ID_CHARS else None
+    if key is None:
+        return Reply(None, fault=f"id {textinput.clip(repr(rid))} is not a request's id")
+    if type(status) is not int or not 0 <= status <= 255:
+        return Reply(key, fault=f"status {textinput.clip(repr(status))} is not an exit status")
+    if error is None:
+        error = ""
+    if not isinstance(error, str):
+        return Reply(key, fault=f"error {textinput.clip(repr(error))} is not text")
+    return Reply(key, status, error)
 
 
 def _utc(seconds: float) -> dt.datetime:
