@@ -27,7 +27,7 @@ from support.rocmlir import (  # noqa: F401 (logged_build is the build fixture)
 )
 
 from mlirtuna.errors import TunerError, TunerTimeout, Unsupported, UserError
-from mlirtuna.history.tuningdb import TuningRow
+from mlirtuna.formats.tuningdb import TuningRow
 from mlirtuna.problems import parse
 from mlirtuna.tuners import rocmlir
 from mlirtuna.tuners.base import Candidate

@@ -40,8 +40,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+import mlirtuna.formats.tuningdb as tuningdb
 import mlirtuna.history.debugexport as debugexport
-import mlirtuna.history.tuningdb as tuningdb
 import mlirtuna.history.winners as winners
 from mlirtuna import keys
 from mlirtuna.db import Database

@@ -43,7 +43,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-import mlirtuna.history.tuningdb as tuningdb
+import mlirtuna.formats.tuningdb as tuningdb
 from mlirtuna import catalog, keys, problems
 from mlirtuna.db import Database, utcnow
 from mlirtuna.db.models import ERROR, Job, Result, TuningSession

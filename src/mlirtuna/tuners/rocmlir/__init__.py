@@ -3,7 +3,7 @@
 One subprocess per job, as an argument list (never a shell: config strings are data), in a new
 session so that a timeout kills the whole pipeline it starts (rocmlir-gen | rocmlir-tuning-driver,
 verification). Results are read from the files the tool writes into a fresh temporary directory,
-never scraped from stdout: the result row (`--output`, read with mlirtuna.history.tuningdb) and the
+never scraped from stdout: the result row (`--output`, read with mlirtuna.formats.tuningdb) and the
 per-candidate `.debug` file (`--debug`). A fresh directory also keeps E3 from skipping the config
 as "already tuned" (it reads the existing output file) or as failed earlier (its `.state` file).
 

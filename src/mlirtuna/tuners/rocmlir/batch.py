@@ -19,7 +19,7 @@ from pathlib import Path
 
 from mlirtuna import keys
 from mlirtuna.errors import BatchRefused, InputError, NotRun, TunerError, TunerTimeout
-from mlirtuna.history import tuningdb
+from mlirtuna.formats import tuningdb
 from mlirtuna.problems import Problem
 from mlirtuna.tuners.base import BatchItem, TuneContext
 from mlirtuna.tuners.rocmlir.debugfile import DebugRow, matches, parse_debug_lines

@@ -1,7 +1,7 @@
 """What one run of the tool wrote, read into a TuneOutcome or the TunerError that says why not.
 
 Results are read from the files the tool writes, never scraped from stdout: the result row
-(`--output`, read with mlirtuna.history.tuningdb) and the per-candidate `.debug` file (`--debug`,
+(`--output`, read with mlirtuna.formats.tuningdb) and the per-candidate `.debug` file (`--debug`,
 debugfile.py). The same functions read one call per problem and each config of a batch.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mlirtuna import keys, machine, stats
 from mlirtuna.errors import InputError, TunerError, TunerTimeout, Unsupported
-from mlirtuna.history import tuningdb
+from mlirtuna.formats import tuningdb
 from mlirtuna.problems import Problem
 from mlirtuna.problems.fusion import FusionProblem, parse_key
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome
