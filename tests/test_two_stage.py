@@ -96,7 +96,7 @@ def test_keep_artifacts_keeps_every_bundle(db, tmp_path, build):
     bundles.unpack(kept[0], tmp_path / "unpacked")  # a whole bundle: index and problems
     assert (tmp_path / "unpacked" / "index.json").is_file()
     # Deleting the session takes its bundles, rows and files alike.
-    sessions.delete(db, sid)
+    jobs.delete_session(db, sid)
     assert count(db, Bundle) == 0 and list(artifacts.iterdir()) == []
 
 

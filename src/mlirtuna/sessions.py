@@ -13,11 +13,8 @@ import sqlalchemy as sa
 from mlirtuna import keys, machine
 from mlirtuna.db import Database, utcnow
 from mlirtuna.db.models import (
-    RUNNING,
     SPLIT_STAGES,
     TUNING_SPACES,
-    Attempt,
-    Candidate,
     Job,
     Problem,
     QuickList,
@@ -441,55 +438,6 @@ def retire(db: Database, session_id: int) -> Session:
             row.retired_at = utcnow()
         s.flush()
         return Session.from_row(row)
-
-
-@dataclass(frozen=True)
-class Deleted:
-    session: int
-    jobs: int
-    attempts: int
-    results: int
-    candidates: int
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
-
-
-def delete(db: Database, session_id: int, *, force: bool = False) -> Deleted:
-    """A session with its jobs, attempts, results and candidates, in one transaction.
-
-    Refused while one of its jobs is running (a worker would record into nothing) unless
-    `force`; a worker that still holds such a job then finds its lease gone and writes nothing.
-    """
-    with db.session(immediate=True) as s:
-        _row(s, session_id)
-        running = s.scalar(
-            sa.select(sa.func.count()).where(Job.session_id == session_id, Job.state == RUNNING)
-        )
-        if running and not force:
-            raise UserError(
-                f"session {session_id} has {running} running job(s): stop its workers first, "
-                "or give --force"
-            )
-        in_session = Job.session_id == session_id
-        job_ids = sa.select(Job.id).where(in_session).scalar_subquery()
-        # Children first: candidates and results point at jobs, jobs at the session.
-        attempts = s.execute(sa.delete(Attempt).where(Attempt.job_id.in_(job_ids))).rowcount
-        candidates = s.execute(
-            sa.delete(Candidate).where(Candidate.session_id == session_id)
-        ).rowcount
-        results = s.execute(sa.delete(Result).where(Result.session_id == session_id)).rowcount
-        # Copies `jobs load --reuse` made from it stay where they are, no longer naming it.
-        s.execute(
-            sa.update(Result).where(Result.reused_from == session_id).values(reused_from=None)
-        )
-        from mlirtuna.queue import bundles
-
-        files = bundles.delete_session(s.connection(), session_id)
-        jobs = s.execute(sa.delete(Job).where(in_session)).rowcount
-        s.execute(sa.delete(TuningSession).where(TuningSession.id == session_id))
-    bundles.remove_files(files)  # after the commit: a rolled-back delete keeps them
-    return Deleted(session_id, jobs, attempts, results, candidates)
 
 
 def _row(s, session_id: int) -> TuningSession:

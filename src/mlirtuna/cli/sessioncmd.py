@@ -252,6 +252,7 @@ def delete(
 ) -> None:
     """Delete a session with its jobs, attempts, results and candidates (one transaction)."""
     from mlirtuna import sessions
+    from mlirtuna.queue import jobs
 
     db = common.database(ctx)
     sessions.get(db, session_id)  # a wrong id says so before asking anything
@@ -260,7 +261,7 @@ def delete(
             raise UserError(f"deleting session {session_id} needs --yes (stdin is no terminal)")
         if not typer.confirm(f"delete session {session_id} and all its jobs and results?"):
             raise typer.Exit(1)
-    gone = sessions.delete(db, session_id, force=force)
+    gone = jobs.delete_session(db, session_id, force=force)
     if as_json:
         common.print_json(gone.as_dict())
     else:
