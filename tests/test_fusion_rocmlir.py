@@ -19,8 +19,8 @@ from mlirtuna.problems import fusion as fusion_problems
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.tuners.base import TuneContext
+from mlirtuna.tuners.process import Run
 from mlirtuna.tuners.rocmlir import fusionkey, outcome
-from mlirtuna.tuners.rocmlir.process import Run
 
 FUSION = Path(__file__).parent / "data" / "fusion"
 CASE_4 = FUSION / "resnet50" / "mixr-resnet-fusion-case-4.mlir"

@@ -23,7 +23,7 @@ from support.rocmlir import (  # noqa: F401 (quiet_build is the build fixture)
 from mlirtuna.db.models import Job
 from mlirtuna.errors import TunerTimeout
 from mlirtuna.problems import parse
-from mlirtuna.tuners.rocmlir import process
+from mlirtuna.tuners import process
 
 STUBBORN = """
 import os, signal, subprocess, sys, time

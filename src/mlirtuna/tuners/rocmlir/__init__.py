@@ -73,6 +73,7 @@ and tuner (RocmlirTuner, which builds the command lines).
 
 from __future__ import annotations
 
+from mlirtuna.tuners.process import kill_tools, scrubbed_env
 from mlirtuna.tuners.rocmlir.artifacts import index_commits, merge_artifacts, read_index
 from mlirtuna.tuners.rocmlir.checks import check_build, check_split_build
 from mlirtuna.tuners.rocmlir.debugfile import DebugRow, parse_debug_lines, read_debug_file
@@ -88,7 +89,6 @@ from mlirtuna.tuners.rocmlir.eras import (
 )
 from mlirtuna.tuners.rocmlir.fusionkey import emit_tuning_key, key_pipeline
 from mlirtuna.tuners.rocmlir.outcome import DISCARDED, GPU_TIMED_OUT
-from mlirtuna.tuners.rocmlir.process import kill_tools, scrubbed_env
 from mlirtuna.tuners.rocmlir.tuner import RocmlirTuner
 
 __all__ = [

@@ -22,9 +22,9 @@ from mlirtuna.errors import BatchRefused, InputError, NotRun, TunerError, TunerT
 from mlirtuna.formats import tuningdb
 from mlirtuna.problems import Problem
 from mlirtuna.tuners.base import BatchItem, TuneContext
+from mlirtuna.tuners.process import Run, TailReader, last_error_line, now, stop, tail
 from mlirtuna.tuners.rocmlir.debugfile import DebugRow, matches, parse_debug_lines
 from mlirtuna.tuners.rocmlir.outcome import GPU_TIMED_OUT, failure, row_outcome, usage_error
-from mlirtuna.tuners.rocmlir.process import Run, TailReader, last_error_line, now, stop, tail
 
 # Ops whose configs are config-list lines (fusion is a module file per call).
 BATCH_OPS = ("conv", "gemm", "attention", "gemm_gemm", "conv_gemm")

@@ -21,8 +21,7 @@ from mlirtuna.formats import tuningdb
 from mlirtuna.problems import Problem
 from mlirtuna.problems.fusion import FusionProblem, parse_key
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome
-from mlirtuna.tuners.rocmlir.debugfile import DebugRow, read_debug_file
-from mlirtuna.tuners.rocmlir.process import (
+from mlirtuna.tuners.process import (
     STDOUT_KEEP_BYTES,
     Run,
     last_error_line,
@@ -30,6 +29,7 @@ from mlirtuna.tuners.rocmlir.process import (
     stderr_block,
     tail,
 )
+from mlirtuna.tuners.rocmlir.debugfile import DebugRow, read_debug_file
 
 GPU_TIMED_OUT = "gpu_timed_out"  # E4's state for a driver that exited 3 (--gpu-run-timeout)
 DISCARDED = "Discarded by rocmlir-tuning-driver (E4: over its time budget)"

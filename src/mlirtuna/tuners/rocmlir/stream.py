@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-import mlirtuna.tuners.rocmlir.process as process
+import mlirtuna.tuners.process as process
 from mlirtuna import machine
 from mlirtuna.errors import StreamBroken, TunerError, Unsupported
 from mlirtuna.problems import Problem
