@@ -4,6 +4,7 @@ importing the database layer, so `mlirtuna --help` starts fast (docs/benchmarks.
 from __future__ import annotations
 
 DEFAULT_TUNING_SPACE = "full"  # tuningRunner E3's default
+DEFAULT_TUNER = "cpu"  # `session new`: what runs anywhere (tuners/registry.py knows them all)
 DEFAULT_LEASE_S = 120.0
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_BACKOFF_S = 10.0

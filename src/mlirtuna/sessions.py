@@ -24,6 +24,7 @@ from mlirtuna.db.models import (
 from mlirtuna.defaults import (
     DEFAULT_BUNDLE_CAP_BYTES,
     DEFAULT_TOPK,
+    DEFAULT_TUNER,
     DEFAULT_TUNING_SPACE,
     ENV_ROCMLIR_BUILD,
 )
@@ -113,7 +114,7 @@ class Session:
 class SessionSpec:
     """What `session new` is told; None means "detect it"."""
 
-    tuner: str = "cpu"
+    tuner: str = DEFAULT_TUNER
     tuning_space: str = DEFAULT_TUNING_SPACE
     arch: str | None = None
     arch_full: str | None = None

@@ -8,7 +8,12 @@ import typer
 
 import mlirtuna.cli.common as common
 import mlirtuna.cli.options as options
-from mlirtuna.defaults import DEFAULT_BUNDLE_CAP_BYTES, DEFAULT_TOPK, DEFAULT_TUNING_SPACE
+from mlirtuna.defaults import (
+    DEFAULT_BUNDLE_CAP_BYTES,
+    DEFAULT_TOPK,
+    DEFAULT_TUNER,
+    DEFAULT_TUNING_SPACE,
+)
 from mlirtuna.errors import UserError
 
 app = typer.Typer(
@@ -22,10 +27,10 @@ app = typer.Typer(
 def new(
     ctx: typer.Context,
     tuner: str = typer.Option(
-        "cpu",
+        DEFAULT_TUNER,
         "--tuner",
-        help="rocmlir or cpu; sleep:SECONDS or module.path:factory for tests. Its workers "
-        "run this tuner.",
+        help="A registered tuner (rocmlir, cpu, sleep:SECONDS, installed plugins: "
+        "docs/adding-a-tuner.md) or module.path:factory. Its workers run this tuner.",
     ),
     tuning_space: str = typer.Option(
         DEFAULT_TUNING_SPACE,

@@ -36,10 +36,13 @@ RULES = ("all", "family-changed")
 
 
 def tuner_family(tuner: str) -> str:
-    """Imported .tsv files come from rocMLIR's tuningRunner: the same tuner as `rocmlir`
-    (and `sleep:0.1` is the sleep tuner)."""
+    """Imported .tsv files come from rocMLIR's tuningRunner: the tuner whose perf configs carry
+    no tuner prefix (rocmlir, the registry says) (and `sleep:0.1` is the sleep tuner)."""
+    import mlirtuna.history.tsvimport as tsvimport
+    from mlirtuna import tuners
+
     name = sessions.tuner_name(tuner)
-    return "rocmlir" if name == "imported" else name
+    return tuners.family_of("") if name == tsvimport.TUNER else name
 
 
 def equivalent(a: Session | TuningSession, b: Session | TuningSession) -> bool:
