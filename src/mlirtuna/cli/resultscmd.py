@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 
 import mlirtuna.cli.common as common
+from mlirtuna.defaults import CONFIG_LIST_OPS
 from mlirtuna.errors import UserError
 
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ def import_tsv(
         "auto",
         "--op",
         help="auto: each row's op from its test vector (a tuning DB of several ops); an op "
-        "(conv, gemm, attention, gemm_gemm, conv_gemm) keeps only its rows.",
+        f"({', '.join(CONFIG_LIST_OPS)}) keeps only its rows.",
     ),
     reason: str = typer.Option(None, "--reason", help="Reason of the new sessions [file name]."),
     num_cu: int = typer.Option(

@@ -20,14 +20,14 @@ from pathlib import Path
 from mlirtuna import keys
 from mlirtuna.errors import BatchRefused, InputError, NotRun, TunerError, TunerTimeout
 from mlirtuna.formats import tuningdb
-from mlirtuna.problems import Problem
+from mlirtuna.problems import CONFIG_LIST_OPS, Problem
 from mlirtuna.tuners.base import BatchItem, TuneContext
 from mlirtuna.tuners.process import Run, TailReader, last_error_line, now, stop, tail
 from mlirtuna.tuners.rocmlir.debugfile import DebugRow, matches, parse_debug_lines
 from mlirtuna.tuners.rocmlir.outcome import GPU_TIMED_OUT, failure, row_outcome, usage_error
 
 # Ops whose configs are config-list lines (fusion is a module file per call).
-BATCH_OPS = ("conv", "gemm", "attention", "gemm_gemm", "conv_gemm")
+BATCH_OPS = CONFIG_LIST_OPS
 BATCH_POLL_S = 0.05  # how often a batch's output files are looked at while the tool runs
 # How long a batch's ready row waits for its driver lines on stderr (a pipe lags the files).
 DRIVER_LINES_GRACE_S = 1.0
