@@ -64,7 +64,7 @@ class RunPlan:
 RUN_NAME_FILES = 3  # input names a run's session name lists before "+N more"
 
 
-def run_name(op: str, files: list[str]) -> str:
+def run_name(op: str, files: Sequence[str]) -> str:
     """A run's session name, from the op and the input: `gemm: gemm-small, tier1-gemm`."""
     names = [Path(f).name for f in files]
     shown = ", ".join(names[:RUN_NAME_FILES])
@@ -199,12 +199,13 @@ def prepare(db: Database, plan: RunPlan) -> Prepared:
     tag = f"session-{session.id}"
     imported = catalog.ImportReport()
     for op, paths in files_by_op(plan.op, plan.files).items():
-        parsed = catalog.read_files(op, paths, plan.options, plan.mlir_build_dir)
-        part = catalog.store(db, op, parsed, tag)
+        read = catalog.read_files(op, paths, plan.options, plan.mlir_build_dir)
+        part = catalog.store(db, op, read, tag)
         for name in ("lines", "problems", "new", "existing"):
             setattr(imported, name, getattr(imported, name) + getattr(part, name))
         imported.warnings.extend(part.warnings)
     exclude = _problem_ids(db, one_op(plan), [v for vs in skipped.values() for v in vs])
+    loaded: jobs.LoadReport | reuse.ReuseReport
     if plan.skip_tuned or plan.reuse:
         loaded = reuse.load(
             db, session.id, skip_tuned=True, reuse=plan.reuse, tag=tag, op=one_op(plan),

@@ -136,10 +136,11 @@ def import_tsv(
     if as_json:
         common.print_json(report.as_dict())
         return
-    for x in report.already:
+    for seen in report.already:
         common.err(
-            f"{x.file}: already imported as session {', '.join(map(str, x.sessions))} "
-            f"(same content, sha256 {x.sha256[:12]}…); nothing added (--again to import it again)"
+            f"{seen.file}: already imported as session {', '.join(map(str, seen.sessions))} "
+            f"(same content, sha256 {seen.sha256[:12]}…); nothing added (--again to import it "
+            "again)"
         )
     if not report.sessions:
         return
@@ -262,7 +263,7 @@ COMPARE_CSV = (
 
 def _print_comparison_csv(c: comparing.Comparison) -> None:
     """Kind: regression (winner changed), same_winner (re-measured lower) or missing_in_b."""
-    rows = [
+    rows: list[tuple[object, ...]] = [
         (
             "regression" if r.winner_changed else "same_winner",
             r.ratio,

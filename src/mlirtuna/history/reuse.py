@@ -326,9 +326,9 @@ def diff(db: Database, a_id: int, b_id: int) -> SessionDiff:
         covered = _counted_results(s, [*_equivalent_ids(s, _session_row(s, b_id)), b_id])
     both = sorted(set(ra) & set(rb))
     ratios = [
-        rb[p].tflops / ra[p].tflops
+        new / old
         for p in both
-        if (ra[p].tflops or 0) > 0 and (rb[p].tflops or 0) > 0
+        if (old := ra[p].tflops or 0.0) > 0 and (new := rb[p].tflops or 0.0) > 0
     ]
     return SessionDiff(
         a=a_id,

@@ -282,7 +282,7 @@ def _imported_before(db: Database, hashes: dict[str, str]) -> list[AlreadyImport
         TuningSession.source_sha256.in_(set(hashes.values()))
     )
     with db.session() as s:
-        found: dict[str, list[int]] = {}
+        found: dict[str | None, list[int]] = {}
         for sha, sid in s.execute(stmt.order_by(TuningSession.id)):
             found.setdefault(sha, []).append(sid)
     return [AlreadyImported(path, sha, found[sha]) for path, sha in hashes.items() if sha in found]

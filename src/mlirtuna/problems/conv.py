@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from mlirtuna.errors import InputError, UserError
 from mlirtuna.problems.flags import (
@@ -322,7 +322,10 @@ def expand_problems(line: str, options: ExpandOptions) -> list[ConvProblem]:
     layouts = all_layouts if None in given else (None,)
     sizes = SIZE_FLAGS.parse(flags)
     both_given = prefix is not None and "-F" in flags
-    filled = [tuple(fill if x is None else x for x in given) for fill in layouts]
+    # A layout left out is filled from each of the options' layouts (then fill is never None).
+    filled = [
+        cast("tuple[str, ...]", tuple(fill if x is None else x for x in given)) for fill in layouts
+    ]
     return [
         _make(data_type, direction, layout, sizes)
         for direction in directions

@@ -496,17 +496,17 @@ def delete_session(db: Database, session_id: int, *, force: bool = False) -> Del
         in_session = Job.session_id == session_id
         job_ids = sa.select(Job.id).where(in_session).scalar_subquery()
         # Children first: candidates and results point at jobs, jobs at the session.
-        attempts = s.execute(sa.delete(Attempt).where(Attempt.job_id.in_(job_ids))).rowcount
-        candidates = s.execute(
-            sa.delete(Candidate).where(Candidate.session_id == session_id)
-        ).rowcount
-        results = s.execute(sa.delete(Result).where(Result.session_id == session_id)).rowcount
+        attempts = rowcount(s.execute(sa.delete(Attempt).where(Attempt.job_id.in_(job_ids))))
+        candidates = rowcount(
+            s.execute(sa.delete(Candidate).where(Candidate.session_id == session_id))
+        )
+        results = rowcount(s.execute(sa.delete(Result).where(Result.session_id == session_id)))
         # Copies `jobs load --reuse` made from it stay where they are, no longer naming it.
         s.execute(
             sa.update(Result).where(Result.reused_from == session_id).values(reused_from=None)
         )
         files = bundles.delete_session(s.connection(), session_id)
-        jobs = s.execute(sa.delete(Job).where(in_session)).rowcount
+        jobs = rowcount(s.execute(sa.delete(Job).where(in_session)))
         s.execute(sa.delete(TuningSession).where(TuningSession.id == session_id))
     bundles.remove_files(files)  # after the commit: a rolled-back delete keeps them
     return Deleted(session_id, jobs, attempts, results, candidates)
