@@ -224,3 +224,13 @@ def test_tests_share_helpers_only_through_support():
         if module.partition(".")[0].startswith("test_")
     ]
     assert crossings == []
+
+
+def test_every_package_says_what_it_is():
+    """Each package's __init__ opens with a docstring (what the package is)."""
+    silent = [
+        str(path.relative_to(ROOT))
+        for path in SRC.rglob("__init__.py")
+        if not (ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or "").strip()
+    ]
+    assert silent == []
