@@ -22,6 +22,7 @@ import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 
 from mlirtuna.errors import UserError
 from mlirtuna.problems import Problem
@@ -66,6 +67,10 @@ class TunerKind:
     check_build: BuildCheck | None = None
     #: Checks that the build can run two-stage (compile, benchmark) sessions; None: it cannot.
     check_split_build: Callable[[str], None] | None = None
+    #: Two-stage bundles: several compiled directories moved into one (a batch benchmarked in
+    #: one call), and the commits that compiled a directory (checked against the session's).
+    merge_artifacts: Callable[[list[Path], Path], None] | None = None
+    artifact_commits: Callable[[Path], set[str]] | None = None
     #: Session settings only this tuner takes: (flag, SessionSpec field).
     settings: tuple[tuple[str, str], ...] = ()
     #: Why it can never run a problem (`run` leaves those out), or None; None: it can try all.

@@ -24,7 +24,7 @@ import logging
 import shutil
 import tarfile
 import threading
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 
 from mlirtuna import machine
@@ -33,8 +33,10 @@ from mlirtuna.errors import DatabaseError, TunerError, Unsupported
 from mlirtuna.problems import Problem
 from mlirtuna.queue import Lease, bundles
 from mlirtuna.tuners.base import Compiled, SplitTuner
-from mlirtuna.tuners.rocmlir import index_commits, merge_artifacts
 from mlirtuna.worker.runner import Finish, GiveBack, Runner, Settled
+
+MergeArtifacts = Callable[[list[Path], Path], None]
+ArtifactCommits = Callable[[Path], set[str]]
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +262,8 @@ def benchmark(
         if not ready:
             return
         artifacts = prepared.tmp / "artifacts"
-        merge_artifacts([directory for _, _, directory in ready], artifacts)
+        merge, _ = _bundle_kind(runner)
+        merge([directory for _, _, directory in ready], artifacts)
 
         def alone(lease: Lease) -> Settled:  # one job, or one of a call the tool refused
             problem = runner.problem(lease)
@@ -299,6 +302,14 @@ def split_tuner(runner: Runner) -> SplitTuner:
     return runner.tuner
 
 
+def _bundle_kind(runner: Runner) -> tuple[MergeArtifacts, ArtifactCommits]:
+    """How the session's tuner merges its bundles and reads their commits (its TunerKind)."""
+    kind = runner.kind
+    if kind.merge_artifacts is None or kind.artifact_commits is None:
+        raise Unsupported(f"the {kind.name} tuner has no two-stage bundles")
+    return kind.merge_artifacts, kind.artifact_commits
+
+
 def _unpacked(runner: Runner, lease: Lease, dest: Path) -> Path | str:
     """The job's bundle unpacked at `dest`, or why it cannot be benchmarked (a bundle that is
     damaged or of another commit is removed, so that `jobs requeue` compiles it again)."""
@@ -311,7 +322,8 @@ def _unpacked(runner: Runner, lease: Lease, dest: Path) -> Path | str:
     try:
         cap = runner.session.bundle_cap_bytes  # the session's: one file may be all of it
         bundles.unpack(fetched.data, dest, max_file=cap, max_total=cap)
-        for commit in index_commits(dest) | {fetched.commit_id}:
+        _, commits = _bundle_kind(runner)
+        for commit in commits(dest) | {fetched.commit_id}:
             bundles.check_commit(commit, runner.session.mlir_v, f"bundle {fetched.bundle_id}")
     except (TunerError, tarfile.TarError) as exc:
         runner.retrying(lambda: bundles.delete(runner.db, fetched.bundle_id))

@@ -4,6 +4,7 @@ tuningRunner.py, E4's session settings, two-stage sessions where the build has t
 from __future__ import annotations
 
 from mlirtuna.tuners.registry import TunerKind
+from mlirtuna.tuners.rocmlir.artifacts import index_commits, merge_artifacts
 from mlirtuna.tuners.rocmlir.checks import check_build, check_split_build
 from mlirtuna.tuners.rocmlir.eras import E4_SETTINGS
 from mlirtuna.tuners.rocmlir.tuner import RocmlirTuner
@@ -16,5 +17,7 @@ KIND = TunerKind(
     uses_build=True,
     check_build=check_build,
     check_split_build=check_split_build,
+    merge_artifacts=merge_artifacts,
+    artifact_commits=index_commits,
     settings=E4_SETTINGS,
 )
