@@ -7,6 +7,7 @@
 - no name starting with `_` imported from another module, or reached through one (`mod._x`), in
   src, tests or bench;
 - migrations are frozen: they import nothing of the live package;
+- every package's __init__ opens with a docstring saying what the package is;
 - tests share helpers through tests/support/ only.
 """
 

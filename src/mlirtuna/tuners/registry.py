@@ -94,7 +94,8 @@ def kind(spec: str) -> TunerKind:
     name, arg = split_spec(spec)
     if "." in name:
         return _by_path(spec)
-    found = _known().get(name)
+    ref = BUILT_IN.get(name) or _entry_points().get(name)
+    found = _load(name, ref) if ref else None  # only this plugin is imported
     if found is None:
         raise UserError(
             f"unknown tuner {spec!r} (known: {', '.join(names())}, or module.path:factory)"
@@ -130,12 +131,8 @@ def _prefixes() -> dict[str, str]:
 
 
 def _known() -> dict[str, TunerKind]:
-    return {**{n: _load(n, ref) for n, ref in _entry_points().items()}, **_built_in()}
-
-
-@functools.cache
-def _built_in() -> dict[str, TunerKind]:
-    return {name: _load(name, ref) for name, ref in BUILT_IN.items()}
+    """Every registered kind (each plugin imported)."""
+    return {name: _load(name, ref) for name, ref in {**_entry_points(), **BUILT_IN}.items()}
 
 
 @functools.cache
