@@ -24,9 +24,9 @@ from mlirtuna.errors import BatchRefused, InputError, Unsupported
 from mlirtuna.problems import ExpandOptions, configlist
 from mlirtuna.queue import Claimant, jobs
 from mlirtuna.sessions import SessionSpec
+from mlirtuna.tuners.process import Run
 from mlirtuna.tuners.rocmlir import outcome, parse_debug_lines
 from mlirtuna.tuners.rocmlir.batch import driver_segment
-from mlirtuna.tuners.rocmlir.process import Run
 from mlirtuna.worker import Worker, WorkerSettings
 
 ARCH_FULL = "gfx942:sramecc+:xnack-"

@@ -14,7 +14,6 @@ import sqlalchemy as sa
 from support.rocmlir import fake_build, work
 from support.twostage import count, problems, session
 
-from mlirtuna import sessions
 from mlirtuna.db import db_now
 from mlirtuna.db.models import Bundle, Job
 from mlirtuna.queue import bundles, jobs
@@ -209,5 +208,5 @@ def test_sweep_and_session_delete_never_delete_a_named_file(db, build, stored):
             session_id=sid, problem_id=s.scalar(sa.select(Job.problem_id).limit(1)),
             job_id=s.scalar(sa.select(Job.id).limit(1)), lease_token="a" * 32, commit_id="",
             size=0, sha256="", in_store=True, complete=True, created_at=db_now()))  # fmt: skip
-    sessions.delete(db, sid, force=True)
+    jobs.delete_session(db, sid, force=True)
     assert victim.read_text() == "precious"

@@ -14,7 +14,8 @@ from support.perfrunner_reader import read_tuning_db
 from mlirtuna import keys
 from mlirtuna.db.models import ERROR, Job, Problem, Result, TuningSession
 from mlirtuna.errors import InputError
-from mlirtuna.history import compare, export, tsvimport, tuningdb
+from mlirtuna.formats import tuningdb
+from mlirtuna.history import compare, export, tsvimport
 from mlirtuna.history.export import ExportQuery
 
 ERAS = DATA / "eras"

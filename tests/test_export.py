@@ -11,7 +11,8 @@ from support.perfrunner_reader import read_tuning_db
 from support.results import FULL, gemm, m_of, new_session, put_results, tune
 
 from mlirtuna.db.models import NEW, Job, Result
-from mlirtuna.history import export, tuningdb
+from mlirtuna.formats import tuningdb
+from mlirtuna.history import export
 from mlirtuna.history.export import ExportQuery
 from mlirtuna.problems import parse
 

@@ -19,8 +19,8 @@ from mlirtuna.problems import fusion as fusion_problems
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.tuners.base import TuneContext
+from mlirtuna.tuners.process import Run
 from mlirtuna.tuners.rocmlir import fusionkey, outcome
-from mlirtuna.tuners.rocmlir.process import Run
 
 # The backend changes nothing here (the queue, records and SQL of their own are tested on every
 # backend in their own files): SQLite only, to keep the suite quick.

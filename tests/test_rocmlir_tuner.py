@@ -27,11 +27,11 @@ from support.rocmlir import (  # noqa: F401 (logged_build is the build fixture)
 )
 
 from mlirtuna.errors import TunerError, TunerTimeout, Unsupported, UserError
-from mlirtuna.history.tuningdb import TuningRow
+from mlirtuna.formats.tuningdb import TuningRow
 from mlirtuna.problems import parse
-from mlirtuna.tuners import rocmlir
+from mlirtuna.tuners import process, rocmlir
 from mlirtuna.tuners.base import Candidate
-from mlirtuna.tuners.rocmlir import RocmlirTuner, outcome, process
+from mlirtuna.tuners.rocmlir import RocmlirTuner, outcome
 
 ERAS = ["E2", "E3"]
 

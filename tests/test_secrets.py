@@ -9,7 +9,7 @@ from support.clitools import cli
 
 from mlirtuna.db import Database, mask, mask_text, resolve_url
 from mlirtuna.errors import DatabaseError
-from mlirtuna.tuners.rocmlir.process import scrubbed_env
+from mlirtuna.tuners.process import scrubbed_env
 
 SECRET = "hunter2secret"
 UNREACHABLE = "127.0.0.1:1"  # nothing listens: "cannot reach", at once

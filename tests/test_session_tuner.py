@@ -185,9 +185,9 @@ def test_delete_refuses_a_running_session_unless_forced(db, tmp_path):
     sid = open_session(db, tmp_path, "sleep", [SMALL.format(m=1)])
     lease = queue.claim(db, sid, queue.Claimant("t", -1), 60)
     with pytest.raises(UserError, match=r"running job.*--force"):
-        sessions.delete(db, sid)
+        jobs.delete_session(db, sid)
     assert jobs.counts(db, sid)[sid]["running"] == 1  # nothing deleted
-    assert sessions.delete(db, sid, force=True).jobs == 1
+    assert jobs.delete_session(db, sid, force=True).jobs == 1
     # The worker that held the job finds its lease gone and writes nothing.
     winner = Cand("sleep:v1:1", 1.0, 1.0)
     assert not queue.record(db, lease, TuneOutcome([winner], winner))

@@ -23,7 +23,7 @@ from support.rocmlir import (  # noqa: F401 (quiet_build is the build fixture)
 from mlirtuna.db.models import Job
 from mlirtuna.errors import TunerTimeout
 from mlirtuna.problems import parse
-from mlirtuna.tuners.rocmlir import process
+from mlirtuna.tuners import process
 
 # The backend changes nothing here (the queue, records and SQL of their own are tested on every
 # backend in their own files): SQLite only, to keep the suite quick.

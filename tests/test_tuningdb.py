@@ -1,4 +1,4 @@
-"""mlirtuna.history.tuningdb: reading every tuning-DB layout, writing E2/E3 files for perfRunner."""
+"""mlirtuna.formats.tuningdb: reading every tuning-DB layout, writing E2/E3 files for perfRunner."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from support import perfrunner_reader
 
 from mlirtuna.errors import InputError
-from mlirtuna.history import tuningdb
-from mlirtuna.history.tuningdb import TuningRow
+from mlirtuna.formats import tuningdb
+from mlirtuna.formats.tuningdb import TuningRow
 
 DATA = Path(__file__).parent / "data"
 V3_EXAMPLE = DATA / "example-tuning-db-v3.from-test_tuningRunner.tsv"

@@ -96,7 +96,7 @@ def test_keep_artifacts_keeps_every_bundle(db, tmp_path, build):
     bundles.unpack(kept[0], tmp_path / "unpacked")  # a whole bundle: index and problems
     assert (tmp_path / "unpacked" / "index.json").is_file()
     # Deleting the session takes its bundles, rows and files alike.
-    sessions.delete(db, sid)
+    jobs.delete_session(db, sid)
     assert count(db, Bundle) == 0 and list(artifacts.iterdir()) == []
 
 
@@ -214,16 +214,16 @@ def test_a_half_written_bundle_is_never_claimable(db, tmp_path, build, monkeypat
 
     # 1. The lease is lost while the chunks are written: the writer stops, nothing is left.
     lease = queue.claim(db, sid, who, 30, stage="compile")
-    real, calls = bundles._still_held, []
+    real, calls = bundles.still_held, []
 
     def lost_after_three(conn, held):
         calls.append(1)
         return len(calls) <= 3 and real(conn, held)
 
-    monkeypatch.setattr(bundles, "_still_held", lost_after_three)
+    monkeypatch.setattr(bundles, "still_held", lost_after_three)
     assert bundles.store(db, lease, packed, None) is None
     assert count(db, Bundle) == count(db, BundleChunk) == 0
-    monkeypatch.setattr(bundles, "_still_held", real)
+    monkeypatch.setattr(bundles, "still_held", real)
 
     # 2. The compile worker dies after storing, before completing: the bundle stays invisible,
     # the benchmark job waiting and unclaimable; once the lease is gone its chunks are swept.

@@ -20,6 +20,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -286,7 +287,7 @@ def load_problem(s: Session, problem_id: int) -> ProblemSpec:
     return problem_of(op, row)
 
 
-def problem_of(op: str, columns: Mapping[str, object]) -> ProblemSpec:
+def problem_of(op: str, columns: Mapping[Any, Any]) -> ProblemSpec:
     """The typed problem from its op's config row (its id column, if there, is not a field)."""
     return from_columns(op, {k: v for k, v in columns.items() if k != "id"})
 
@@ -295,11 +296,11 @@ def problem_from_json(dialect: sa.Dialect, op: str, config: str | dict) -> Probl
     """The typed problem from its config row as one JSON object built by the database (the
     claim reads it so): the values as the driver gives them, put through each column's result
     processor as a selected row's would be (booleans stored as 0/1)."""
-    if isinstance(config, str):  # PostgreSQL's driver parses JSON itself
-        config = json.loads(config)
+    # PostgreSQL's driver parses JSON itself
+    columns: dict[str, Any] = json.loads(config) if isinstance(config, str) else config
     for name, process in _result_processors(dialect, op).items():
-        config[name] = process(config[name])
-    return problem_of(op, config)
+        columns[name] = process(columns[name])
+    return problem_of(op, columns)
 
 
 _PROCESSORS: dict[tuple[str, str], dict] = {}

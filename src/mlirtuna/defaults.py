@@ -3,7 +3,13 @@ importing the database layer, so `mlirtuna --help` starts fast (docs/benchmarks.
 
 from __future__ import annotations
 
+#: Every op, declared once: problems/<op>.py parses it, and every list, help text and table
+#: derives from this (problems.OPS re-exports it). Fusion, last, reads .mlir modules; the others
+#: read rocMLIR config lists (CONFIG_LIST_OPS).
+OPS = ("conv", "gemm", "attention", "gemm_gemm", "conv_gemm", "fusion")
+CONFIG_LIST_OPS = OPS[:-1]
 DEFAULT_TUNING_SPACE = "full"  # tuningRunner E3's default
+DEFAULT_TUNER = "cpu"  # `session new`: what runs anywhere (tuners/registry.py knows them all)
 DEFAULT_LEASE_S = 120.0
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_BACKOFF_S = 10.0

@@ -64,7 +64,7 @@ class RunPlan:
 RUN_NAME_FILES = 3  # input names a run's session name lists before "+N more"
 
 
-def run_name(op: str, files: list[str]) -> str:
+def run_name(op: str, files: Sequence[str]) -> str:
     """A run's session name, from the op and the input: `gemm: gemm-small, tier1-gemm`."""
     names = [Path(f).name for f in files]
     shown = ", ".join(names[:RUN_NAME_FILES])
@@ -141,7 +141,9 @@ def choose_tuner(tuner: str, build_dir: str | None) -> tuple[str, str]:
     """(tuner, why): `auto` means rocmlir when a build dir is given (flag or env var), cpu when
     none is. A build dir given without bin/tuningRunner.py is an error, never a quiet cpu run."""
     build_dir = build_dir or os.environ.get(sessions.ENV_BUILD_DIR)
-    if build_dir and tuner in ("auto", "rocmlir") and not (Path(build_dir) / RUNNER).is_file():
+    with_build, without_build = tuners.AUTO
+    uses_build = tuners.kind(with_build if tuner == "auto" else tuner).uses_build
+    if build_dir and uses_build and not (Path(build_dir) / RUNNER).is_file():
         raise UserError(
             f"rocMLIR build dir {build_dir} has no {RUNNER} (from --mlir-build-dir or "
             f"{sessions.ENV_BUILD_DIR}): point it at a rocMLIR build, or leave it out for the "
@@ -150,10 +152,10 @@ def choose_tuner(tuner: str, build_dir: str | None) -> tuple[str, str]:
     if tuner != "auto":
         return tuner, f"tuner {tuner} (asked for)"
     if build_dir:
-        return "rocmlir", f"tuner rocmlir ({Path(build_dir) / RUNNER})"
-    return "cpu", (
-        "tuner cpu (no rocMLIR build dir given; --mlir-build-dir or "
-        f"{sessions.ENV_BUILD_DIR} selects rocmlir)"
+        return with_build, f"tuner {with_build} ({Path(build_dir) / RUNNER})"
+    return without_build, (
+        f"tuner {without_build} (no rocMLIR build dir given; --mlir-build-dir or "
+        f"{sessions.ENV_BUILD_DIR} selects {with_build})"
     )
 
 
@@ -170,12 +172,12 @@ def prepare(db: Database, plan: RunPlan) -> Prepared:
                 f"session {existing.id} was opened for tuner {existing.tuner}, not {plan.tuner}"
             )
         tuner, why = existing.tuner, f"tuner {existing.tuner} (session {existing.id})"
-        if tuner == "rocmlir":
+        if tuners.kind(tuner).uses_build:
             choose_tuner(tuner, plan.mlir_build_dir)
     else:
         tuner, why = choose_tuner(plan.tuner, plan.mlir_build_dir)
-    if tuner == "rocmlir":  # a missing build dir stops here, before anything is written
-        tuners.make("rocmlir", mlir_build_dir=plan.mlir_build_dir)
+    if tuners.kind(tuner).uses_build:  # a missing build dir stops here, before anything is written
+        tuners.make(tuner, mlir_build_dir=plan.mlir_build_dir)
     # Parse the lists first: a bad line must not leave an empty session behind.
     parsed = _parse(plan)
     space = existing.tuning_space if existing else plan.tuning_space
@@ -197,12 +199,13 @@ def prepare(db: Database, plan: RunPlan) -> Prepared:
     tag = f"session-{session.id}"
     imported = catalog.ImportReport()
     for op, paths in files_by_op(plan.op, plan.files).items():
-        parsed = catalog.read_files(op, paths, plan.options, plan.mlir_build_dir)
-        part = catalog.store(db, op, parsed, tag)
+        read = catalog.read_files(op, paths, plan.options, plan.mlir_build_dir)
+        part = catalog.store(db, op, read, tag)
         for name in ("lines", "problems", "new", "existing"):
             setattr(imported, name, getattr(imported, name) + getattr(part, name))
         imported.warnings.extend(part.warnings)
     exclude = _problem_ids(db, one_op(plan), [v for vs in skipped.values() for v in vs])
+    loaded: jobs.LoadReport | reuse.ReuseReport
     if plan.skip_tuned or plan.reuse:
         loaded = reuse.load(
             db, session.id, skip_tuned=True, reuse=plan.reuse, tag=tag, op=one_op(plan),
@@ -261,13 +264,13 @@ def _parse(plan: RunPlan) -> list[Problem]:
 def _cannot_run(
     tuner: str, tuning_space: str, plan: RunPlan, problems: Sequence[Problem]
 ) -> dict[str, list[str]]:
-    """{why: test vectors} of the problems the cpu tuner can never run (fp8, 3-D conv, …):
-    `run` leaves them out and says so, instead of failing each as a job."""
-    if tuner != "cpu":
+    """{why: test vectors} of the problems the tuner can never run (the cpu tuner's fp8, 3-D
+    conv, …: its TunerKind.unsupported): `run` leaves them out and says so, instead of failing
+    each as a job."""
+    unsupported = tuners.kind(tuner).unsupported
+    if unsupported is None:
         return {}
-    from mlirtuna.tuners.cpu import unsupported
-
-    # What the cpu tuner checks depends on the problem, the space and the memory limit only.
+    # What the check depends on is the problem, the space and the memory limit only.
     ctx = TuneContext(
         arch="cpu",
         arch_full="cpu",

@@ -6,18 +6,15 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 from mlirtuna import keys, machine
 from mlirtuna.db import Database, utcnow
 from mlirtuna.db.models import (
-    RUNNING,
     SPLIT_STAGES,
     TUNING_SPACES,
-    Attempt,
-    Candidate,
     Job,
     Problem,
     QuickList,
@@ -27,14 +24,24 @@ from mlirtuna.db.models import (
 from mlirtuna.defaults import (
     DEFAULT_BUNDLE_CAP_BYTES,
     DEFAULT_TOPK,
+    DEFAULT_TUNER,
     DEFAULT_TUNING_SPACE,
     ENV_ROCMLIR_BUILD,
 )
 from mlirtuna.errors import NotFound, UserError
 
-TUNERS = ("rocmlir", "cpu", "sleep")
+if TYPE_CHECKING:
+    from mlirtuna.tuners import TunerKind
+
 ENV_BUILD_DIR = ENV_ROCMLIR_BUILD
-CPU_SPACES = ("quick", "full", "greedy", "exhaustive")
+# The settings a session can hold for its tuner: SessionSpec field -> flag. Which of them a
+# tuner takes is its kind's (tuners.TunerKind.settings).
+TUNER_SETTINGS = {
+    "rep_ms": "--rep",
+    "warmup_ms": "--warmup",
+    "gpu_run_timeout_s": "--gpu-run-timeout",
+    "lfbo_effort": "--lfbo-effort",
+}
 #: A session tuning over a stored quick list (history/quick.py makes them) says `list:NAME`.
 LIST_PREFIX = "list:"
 _LIST_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,48}$")
@@ -107,7 +114,7 @@ class Session:
 class SessionSpec:
     """What `session new` is told; None means "detect it"."""
 
-    tuner: str = "cpu"
+    tuner: str = DEFAULT_TUNER
     tuning_space: str = DEFAULT_TUNING_SPACE
     arch: str | None = None
     arch_full: str | None = None
@@ -145,23 +152,20 @@ def tuner_name(spec: str) -> str:
     return spec if "." in name else name
 
 
-def check_tuner(spec: str) -> None:
-    """A session is opened for rocmlir, cpu, sleep[:SECONDS] or a plugin that loads."""
-    if spec in ("rocmlir", "cpu"):
-        return
-    if tuner_name(spec) == "sleep" or "." in spec.partition(":")[0]:
-        from mlirtuna import tuners
+def check_tuner(spec: str) -> TunerKind:
+    """A session is opened for a registered tuner (tuners.names()) or a plugin that loads; a
+    tuner that needs no build is made once here, so a bad argument or factory stops here."""
+    from mlirtuna import tuners
 
-        tuners.make(spec)  # a bad number or a plugin that does not load stops here
-        return
-    raise UserError(
-        f"unknown tuner {spec!r} (known: {', '.join(TUNERS)}, sleep:SECONDS, module.path:factory)"
-    )
+    kind = tuners.kind(spec)
+    if not kind.uses_build:
+        tuners.make(spec)
+    return kind
 
 
 def detect(spec: SessionSpec) -> SessionSpec:
     """Fill what the flags left open from this machine; never guess what can't be read."""
-    check_tuner(spec.tuner)
+    kind = check_tuner(spec.tuner)
     if spec.tuning_space.startswith(LIST_PREFIX):
         check_quick_list_name(spec.tuning_space.partition(":")[2])
     elif spec.tuning_space not in TUNING_SPACES:
@@ -180,50 +184,45 @@ def detect(spec: SessionSpec) -> SessionSpec:
         else ((machine.git_hash(build_dir) if build_dir else None) or "")
     )
     out.docker = spec.docker if spec.docker is not None else (machine.docker_image() or "")
-    _check_split(out, build_dir)
-    _check_settings(out, build_dir)
-    if spec.tuner != "rocmlir":  # cpu, sleep and plugins describe this machine's CPU
+    _check_split(out, kind, build_dir)
+    _check_settings(out, kind, build_dir)
+    if not kind.gpu:  # cpu, sleep and CPU plugins describe this machine's CPU
         return _fill_cpu(out)
     return _fill_gpu(out)
 
 
-def _check_settings(spec: SessionSpec, build_dir: str | None) -> None:
+def _check_settings(spec: SessionSpec, kind: TunerKind, build_dir: str | None) -> None:
     """Settings and space against what the build's tuningRunner offers (read from its --help),
     and the key form its perfRunner expects; one clear error for anything it lacks."""
     if spec.key_form is not None and spec.key_form not in keys.KEY_FORMS:
         raise UserError(f"unknown key form {spec.key_form!r} (known: {', '.join(keys.KEY_FORMS)})")
     if spec.lfbo_effort is not None and spec.lfbo_effort not in ("quick", "full"):
         raise UserError(f"--lfbo-effort {spec.lfbo_effort!r}: expected quick or full")
-    from mlirtuna.tuners.rocmlir.eras import E4_SETTINGS  # the one table of E4's settings
-
-    settings = [flag for flag, name in E4_SETTINGS if getattr(spec, name) is not None]
-    for flag, name in E4_SETTINGS[:3]:
+    settings = [flag for name, flag in TUNER_SETTINGS.items() if getattr(spec, name) is not None]
+    for name, flag in TUNER_SETTINGS.items():
         value = getattr(spec, name)
-        if value is not None and value <= 0:
+        if isinstance(value, int) and value <= 0:
             raise UserError(f"{flag} {value}: expected a positive number")
     listed = spec.tuning_space.startswith(LIST_PREFIX)  # a stored quick list
-    if spec.tuner == "cpu" and spec.tuning_space not in CPU_SPACES and not listed:
+    if kind.spaces is not None and spec.tuning_space not in kind.spaces and not listed:
         raise UserError(
-            f"the cpu tuner has no tuning space {spec.tuning_space!r} "
-            f"(it has: {', '.join(CPU_SPACES)})"
+            f"the {kind.name} tuner has no tuning space {spec.tuning_space!r} "
+            f"(it has: {', '.join(kind.spaces)})"
         )
-    if spec.tuner != "rocmlir":
-        if settings:
-            raise UserError(f"{', '.join(settings)}: settings of the rocmlir tuner (E4) only")
+    foreign = [flag for flag in settings if flag not in dict(kind.settings)]
+    if foreign:
+        raise UserError(f"{', '.join(foreign)}: not a setting of the {kind.name} tuner")
+    if kind.check_build is None or not build_dir:
         spec.key_form = spec.key_form or keys.PLAIN
         return
-    if not build_dir:
-        spec.key_form = spec.key_form or keys.PLAIN
-        return
-    from mlirtuna.tuners.rocmlir import check_build
-
-    key_form, spec.capabilities = check_build(build_dir, spec.tuning_space, settings)
+    key_form, spec.capabilities = kind.check_build(build_dir, spec.tuning_space, settings)
     spec.key_form = spec.key_form or key_form
 
 
-def _check_split(spec: SessionSpec, build_dir: str | None) -> None:
-    """--split compile,benchmark: only for a rocmlir session on a build whose tuningRunner has
-    --compile-only (E4), with a known rocMLIR commit (bundles of another one are refused)."""
+def _check_split(spec: SessionSpec, kind: TunerKind, build_dir: str | None) -> None:
+    """--split compile,benchmark: only for a tuner that can split (rocmlir) on a build that can
+    (a tuningRunner with --compile-only, E4), with a known rocMLIR commit (bundles of another
+    one are refused)."""
     if spec.split is None:
         if spec.artifact_store is not None or spec.keep_artifacts or spec.bundle_cap_mib:
             raise UserError(
@@ -236,15 +235,16 @@ def _check_split(spec: SessionSpec, build_dir: str | None) -> None:
     if ",".join(words) != SPLIT_STAGES:
         raise UserError(f"--split {spec.split!r}: the one split is {SPLIT_STAGES}")
     spec.split = SPLIT_STAGES
-    if spec.tuner != "rocmlir":
-        raise UserError(f"--split needs --tuner rocmlir (a two-stage build), not {spec.tuner}")
+    if kind.check_split_build is None:
+        raise UserError(
+            "--split needs --tuner rocmlir (a two-stage build) or another tuner that compiles "
+            f"and benchmarks apart, not {spec.tuner}"
+        )
     if not build_dir:
         raise UserError(
             "--split needs the build: --mlir-build-dir DIR (a two-stage tuningRunner.py)"
         )
-    from mlirtuna.tuners.rocmlir import check_split_build
-
-    check_split_build(build_dir)
+    kind.check_split_build(build_dir)
     if not spec.mlir_v:
         raise UserError(
             "--split needs the rocMLIR commit: --mlir-v HASH (the build is no git tree)"
@@ -380,8 +380,10 @@ def load_quick_list(db: Database, name: str, arch: str) -> dict[tuple[str, str],
 
 
 def _host(tuner: str) -> str:
+    from mlirtuna import tuners
+
     name = machine.machine_name()
-    return name if tuner == "rocmlir" else f"{name} ({machine.cpu_description()})"
+    return name if tuners.kind(tuner).gpu else f"{name} ({machine.cpu_description()})"
 
 
 def get(db: Database, session_id: int) -> Session:
@@ -441,55 +443,6 @@ def retire(db: Database, session_id: int) -> Session:
             row.retired_at = utcnow()
         s.flush()
         return Session.from_row(row)
-
-
-@dataclass(frozen=True)
-class Deleted:
-    session: int
-    jobs: int
-    attempts: int
-    results: int
-    candidates: int
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
-
-
-def delete(db: Database, session_id: int, *, force: bool = False) -> Deleted:
-    """A session with its jobs, attempts, results and candidates, in one transaction.
-
-    Refused while one of its jobs is running (a worker would record into nothing) unless
-    `force`; a worker that still holds such a job then finds its lease gone and writes nothing.
-    """
-    with db.session(immediate=True) as s:
-        _row(s, session_id)
-        running = s.scalar(
-            sa.select(sa.func.count()).where(Job.session_id == session_id, Job.state == RUNNING)
-        )
-        if running and not force:
-            raise UserError(
-                f"session {session_id} has {running} running job(s): stop its workers first, "
-                "or give --force"
-            )
-        in_session = Job.session_id == session_id
-        job_ids = sa.select(Job.id).where(in_session).scalar_subquery()
-        # Children first: candidates and results point at jobs, jobs at the session.
-        attempts = s.execute(sa.delete(Attempt).where(Attempt.job_id.in_(job_ids))).rowcount
-        candidates = s.execute(
-            sa.delete(Candidate).where(Candidate.session_id == session_id)
-        ).rowcount
-        results = s.execute(sa.delete(Result).where(Result.session_id == session_id)).rowcount
-        # Copies `jobs load --reuse` made from it stay where they are, no longer naming it.
-        s.execute(
-            sa.update(Result).where(Result.reused_from == session_id).values(reused_from=None)
-        )
-        from mlirtuna.queue import bundles
-
-        files = bundles.delete_session(s.connection(), session_id)
-        jobs = s.execute(sa.delete(Job).where(in_session)).rowcount
-        s.execute(sa.delete(TuningSession).where(TuningSession.id == session_id))
-    bundles.remove_files(files)  # after the commit: a rolled-back delete keeps them
-    return Deleted(session_id, jobs, attempts, results, candidates)
 
 
 def _row(s, session_id: int) -> TuningSession:

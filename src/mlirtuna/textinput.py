@@ -166,9 +166,9 @@ def _checked_lines(f: BinaryIO, path: str) -> Iterator[str]:
             try:
                 text = block.decode("utf-8")
             except UnicodeDecodeError as error:
-                line = lineno + block.count(b"\n", 0, error.start) + 1
+                at = lineno + block.count(b"\n", 0, error.start) + 1
                 bad = block[error.start]
-                raise InputError(f"not UTF-8 (byte 0x{bad:02x})", path, line) from None
+                raise InputError(f"not UTF-8 (byte 0x{bad:02x})", path, at) from None
             if lineno == 0 and text.startswith(_BOM):
                 text = text[1:]
             lines = text.split("\n")

@@ -28,11 +28,13 @@ class _Group(TyperGroup):
         except click.NoSuchOption as exc:
             # Click lists every close option sorted by name (`--sesion`: "--json, --session");
             # keep the closest one only.
-            if len(exc.possibilities or ()) > 1:
+            possibilities = exc.possibilities or []
+            if len(possibilities) > 1:
                 import difflib
 
-                best = difflib.get_close_matches(exc.option_name, exc.possibilities, 1, 0.0)
-                exc.possibilities = best
+                best = difflib.get_close_matches(exc.option_name, possibilities, 1, 0.0)
+                # Click declares it final; it is read only when the error is printed.
+                exc.possibilities = best  # type: ignore[misc]
             raise
         except UserError as exc:
             _fail(ctx, exc, exc.exit_code)

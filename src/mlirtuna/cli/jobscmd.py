@@ -235,7 +235,7 @@ def status(
         split = {sid: jobs.stage_counts(db, sid) for sid in counts}
         split = {sid: by for sid, by in split.items() if set(by) - {"tune"}}
         header = ("session", *jobs.JOB_STATES, "total")
-        rows = []
+        rows: list[tuple[object, ...]] = []
         for sid, c in counts.items():
             rows.append((sid, *(c[s] for s in jobs.JOB_STATES), sum(c.values())))
             for stage, sc in split.get(sid, {}).items():  # indented under their session

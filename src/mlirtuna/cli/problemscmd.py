@@ -6,9 +6,9 @@ import typer
 
 import mlirtuna.cli.common as common
 import mlirtuna.cli.options as options
-from mlirtuna.defaults import DEFAULT_MAX_MODULE_BYTES
+from mlirtuna.defaults import DEFAULT_MAX_MODULE_BYTES, OPS
 
-OP_HELP = "conv, gemm, attention, gemm_gemm, conv_gemm or fusion (.mlir files / directories)."
+OP_HELP = f"{', '.join(OPS[:-1])} or {OPS[-1]} (.mlir files / directories)."
 
 
 def import_(

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 
 import mlirtuna.cli.common as common
+from mlirtuna.defaults import CONFIG_LIST_OPS
 from mlirtuna.errors import UserError
 
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ def import_tsv(
         "auto",
         "--op",
         help="auto: each row's op from its test vector (a tuning DB of several ops); an op "
-        "(conv, gemm, attention, gemm_gemm, conv_gemm) keeps only its rows.",
+        f"({', '.join(CONFIG_LIST_OPS)}) keeps only its rows.",
     ),
     reason: str = typer.Option(None, "--reason", help="Reason of the new sessions [file name]."),
     num_cu: int = typer.Option(
@@ -135,10 +136,11 @@ def import_tsv(
     if as_json:
         common.print_json(report.as_dict())
         return
-    for x in report.already:
+    for seen in report.already:
         common.err(
-            f"{x.file}: already imported as session {', '.join(map(str, x.sessions))} "
-            f"(same content, sha256 {x.sha256[:12]}…); nothing added (--again to import it again)"
+            f"{seen.file}: already imported as session {', '.join(map(str, seen.sessions))} "
+            f"(same content, sha256 {seen.sha256[:12]}…); nothing added (--again to import it "
+            "again)"
         )
     if not report.sessions:
         return
@@ -261,7 +263,7 @@ COMPARE_CSV = (
 
 def _print_comparison_csv(c: comparing.Comparison) -> None:
     """Kind: regression (winner changed), same_winner (re-measured lower) or missing_in_b."""
-    rows = [
+    rows: list[tuple[object, ...]] = [
         (
             "regression" if r.winner_changed else "same_winner",
             r.ratio,

@@ -8,7 +8,7 @@ import typer
 
 import mlirtuna.cli.common as common
 import mlirtuna.cli.options as options
-from mlirtuna.defaults import DEFAULT_TUNING_SPACE
+from mlirtuna.defaults import DEFAULT_TUNING_SPACE, OPS
 
 if TYPE_CHECKING:
     from mlirtuna import flow
@@ -24,13 +24,14 @@ def run(
     op: str = typer.Option(
         None,
         "--op",
-        help="conv, gemm, attention, gemm_gemm, conv_gemm, fusion, or auto (per file: a "
-        "directory or .mlir is fusion, a config list is told by its flags).",
+        help=f"{', '.join(OPS)}, or auto (per file: a directory or .mlir is fusion, a config "
+        "list is told by its flags).",
     ),
     tuner: str = typer.Option(
         "auto",
         "--tuner",
-        help="auto (rocmlir when a build dir is given, else cpu), rocmlir or cpu.",
+        help="auto (rocmlir when a build dir is given, else cpu), or any tuner `session new` "
+        "takes.",
     ),
     tuning_space: str = typer.Option(
         DEFAULT_TUNING_SPACE,

@@ -8,7 +8,12 @@ import typer
 
 import mlirtuna.cli.common as common
 import mlirtuna.cli.options as options
-from mlirtuna.defaults import DEFAULT_BUNDLE_CAP_BYTES, DEFAULT_TOPK, DEFAULT_TUNING_SPACE
+from mlirtuna.defaults import (
+    DEFAULT_BUNDLE_CAP_BYTES,
+    DEFAULT_TOPK,
+    DEFAULT_TUNER,
+    DEFAULT_TUNING_SPACE,
+)
 from mlirtuna.errors import UserError
 
 app = typer.Typer(
@@ -22,10 +27,10 @@ app = typer.Typer(
 def new(
     ctx: typer.Context,
     tuner: str = typer.Option(
-        "cpu",
+        DEFAULT_TUNER,
         "--tuner",
-        help="rocmlir or cpu; sleep:SECONDS or module.path:factory for tests. Its workers "
-        "run this tuner.",
+        help="A registered tuner (rocmlir, cpu, sleep:SECONDS, installed plugins: "
+        "docs/adding-a-tuner.md) or module.path:factory. Its workers run this tuner.",
     ),
     tuning_space: str = typer.Option(
         DEFAULT_TUNING_SPACE,
@@ -252,6 +257,7 @@ def delete(
 ) -> None:
     """Delete a session with its jobs, attempts, results and candidates (one transaction)."""
     from mlirtuna import sessions
+    from mlirtuna.queue import jobs
 
     db = common.database(ctx)
     sessions.get(db, session_id)  # a wrong id says so before asking anything
@@ -260,7 +266,7 @@ def delete(
             raise UserError(f"deleting session {session_id} needs --yes (stdin is no terminal)")
         if not typer.confirm(f"delete session {session_id} and all its jobs and results?"):
             raise typer.Exit(1)
-    gone = sessions.delete(db, session_id, force=force)
+    gone = jobs.delete_session(db, session_id, force=force)
     if as_json:
         common.print_json(gone.as_dict())
     else:

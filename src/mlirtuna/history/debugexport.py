@@ -29,7 +29,7 @@ from mlirtuna.errors import UserError
 NAN = "NaN"
 
 # perfRunner's table_entry() problem columns per op (reportUtils' *_TEST_PARAMETERS, newest).
-COLUMNS: dict[str, tuple[str, ...]] = {
+COLUMNS: dict[str, list[str]] = {
     "conv": [
         "Direction",
         "DataType",

@@ -40,8 +40,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+import mlirtuna.formats.tuningdb as tuningdb
 import mlirtuna.history.debugexport as debugexport
-import mlirtuna.history.tuningdb as tuningdb
 import mlirtuna.history.winners as winners
 from mlirtuna import keys
 from mlirtuna.db import Database
@@ -106,12 +106,12 @@ def render(db: Database, query: ExportQuery, fmt: str = "v3") -> Exported:
         rows, used = winner_rows(s, chosen, query.op, form, notes)
     if not rows:
         raise UserError(f"no completed results in session(s) {_ids(chosen)}{_op_text(query)}")
-    text = io.StringIO()
+    out = io.StringIO()
     if fmt == "v3":
-        tuningdb.write_v3(rows, text)
+        tuningdb.write_v3(rows, out)
     else:
-        _write_v2(rows, text)
-    return Exported(text.getvalue(), len(rows), sorted(used), fmt, notes)
+        _write_v2(rows, out)
+    return Exported(out.getvalue(), len(rows), sorted(used), fmt, notes)
 
 
 # --- Sessions ---------------------------------------------------------------------------------

@@ -113,17 +113,18 @@ def collect(db: Database, session_ids: Sequence[int], op: str | None = None) -> 
 
     C, R = Candidate, Result
     with db.session() as s:
-        stmt = sa.select(C.session_id, C.problem_id, C.perf_config, C.tflops, C.kernel_time)
-        stmt = stmt.add_columns(C.search_time)
-        stmt = stmt.where(C.session_id.in_(session_ids), C.tflops.is_not(None))
+        stmt = sa.select(
+            C.session_id, C.problem_id, C.perf_config, C.tflops, C.kernel_time, C.search_time
+        ).where(C.session_id.in_(session_ids), C.tflops.is_not(None))
         for sid, pid, pc, tf, kernel, search in s.execute(stmt):
             tried.add((sid, pid))
-            if search is not None and kernel and search > 0:
+            if tf is not None and search is not None and kernel and search > 0:
                 tf = tf * kernel / search  # the same flops over the search pass's time
             add(sid, pid, pc, tf)
-        stmt = sa.select(R.session_id, R.problem_id, R.perf_config, R.tflops)
-        stmt = stmt.where(R.session_id.in_(session_ids), R.tflops.is_not(None))
-        for sid, pid, pc, tf in s.execute(stmt):
+        winners = sa.select(R.session_id, R.problem_id, R.perf_config, R.tflops).where(
+            R.session_id.in_(session_ids), R.tflops.is_not(None)
+        )
+        for sid, pid, pc, tf in s.execute(winners):
             if (sid, pid) not in tried:
                 add(sid, pid, pc, tf)
         problems = {
@@ -316,7 +317,9 @@ def _binaries(h, costs) -> None:
 def _add_rows(h, rows: list[tuple[float, float, list[int], list[float]]]) -> None:
     import numpy as np
 
-    starts, indices, values = [], [], []
+    starts: list[int] = []
+    indices: list[int] = []
+    values: list[float] = []
     for _, _, idx, vals in rows:
         starts.append(len(indices))
         indices += idx
@@ -335,7 +338,7 @@ def _add_rows(h, rows: list[tuple[float, float, list[int], list[float]]]) -> Non
 def greedy(
     covers: Mapping[int, set[str]], cols: Mapping[str, frozenset[int]], max_size: int | None
 ) -> list[str]:
-    left, chosen = set(covers), []
+    left, chosen = set(covers), list[str]()
     while left and (max_size is None or len(chosen) < max_size):
         best = max(sorted(cols), key=lambda c: len(cols[c] & left))
         if not cols[best] & left:

@@ -36,10 +36,13 @@ RULES = ("all", "family-changed")
 
 
 def tuner_family(tuner: str) -> str:
-    """Imported .tsv files come from rocMLIR's tuningRunner: the same tuner as `rocmlir`
-    (and `sleep:0.1` is the sleep tuner)."""
+    """Imported .tsv files come from rocMLIR's tuningRunner: the tuner whose perf configs carry
+    no tuner prefix (rocmlir, the registry says) (and `sleep:0.1` is the sleep tuner)."""
+    import mlirtuna.history.tsvimport as tsvimport
+    from mlirtuna import tuners
+
     name = sessions.tuner_name(tuner)
-    return "rocmlir" if name == "imported" else name
+    return tuners.family_of("") if name == tsvimport.TUNER else name
 
 
 def equivalent(a: Session | TuningSession, b: Session | TuningSession) -> bool:
@@ -323,9 +326,9 @@ def diff(db: Database, a_id: int, b_id: int) -> SessionDiff:
         covered = _counted_results(s, [*_equivalent_ids(s, _session_row(s, b_id)), b_id])
     both = sorted(set(ra) & set(rb))
     ratios = [
-        rb[p].tflops / ra[p].tflops
+        new / old
         for p in both
-        if (ra[p].tflops or 0) > 0 and (rb[p].tflops or 0) > 0
+        if (old := ra[p].tflops or 0.0) > 0 and (new := rb[p].tflops or 0.0) > 0
     ]
     return SessionDiff(
         a=a_id,

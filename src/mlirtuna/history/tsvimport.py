@@ -48,7 +48,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-import mlirtuna.history.tuningdb as tuningdb
+import mlirtuna.formats.tuningdb as tuningdb
 from mlirtuna import catalog, keys, problems
 from mlirtuna.db import Database, utcnow
 from mlirtuna.db.models import ERROR, Job, Problem, Result, TuningSession
@@ -311,7 +311,8 @@ def _imported_before(db: Database, hashes: dict[str, str]) -> dict[str, _Earlier
     found: dict[str, _Earlier] = {}
     with db.session() as s:
         for sha, sid in s.execute(sessions.order_by(TuningSession.id)):
-            found.setdefault(sha, _Earlier([], set())).sessions.append(sid)
+            if sha is not None:  # matched by IN (the file's hashes): never None in fact
+                found.setdefault(sha, _Earlier([], set())).sessions.append(sid)
         of: dict[int, str] = {sid: sha for sha, e in found.items() for sid in e.sessions}
         for table in (Result, Job):
             ops = (

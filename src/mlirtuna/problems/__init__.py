@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, TypeAlias
 
+from mlirtuna.defaults import CONFIG_LIST_OPS, OPS
 from mlirtuna.errors import UserError
 from mlirtuna.problems import attention, conv, conv_gemm, fusion, gemm, gemm_gemm
 from mlirtuna.problems.attention import AttentionProblem
@@ -27,10 +28,6 @@ from mlirtuna.problems.flags import ExpandOptions
 from mlirtuna.problems.fusion import FusionProblem
 from mlirtuna.problems.gemm import GemmProblem
 from mlirtuna.problems.gemm_gemm import GemmGemmProblem
-
-OPS = ("conv", "gemm", "attention", "gemm_gemm", "conv_gemm", "fusion")
-# Ops read from config lists (fusion problems are .mlir modules: mlirtuna.fusion reads them).
-CONFIG_LIST_OPS = OPS[:5]
 
 __all__ = [
     "CONFIG_LIST_OPS",
@@ -56,13 +53,9 @@ Problem: TypeAlias = (
     ConvProblem | GemmProblem | AttentionProblem | GemmGemmProblem | ConvGemmProblem | FusionProblem
 )
 
+# Each op's module, by the op its problem class names (defaults.OPS is their order).
 _MODULES: dict[str, ModuleType] = {
-    "conv": conv,
-    "gemm": gemm,
-    "attention": attention,
-    "gemm_gemm": gemm_gemm,
-    "conv_gemm": conv_gemm,
-    "fusion": fusion,
+    m.PROBLEM.op: m for m in (conv, gemm, attention, gemm_gemm, conv_gemm, fusion)
 }
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from mlirtuna.errors import InputError, UserError
 from mlirtuna.problems.flags import (
@@ -128,7 +128,7 @@ class ConvProblem(Columns):
 
     def __post_init__(self) -> None:
         types = (self.in_data_type, self.fil_data_type, self.out_data_type)
-        if _TYPES.get(self.data_type) != types:
+        if TYPE_TRIPLES.get(self.data_type) != types:
             check_name("data_type", self.data_type, DATA_TYPES)
             raise InputError(f"data types {types} do not match {self.data_type!r}")
         if self.direction not in DIRECTION_CODES:
@@ -207,7 +207,8 @@ def _types(data_type: str) -> tuple[str, str, str]:
     return in_type, fil_type or in_type, OUT_TYPES.get(data_type, data_type)
 
 
-_TYPES = {t: _types(t) for t in DATA_TYPES}
+#: (input, filter, output) types of each conv data type (fusion.py reads them too).
+TYPE_TRIPLES = {t: _types(t) for t in DATA_TYPES}
 
 
 @lru_cache(maxsize=1024)
@@ -265,7 +266,7 @@ def _direction(flags: dict[str, str]) -> str:
 def _make(
     data_type: str, direction: str, layouts: tuple[str, ...], sizes: dict[str, int]
 ) -> ConvProblem:
-    in_type, fil_type, out_type = _TYPES[data_type]
+    in_type, fil_type, out_type = TYPE_TRIPLES[data_type]
     fil_layout, in_layout, out_layout = layouts
     return ConvProblem(
         data_type=data_type,
@@ -321,7 +322,10 @@ def expand_problems(line: str, options: ExpandOptions) -> list[ConvProblem]:
     layouts = all_layouts if None in given else (None,)
     sizes = SIZE_FLAGS.parse(flags)
     both_given = prefix is not None and "-F" in flags
-    filled = [tuple(fill if x is None else x for x in given) for fill in layouts]
+    # A layout left out is filled from each of the options' layouts (then fill is never None).
+    filled = [
+        cast("tuple[str, ...]", tuple(fill if x is None else x for x in given)) for fill in layouts
+    ]
     return [
         _make(data_type, direction, layout, sizes)
         for direction in directions

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import product
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from mlirtuna.errors import InputError, UserError
 from mlirtuna.problems.conv import check_shape, layout_error, out_size
@@ -148,14 +148,14 @@ def _bools(flags: dict[str, str]) -> dict[str, bool]:
 def parse(line: str) -> ConvGemmProblem:
     """One conv_gemm line as written."""
     flags = _split(line)
-    layouts = {}
+    layouts: dict[str, Any] = {}
     for flag, name in LAYOUT_FLAGS:
         if flag not in flags:
             raise InputError(f"missing required flag {flag}")
         layouts[name] = flags[flag].upper()
-    return ConvGemmProblem(
-        data_type=_data_type(flags), **layouts, **_bools(flags), **SIZE_FLAGS.parse(flags)
-    )
+    bools: dict[str, Any] = _bools(flags)
+    sizes: dict[str, Any] = SIZE_FLAGS.parse(flags)
+    return ConvGemmProblem(data_type=_data_type(flags), **layouts, **bools, **sizes)
 
 
 @lru_cache(maxsize=64)

@@ -220,7 +220,7 @@ def conv_key(fn: Function, op: Op) -> conv.ConvProblem:
     data_type = CONV_TYPES.get(x.dtype)
     if data_type is None:
         raise InputError(f"migraphx.{op.name}: data type {x.dtype} has no conv key")
-    in_t, fil_t, out_t = conv._TYPES[data_type]
+    in_t, fil_t, out_t = conv.TYPE_TRIPLES[data_type]
     sh, sw = _pair(op, "stride", 1)
     dh, dw = _pair(op, "dilation", 1)
     fil, inp, out = MIGRAPHX_LAYOUTS

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import product
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from mlirtuna.errors import InputError
 from mlirtuna.problems.flags import (
@@ -102,8 +102,11 @@ def _data_type(flags: dict[str, str]) -> str:
 def parse(line: str) -> GemmGemmProblem:
     """One gemm_gemm line as written (absent -trans flags are false, as in perfRunner)."""
     flags = _split(line)
-    trans = {name: bool_value(flag, flags[flag]) for flag, name in TRANS_FLAGS if flag in flags}
-    return GemmGemmProblem(data_type=_data_type(flags), **trans, **SIZE_FLAGS.parse(flags))
+    trans: dict[str, Any] = {
+        name: bool_value(flag, flags[flag]) for flag, name in TRANS_FLAGS if flag in flags
+    }
+    sizes: dict[str, Any] = SIZE_FLAGS.parse(flags)
+    return GemmGemmProblem(data_type=_data_type(flags), **trans, **sizes)
 
 
 @lru_cache(maxsize=64)
@@ -121,12 +124,12 @@ def expand_problems(line: str, options: ExpandOptions) -> list[GemmGemmProblem]:
         return [parse(line)]
     flags = _split(line)
     types = (_data_type(flags),) if "-t" in flags else _resolved(options)
-    sizes = SIZE_FLAGS.parse(flags)
+    sizes: dict[str, Any] = SIZE_FLAGS.parse(flags)
     both = (False, True)
     space = [(bool_value(f, flags[f]),) if f in flags else both for f, _ in TRANS_FLAGS]
     names = [name for _, name in TRANS_FLAGS]
     return [
-        GemmGemmProblem(data_type=t, **dict(zip(names, trans, strict=True)), **sizes)
+        GemmGemmProblem(data_type=t, **dict[str, Any](zip(names, trans, strict=True)), **sizes)
         for t in types
         for trans in product(*space)
     ]

@@ -207,7 +207,7 @@ def store(db: Database, lease: Lease, packed: Packed, artifact_store: str | None
     sweep_orphans(db, lease.session_id)
     path = _file_name(artifact_store, lease) if artifact_store else None
     with db.session(immediate=True) as s:
-        if not _still_held(s.connection(), lease):
+        if not still_held(s.connection(), lease):
             return None
         inserted = s.execute(
             sa.insert(_B).values(
@@ -289,14 +289,14 @@ def _store_chunks(db: Database, lease: Lease, bundle_id: int, src: Path) -> bool
                 return True
             with db.session(immediate=True) as s:
                 conn = s.connection()
-                if not _still_held(conn, lease):
+                if not still_held(conn, lease):
                     return False
                 for block in blocks:  # one chunk per statement: each far below 16 MiB
                     conn.execute(sa.insert(_C).values(bundle_id=bundle_id, seq=seq, data=block))
                     seq += 1
 
 
-def _still_held(conn: sa.Connection, lease: Lease) -> bool:
+def still_held(conn: sa.Connection, lease: Lease) -> bool:
     """Whether the lease still holds; on servers the job row is locked until commit, so the
     lease cannot expire and its bundle be swept while this transaction writes."""
     stmt = sa.select(_J.c.id).where(

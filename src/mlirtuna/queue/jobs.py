@@ -1,4 +1,5 @@
-"""Jobs as people manage them: load a session's jobs, count, list, show, requeue, cancel.
+"""Jobs as people manage them: load a session's jobs, count, list, show, requeue, cancel;
+delete a session with everything the queue holds of it.
 
 The worker-side operations (claim, heartbeat, fenced record) are in claim.py and settle.py.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
@@ -458,13 +459,68 @@ def _end_open_attempts(s: Session, where: list, outcome: str) -> None:
     )
 
 
+@dataclass(frozen=True)
+class Deleted:
+    """What `session delete` removed."""
+
+    session: int
+    jobs: int
+    attempts: int
+    results: int
+    candidates: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def delete_session(db: Database, session_id: int, *, force: bool = False) -> Deleted:
+    """Delete a session with its jobs, attempts, results, candidates and bundles, in one
+    transaction (the bundles' files are removed after the commit).
+
+    Refused while one of its jobs is running (a worker would record into nothing) unless
+    `force`; a worker that still holds such a job then finds its lease gone and writes nothing.
+    """
+    import mlirtuna.queue.bundles as bundles
+
+    with db.session(immediate=True) as s:
+        if s.get(TuningSession, session_id) is None:
+            raise NotFound(f"no session {session_id}: `mlirtuna session list` shows them")
+        running = s.scalar(
+            sa.select(sa.func.count()).where(Job.session_id == session_id, Job.state == RUNNING)
+        )
+        if running and not force:
+            raise UserError(
+                f"session {session_id} has {running} running job(s): stop its workers first, "
+                "or give --force"
+            )
+        in_session = Job.session_id == session_id
+        job_ids = sa.select(Job.id).where(in_session).scalar_subquery()
+        # Children first: candidates and results point at jobs, jobs at the session.
+        attempts = rowcount(s.execute(sa.delete(Attempt).where(Attempt.job_id.in_(job_ids))))
+        candidates = rowcount(
+            s.execute(sa.delete(Candidate).where(Candidate.session_id == session_id))
+        )
+        results = rowcount(s.execute(sa.delete(Result).where(Result.session_id == session_id)))
+        # Copies `jobs load --reuse` made from it stay where they are, no longer naming it.
+        s.execute(
+            sa.update(Result).where(Result.reused_from == session_id).values(reused_from=None)
+        )
+        files = bundles.delete_session(s.connection(), session_id)
+        jobs = rowcount(s.execute(sa.delete(Job).where(in_session)))
+        s.execute(sa.delete(TuningSession).where(TuningSession.id == session_id))
+    bundles.remove_files(files)  # after the commit: a rolled-back delete keeps them
+    return Deleted(session_id, jobs, attempts, results, candidates)
+
+
 __all__ = [
+    "Deleted",
     "JobInfo",
     "JobPage",
     "LoadReport",
     "WaitOutcome",
     "cancel",
     "counts",
+    "delete_session",
     "is_drained",
     "list_jobs",
     "load",

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import time
 
-from mlirtuna.errors import TunerTimeout
+from mlirtuna.errors import TunerTimeout, UserError
 from mlirtuna.problems import Problem
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome
+from mlirtuna.tuners.registry import TunerKind
 
 FIXED_PERF_CONFIG = "sleep:v1:1"
 
@@ -29,3 +30,13 @@ class SleepTuner:
         ns = max(self.seconds * 1e9, 1.0)
         winner = Candidate(FIXED_PERF_CONFIG, ns, problem.flops() / ns / 1e3)
         return TuneOutcome(candidates=[winner], winner=winner, output=f"slept {self.seconds:g} s")
+
+
+def _make(arg: str, _build_dir: str | None) -> SleepTuner:
+    try:
+        return SleepTuner(float(arg or 0))
+    except ValueError:
+        raise UserError(f"bad tuner sleep:{arg}: expected sleep:SECONDS") from None
+
+
+KIND = TunerKind(name="sleep", make=_make, perf_prefix="sleep", arg="SECONDS")

@@ -53,7 +53,7 @@ ERROR_TEXT_READ = 400  # characters of each error read to find its first line
 ERROR_JOBS_LISTED = 50  # job links per error group
 
 
-def _typed() -> list[type]:
+def _typed() -> list[Any]:
     """The config tables with a data_type column (a fusion module has none of its own)."""
     return [t for t in CONFIG_TABLES.values() if hasattr(t, "data_type")]
 
@@ -81,7 +81,7 @@ def _data_type() -> sa.ColumnElement[str]:
     return sa.func.coalesce(*(t.data_type for t in _typed()), _fusion_data_type(), "")
 
 
-def _with_configs(stmt: sa.Select, problem_id: sa.ColumnElement[int]) -> sa.Select:
+def _with_configs(stmt: sa.Select, problem_id: sa.ColumnExpressionArgument[int]) -> sa.Select:
     for table in _typed():
         stmt = stmt.outerjoin(table, table.id == problem_id)
     return stmt.outerjoin(_FUSION, _FUSION.id == problem_id)
@@ -416,7 +416,7 @@ def problem(db: Database, problem_id: int) -> ProblemInfo:
 
 def _module(s: OrmSession, op: str, problem_id: int) -> tuple[str | None, str | None]:
     """(module text, tuning key) where the op's config table keeps a module, else Nones."""
-    table = CONFIG_TABLES.get(op)
+    table: Any = CONFIG_TABLES.get(op)
     if table is None or not hasattr(table, "module_text"):
         return None, None
     row = s.execute(

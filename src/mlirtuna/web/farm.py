@@ -223,7 +223,7 @@ def _finished_recently(
     )
     out = {}
     for sid, finished, first in s.execute(stmt):
-        started = max(_as_dt(first), since) if first is not None else since
+        started = max(_as_dt(first) or since, since)
         out[sid] = (finished, max((clock - started).total_seconds(), 1.0))
     return out
 

@@ -38,7 +38,6 @@ from mlirtuna.errors import BatchRefused, DatabaseError, NotRun, TunerError, Uns
 from mlirtuna.problems import Problem
 from mlirtuna.queue import AlsoInTransaction, Lease, NextClaim, bundles
 from mlirtuna.tuners.base import BatchItem, BatchTuner, TuneContext, TuneOutcome, Tuner
-from mlirtuna.tuners.rocmlir import kill_tools
 from mlirtuna.worker.heartbeat import Heartbeat
 
 log = logging.getLogger(__name__)
@@ -129,6 +128,7 @@ class Runner:
         """`stop`: the worker's stop event (a stopping worker still waits out the database
         for a job it holds); `quick_lists`: a `list:NAME` session's stored lists."""
         self.db, self.settings, self.session, self.tuner = db, settings, session, tuner
+        self.kind = tuners.kind(session.tuner)  # how its tools are stopped, its perf configs
         self.stop_requested = stop or threading.Event()
         self.quick_lists = quick_lists
         self.batch_tuner = tuner if isinstance(tuner, BatchTuner) else None
@@ -405,7 +405,7 @@ class Runner:
         # Under _running_lock: the next job's tool cannot start before `_running` names it.
         if self._running and all(lost for _, lost in self._running.values()):
             jobs = ",".join(str(j) for j in self._running)
-            if kill_tools(self._running_thread):
+            if self.kind.stop_tools(self._running_thread):
                 log.warning("jobs %s: every lease lost; stopped the tool", jobs)
 
     def give_back(self, leases: Iterable[Lease], why: str) -> None:
@@ -537,16 +537,13 @@ def _nothing() -> None:
 
 def foreign_perf_config(session: sessions.Session, outcome: TuneOutcome) -> str | None:
     """Why an outcome must not be recorded in this session (perf configs of another tuner's
-    family, e.g. cpu:… in a rocmlir session), or None."""
-    own = session.tuner_name
-    if own not in tuners.FAMILIES:
-        return None  # a plugin's perf configs are its own business
+    family, e.g. cpu:… in a rocmlir session: TunerKind.owns), or None."""
+    kind = tuners.kind(session.tuner)
     for c in [outcome.winner, *outcome.candidates]:
-        family = tuners.tuner_family_of(c.perf_config)
-        if family != own:
+        if not kind.owns(c.perf_config):
             return (
-                f"perf config {c.perf_config} is of the {family} tuner, not of session "
-                f"{session.id}'s tuner {own}: nothing recorded"
+                f"perf config {c.perf_config} is of the {tuners.family_of(c.perf_config)} tuner, "
+                f"not of session {session.id}'s tuner {session.tuner_name}: nothing recorded"
             )
     return None
 

@@ -24,7 +24,7 @@ import logging
 import shutil
 import tarfile
 import threading
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 
 from mlirtuna import machine
@@ -33,8 +33,11 @@ from mlirtuna.errors import DatabaseError, TunerError, Unsupported
 from mlirtuna.problems import Problem
 from mlirtuna.queue import Lease, bundles
 from mlirtuna.tuners.base import Compiled, SplitTuner
-from mlirtuna.tuners.rocmlir import check_bundle, index_commits, merge_artifacts
 from mlirtuna.worker.runner import Finish, GiveBack, Runner, Settled, error_text
+
+MergeArtifacts = Callable[[list[Path], Path], None]
+ArtifactCommits = Callable[[Path], set[str]]
+CheckArtifacts = Callable[[Path], None]
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +174,7 @@ def _compile_group(
 
 def _pack(runner: Runner, lease: Lease, compiled: Compiled, dest: Path) -> bundles.Packed:
     """A compiled directory checked (its problem names, its commit) and packed."""
-    check_bundle(compiled.directory)
+    runner.kind.check_artifacts(compiled.directory)
     bundles.check_commit(compiled.commit_id, runner.session.mlir_v, f"job {lease.job_id}'s bundle")
     packed = bundles.pack(compiled.directory, dest, compiled.commit_id)
     log.info("job %s: compiled %s (%d bytes)", lease.job_id, runner.problem(lease).canonical(),
@@ -261,8 +264,9 @@ def benchmark(
         if not ready:
             return
         artifacts = prepared.tmp / "artifacts"
+        merge, _, _ = _bundle_kind(runner)
         try:
-            merge_artifacts([directory for _, _, directory in ready], artifacts)
+            merge([directory for _, _, directory in ready], artifacts)
         except TunerError as exc:  # two bundles list one problem: nothing moved, none run
             yield from ((lease, None, error_text(exc), False) for lease, _, _ in ready)
             return
@@ -304,6 +308,15 @@ def split_tuner(runner: Runner) -> SplitTuner:
     return runner.tuner
 
 
+def _bundle_kind(runner: Runner) -> tuple[MergeArtifacts, ArtifactCommits, CheckArtifacts]:
+    """How the session's tuner merges its bundles, reads their commits and checks what an
+    unpacked bundle names (its TunerKind)."""
+    kind = runner.kind
+    if kind.merge_artifacts is None or kind.artifact_commits is None:
+        raise Unsupported(f"the {kind.name} tuner has no two-stage bundles")
+    return kind.merge_artifacts, kind.artifact_commits, kind.check_artifacts
+
+
 def _unpacked(runner: Runner, lease: Lease, dest: Path) -> Path | str:
     """The job's bundle unpacked at `dest`, or why it cannot be benchmarked (a bundle that is
     damaged or of another commit is removed, so that `jobs requeue` compiles it again)."""
@@ -316,8 +329,9 @@ def _unpacked(runner: Runner, lease: Lease, dest: Path) -> Path | str:
     try:
         cap = runner.session.bundle_cap_bytes  # the session's: one file may be all of it
         bundles.unpack(fetched.data, dest, max_file=cap, max_total=cap)
-        check_bundle(dest)  # names from index.json stay inside it before anything uses them
-        for commit in index_commits(dest) | {fetched.commit_id}:
+        _, commits, check = _bundle_kind(runner)
+        check(dest)  # names from index.json stay inside it before anything uses them
+        for commit in commits(dest) | {fetched.commit_id}:
             bundles.check_commit(commit, runner.session.mlir_v, f"bundle {fetched.bundle_id}")
     except (TunerError, tarfile.TarError) as exc:
         runner.retrying(lambda: bundles.delete(runner.db, fetched.bundle_id))

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mlirtuna import machine
+from mlirtuna import machine, tuners
 from mlirtuna.defaults import DEFAULT_BATCH_WAIT_S, ENV_DB
 from mlirtuna.errors import UserError
 from mlirtuna.worker.runner import WorkerSettings
@@ -33,9 +33,10 @@ class Slot:
 
 
 def plan(gpus: str, tuner: str, workers: int = 1) -> list[Slot]:
-    """`auto`: every GPU rocminfo lists for rocmlir, else `workers` CPU workers; or `0,1,…`."""
+    """`auto`: every GPU rocminfo lists for a GPU tuner (its TunerKind says), else `workers`
+    CPU workers; or `0,1,…`."""
     if gpus == "auto":
-        if tuner.startswith("rocmlir"):
+        if tuners.kind(tuner).gpu:
             found = machine.gpus()
             if not found:
                 raise UserError("no GPU found by rocminfo: give --gpus 0,1,… or use --tuner cpu")

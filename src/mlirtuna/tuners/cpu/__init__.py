@@ -43,6 +43,7 @@ from mlirtuna.stats import Spread
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome
 from mlirtuna.tuners.cpu.kernels import Blocks, CpuOp
 from mlirtuna.tuners.cpu.ops import make_op
+from mlirtuna.tuners.registry import TunerKind
 from mlirtuna.tuners.timing import Budget
 
 #: A kernel a test (or an experiment) adds to the space: it runs the op given the op's data
@@ -406,3 +407,12 @@ def _greedy(op: CpuOp, measure: Callable[[Blocks], Candidate]) -> None:
                     best, point, moved = cand, list(trial), True
         if not moved:
             break
+
+
+KIND = TunerKind(
+    name="cpu",
+    make=lambda _arg, _build_dir: CpuTuner(),
+    spaces=SPACES,
+    perf_prefix="cpu",
+    unsupported=unsupported,
+)

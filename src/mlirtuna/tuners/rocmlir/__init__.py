@@ -3,7 +3,7 @@
 One subprocess per job, as an argument list (never a shell: config strings are data), in a new
 session so that a timeout kills the whole pipeline it starts (rocmlir-gen | rocmlir-tuning-driver,
 verification). Results are read from the files the tool writes into a fresh temporary directory,
-never scraped from stdout: the result row (`--output`, read with mlirtuna.history.tuningdb) and the
+never scraped from stdout: the result row (`--output`, read with mlirtuna.formats.tuningdb) and the
 per-candidate `.debug` file (`--debug`). A fresh directory also keeps E3 from skipping the config
 as "already tuned" (it reads the existing output file) or as failed earlier (its `.state` file).
 
@@ -73,6 +73,7 @@ and tuner (RocmlirTuner, which builds the command lines).
 
 from __future__ import annotations
 
+from mlirtuna.tuners.process import kill_tools, scrubbed_env
 from mlirtuna.tuners.rocmlir.artifacts import (
     check_bundle,
     index_commits,
@@ -93,7 +94,6 @@ from mlirtuna.tuners.rocmlir.eras import (
 )
 from mlirtuna.tuners.rocmlir.fusionkey import emit_tuning_key, key_pipeline
 from mlirtuna.tuners.rocmlir.outcome import DISCARDED, GPU_TIMED_OUT
-from mlirtuna.tuners.rocmlir.process import kill_tools, scrubbed_env
 from mlirtuna.tuners.rocmlir.tuner import RocmlirTuner
 
 __all__ = [

@@ -15,7 +15,7 @@ from typing import Any
 
 from mlirtuna import keys
 from mlirtuna.errors import TunerError
-from mlirtuna.tuners.rocmlir.process import last_error_line
+from mlirtuna.tuners.process import last_error_line
 
 INDEX = "index.json"  # a --compile-only directory's table of contents
 # What every bundle of one --benchmark-artifacts call must share: they were compiled for the

@@ -17,12 +17,13 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import mlirtuna.tuners.rocmlir.process as process
+import mlirtuna.tuners.process as process
 from mlirtuna import keys
 from mlirtuna.errors import BatchRefused, InputError, NotRun, TunerError, TunerTimeout
-from mlirtuna.history import tuningdb
-from mlirtuna.problems import Problem
+from mlirtuna.formats import tuningdb
+from mlirtuna.problems import CONFIG_LIST_OPS, Problem
 from mlirtuna.tuners.base import BatchItem, TuneContext
+from mlirtuna.tuners.process import Run, TailReader, last_error_line, now, stop, tail
 from mlirtuna.tuners.rocmlir.debugfile import DebugRow, matches, parse_debug_lines
 from mlirtuna.tuners.rocmlir.outcome import (
     GPU_TIMED_OUT,
@@ -31,10 +32,9 @@ from mlirtuna.tuners.rocmlir.outcome import (
     row_outcome,
     usage_error,
 )
-from mlirtuna.tuners.rocmlir.process import Run, TailReader, last_error_line, now, stop, tail
 
 # Ops whose configs are config-list lines (fusion is a module file per call).
-BATCH_OPS = ("conv", "gemm", "attention", "gemm_gemm", "conv_gemm")
+BATCH_OPS = CONFIG_LIST_OPS
 POLL_READ_BYTES = 8 << 20  # of a batch's output file at one poll: thousands of rows
 BATCH_POLL_S = 0.05  # how often a batch's output files are looked at while the tool runs
 # How long a batch's ready row waits for its driver lines on stderr (a pipe lags the files).

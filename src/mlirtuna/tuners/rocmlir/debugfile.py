@@ -35,7 +35,7 @@ from mlirtuna import stats
 from mlirtuna.errors import InputError, TunerError
 from mlirtuna.problems import Problem
 from mlirtuna.problems.fusion import FusionProblem
-from mlirtuna.tuners.rocmlir.process import output_lines
+from mlirtuna.tuners.process import output_lines
 
 MAX_SAMPLES = 2**31 - 1  # candidate.samples is an INTEGER: a larger count would fail the record
 

@@ -1,7 +1,7 @@
 """What one run of the tool wrote, read into a TuneOutcome or the TunerError that says why not.
 
 Results are read from the files the tool writes, never scraped from stdout: the result row
-(`--output`, read with mlirtuna.history.tuningdb) and the per-candidate `.debug` file (`--debug`,
+(`--output`, read with mlirtuna.formats.tuningdb) and the per-candidate `.debug` file (`--debug`,
 debugfile.py). The same functions read one call per problem and each config of a batch.
 """
 
@@ -17,13 +17,12 @@ from pathlib import Path
 
 from mlirtuna import keys, machine, stats, textinput
 from mlirtuna.errors import InputError, TunerError, TunerTimeout, Unsupported, UserError
-from mlirtuna.history import tuningdb
+from mlirtuna.formats import tuningdb
 from mlirtuna.problems import Problem
 from mlirtuna.problems import parse as parse_problem
 from mlirtuna.problems.fusion import FusionProblem, parse_key
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome
-from mlirtuna.tuners.rocmlir.debugfile import DebugRow, read_debug_file
-from mlirtuna.tuners.rocmlir.process import (
+from mlirtuna.tuners.process import (
     STDOUT_KEEP_BYTES,
     Run,
     capped_lines,
@@ -35,6 +34,7 @@ from mlirtuna.tuners.rocmlir.process import (
     stderr_block,
     tail,
 )
+from mlirtuna.tuners.rocmlir.debugfile import DebugRow, read_debug_file
 
 STATE_CAP_BYTES = 1 << 20  # a `.state` names the failed configs of one call: a few KiB
 GPU_TIMED_OUT = "gpu_timed_out"  # E4's state for a driver that exited 3 (--gpu-run-timeout)

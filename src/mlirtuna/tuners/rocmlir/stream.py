@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
-import mlirtuna.tuners.rocmlir.process as process
+import mlirtuna.tuners.process as process
 from mlirtuna import machine, textinput
 from mlirtuna.errors import StreamBroken, TunerError, Unsupported
 from mlirtuna.problems import Problem

@@ -11,9 +11,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import mlirtuna.tuners.process as process
 import mlirtuna.tuners.rocmlir.batch as batch
 import mlirtuna.tuners.rocmlir.eras as eras
-import mlirtuna.tuners.rocmlir.process as process
 import mlirtuna.tuners.rocmlir.stream as stream
 from mlirtuna import machine
 from mlirtuna.defaults import (

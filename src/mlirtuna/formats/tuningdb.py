@@ -30,7 +30,7 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Any, TextIO
 
 from mlirtuna.errors import InputError
 from mlirtuna.textinput import ascii_float, ascii_int, is_ascii_int, quote, read_lines
@@ -160,8 +160,8 @@ def parse_tuning_db(lines: Iterable[str], path: str = "<tuning db>") -> TuningFi
                 space = header.tuning_space if header else None
                 text = line[len(ERROR_MARK) :].strip()
                 result.errors.append(TuningError(text, space, commit, lineno))
-            elif _COMMIT_RE.match(line):
-                commit = _COMMIT_RE.match(line).group(1)
+            elif (commit_line := _COMMIT_RE.match(line)) is not None:
+                commit = commit_line.group(1)
                 header = None  # a new run's section: its header follows
             elif line.startswith("#"):
                 new_header = _parse_header(line, lineno, commit)
@@ -371,7 +371,7 @@ def _v3_fields(row: TuningRow) -> list[str]:
     ]
 
 
-def _need(row: TuningRow, name: str) -> object:
+def _need(row: TuningRow, name: str) -> Any:
     value = getattr(row, name)
     if value is None:
         raise ValueError(f"tuning DB row for {row.test_vector!r} has no {name}")
