@@ -1,0 +1,54 @@
+"""The dashboard's read models, one module per page: looking into one session (session), one
+problem (problem), one tuning's candidates (candidates), the parallel coordinates (parallel) and
+compare rows (comparison), on shared query pieces (query). Used by the dashboard and open to
+scripts (`from mlirtuna.web import explore; explore.winners_page(...)`); `history.winners.winners`
+stays the one full list the CLI prints and exports."""
+
+from mlirtuna.web.explore.candidates import (
+    CANDIDATE_SHOWS,
+    CANDIDATE_SORTS,
+    DROPPED_PREFIX,
+    CandidateFilter,
+    CandidatePage,
+    CandidateRow,
+    Candidates,
+    TableRow,
+    candidate_page,
+    candidates,
+    error_reasons,
+    is_dropped,
+    winner_rule,
+)
+from mlirtuna.web.explore.comparison import compare_rows
+from mlirtuna.web.explore.parallel import PARALLEL_LIMIT, Parallel, parallel
+from mlirtuna.web.explore.problem import (
+    ProblemInfo,
+    TrendPoint,
+    problem,
+    sessions_of_problem,
+    trend,
+)
+from mlirtuna.web.explore.query import labels, mask_numbers
+from mlirtuna.web.explore.session import (
+    WINNER_SORTS,
+    ErrorGroup,
+    Facets,
+    Histogram,
+    WinnerFilter,
+    WinnerRow,
+    WinnersPage,
+    error_groups,
+    facets,
+    job_times,
+    tflops_distribution,
+    winners_page,
+)
+
+__all__ = [
+    "CANDIDATE_SHOWS", "CANDIDATE_SORTS", "DROPPED_PREFIX", "PARALLEL_LIMIT", "WINNER_SORTS",
+    "CandidateFilter", "CandidatePage", "CandidateRow", "Candidates", "ErrorGroup", "Facets",
+    "Histogram", "Parallel", "ProblemInfo", "TableRow", "TrendPoint", "WinnerFilter", "WinnerRow",
+    "WinnersPage", "candidate_page", "candidates", "compare_rows", "error_groups", "error_reasons",
+    "facets", "is_dropped", "job_times", "labels", "mask_numbers", "parallel", "problem",
+    "sessions_of_problem", "tflops_distribution", "trend", "winner_rule", "winners_page",
+]  # fmt: skip
