@@ -7,11 +7,10 @@ scripts and monitoring read (docs/dashboard.md lists them).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.responses import HTMLResponse
 
 import mlirtuna.web.explore as explore
 import mlirtuna.web.farm as farm
@@ -251,17 +250,3 @@ def page_compare(
         if value and not value.isdigit():
             raise UserError(f"compare takes session ids, not {value!r} (import a .tsv first)")
     return _page(request, "compare.html", a=a or "", b=b or "", threshold=threshold)
-
-
-def plotly_js() -> Path:
-    """plotly.js as the plotly Python package ships it: served by the app, no CDN needed."""
-    import plotly
-
-    return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-
-
-@pages.get("/assets/plotly.min.js", include_in_schema=False)
-def plotly_asset() -> FileResponse:
-    return FileResponse(
-        plotly_js(), media_type="text/javascript", headers={"Cache-Control": "max-age=86400"}
-    )
