@@ -183,24 +183,33 @@ def api_compare(
     side_a, side_b = compare.load_sides(str(a), str(b), None, lambda: db)
     cut = compare.parse_threshold(threshold)
     result = compare.compare(side_a, side_b, cut)
-    out = result.as_dict()
+    out = result.as_dict()  # `verdicts`: every finding's verdict, the gate's default options
     limit = max(limit, 0)
     out["regressions_total"] = len(result.regressions)
     better = compare.improvements(side_a, side_b, cut)
     out["improvements_total"] = len(better)
-    # The CLI's three groups: counted regressions (winner changed / same winner re-measured
-    # lower) and drops within the measurements' noise (not counted).
-    changed = [r for r in result.regressions if r.winner_changed]
-    same = [r for r in result.regressions if not r.winner_changed]
+    # The CLI's split, by verdict: regression and slower fail the gate, noise never does,
+    # missing (problems of A that B lacks) does unless --allow-missing.
+    by = {
+        v: [r for r in result.regressions if r.verdict == v]
+        for v in (compare.REGRESSION, compare.SLOWER)
+    }
     groups = {
         "regressions": result.regressions[:limit],
-        "regressions_changed": changed[:limit],
-        "regressions_same": same[:limit],
+        "regressions_changed": by[compare.REGRESSION][:limit],
+        "regressions_same": by[compare.SLOWER][:limit],
         "within_noise": result.within_noise[:limit],
         "improvements": better[:limit],
     }
     out["within_noise_total"] = len(result.within_noise)
+    out["missing_total"] = len(result.missing_in_b)
+    out["gate"] = {
+        "fails": result.fails(),
+        "failing": len(result.failing()),
+        "meaning": compare.VERDICT_MEANING,
+    }
     out.update(explore.compare_rows(db, groups, side_a.entries, side_b.entries))
+    out["missing"] = explore.missing_rows(db, result.missing_in_b[:limit], side_a.entries)
     points = compare.pairs(side_a, side_b)
     out["points"] = {
         "tflops_a": [p.tflops_a for p in points],

@@ -19,7 +19,7 @@ from mlirtuna.web.explore.candidates import (
     is_dropped,
     winner_rule,
 )
-from mlirtuna.web.explore.comparison import compare_rows
+from mlirtuna.web.explore.comparison import compare_rows, missing_rows
 from mlirtuna.web.explore.parallel import PARALLEL_LIMIT, Parallel, parallel
 from mlirtuna.web.explore.problem import (
     ProblemInfo,
@@ -45,10 +45,41 @@ from mlirtuna.web.explore.session import (
 )
 
 __all__ = [
-    "CANDIDATE_SHOWS", "CANDIDATE_SORTS", "DROPPED_PREFIX", "PARALLEL_LIMIT", "WINNER_SORTS",
-    "CandidateFilter", "CandidatePage", "CandidateRow", "Candidates", "ErrorGroup", "Facets",
-    "Histogram", "Parallel", "ProblemInfo", "TableRow", "TrendPoint", "WinnerFilter", "WinnerRow",
-    "WinnersPage", "candidate_page", "candidates", "compare_rows", "error_groups", "error_reasons",
-    "facets", "is_dropped", "job_times", "labels", "mask_numbers", "parallel", "problem",
-    "sessions_of_problem", "tflops_distribution", "trend", "winner_rule", "winners_page",
-]  # fmt: skip
+    "CANDIDATE_SHOWS",
+    "CANDIDATE_SORTS",
+    "DROPPED_PREFIX",
+    "PARALLEL_LIMIT",
+    "WINNER_SORTS",
+    "CandidateFilter",
+    "CandidatePage",
+    "CandidateRow",
+    "Candidates",
+    "ErrorGroup",
+    "Facets",
+    "Histogram",
+    "Parallel",
+    "ProblemInfo",
+    "TableRow",
+    "TrendPoint",
+    "WinnerFilter",
+    "WinnerRow",
+    "WinnersPage",
+    "candidate_page",
+    "candidates",
+    "compare_rows",
+    "error_groups",
+    "error_reasons",
+    "facets",
+    "is_dropped",
+    "job_times",
+    "labels",
+    "mask_numbers",
+    "missing_rows",
+    "parallel",
+    "problem",
+    "sessions_of_problem",
+    "tflops_distribution",
+    "trend",
+    "winner_rule",
+    "winners_page",
+]

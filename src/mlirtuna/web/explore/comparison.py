@@ -37,3 +37,25 @@ def compare_rows(
             row["noise"] = max(known) if known else None
             out[name].append(row)
     return out
+
+
+def missing_rows(
+    db: Database, vectors: list[str], entries_a: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The problems of A that B lacks (verdict `missing`): A's winner, linked to the problem."""
+    ids = {tv: entries_a[tv].problem_id for tv in vectors if tv in entries_a}
+    named = labels(db, [i for i in ids.values() if i is not None])
+    out = []
+    for tv in vectors:
+        entry, pid = entries_a.get(tv), ids.get(tv)
+        out.append(
+            {
+                "test_vector": tv,
+                "verdict": "missing",
+                "problem_id": pid,
+                "label": named.get(pid, tv) if pid is not None else tv,
+                "perf_config_a": entry.perf_config if entry else None,
+                "tflops_a": entry.tflops if entry else None,
+            }
+        )
+    return out

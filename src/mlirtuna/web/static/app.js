@@ -448,9 +448,11 @@ function candidateTable(problemId) {
 
 // ------------------------------------------------------------------ compare
 // The compare page's groups, as the CLI splits them; rows link to the problem pages.
-function compareTable(el, rows, session) {
-  const cols = [
-    ["problem", null], ["A perf config", "perf_config_a"], ["B perf config", "perf_config_b"],
+function compareTable(el, rows, session, missing = false) {
+  const cols = missing ? [
+    ["problem", null], ["verdict", "verdict"], ["A perf config", "perf_config_a"], ["A TFlops", (r) => sig(r.tflops_a)],
+  ] : [
+    ["problem", null], ["verdict", "verdict"], ["A perf config", "perf_config_a"], ["B perf config", "perf_config_b"],
     ["A TFlops", (r) => sig(r.tflops_a)], ["B TFlops", (r) => sig(r.tflops_b)],
     ["B/A", (r) => sig(r.ratio)], ["noise", (r) => (r.noise === null ? "–" : `±${sig(100 * r.noise, 2)} %`)],
   ];
@@ -464,6 +466,8 @@ function compareTable(el, rows, session) {
   const tbody = document.createElement("tbody");
   for (const r of rows) {
     const tr = document.createElement("tr");
+    tr.dataset.verdict = r.verdict;
+    tr.dataset.vector = r.test_vector;
     const first = cell(tr, "", "vector");
     if (r.problem_id !== null) {
       const a = document.createElement("a");
@@ -482,17 +486,24 @@ function compareTable(el, rows, session) {
 }
 
 function compareGroups(c) {
-  const b = document.body.dataset.b;
+  const a = document.body.dataset.a, b = document.body.dataset.b;
   const below = `below ${sig(100 * (1 - c.threshold))} %`;
   compareTable($("#regressions"), c.regressions_changed, b);
   compareTable($("#same-winner"), c.regressions_same, b);
   compareTable($("#within-noise"), c.within_noise, b);
+  compareTable($("#missing"), c.missing, a, true);
   compareTable($("#improvements"), c.improvements, b);
   $("#count-changed").textContent = `${c.regressions_winner_changed} ${below}`;
   $("#count-same").textContent = `${c.regressions_same_winner} ${below}`;
   $("#count-noise").textContent = `${c.within_noise_total} ${below}, within the measurements' noise`;
-  $("#reg-count").textContent = `Regressions counted: ${c.regressions_total} (${c.regressions_winner_changed} winner changed, ` +
-    `${c.regressions_same_winner} same winner), ${below} and beyond noise; ${c.within_noise_total} drops within noise not counted.`;
+  $("#count-missing").textContent = `${c.missing_total}`;
+  $("#reg-count").textContent = `Regressions counted: ${c.regressions_total} (${c.regressions_winner_changed} regression, ` +
+    `${c.regressions_same_winner} slower), ${below} and beyond noise; ${c.within_noise_total} noise not counted; ` +
+    `${c.missing_total} missing from B.`;
+  $("#gate").textContent = c.gate.fails
+    ? `compare --fail-on-regression fails: ${c.gate.failing} findings (regression, slower, missing).`
+    : "compare --fail-on-regression passes: no regression, slower or missing finding.";
+  $("#gate").classList.toggle("warn-text", c.gate.fails);
   $("#imp-count").textContent = `${c.improvements_total} above ${sig(100 * (1 + c.threshold))} %`;
 }
 
