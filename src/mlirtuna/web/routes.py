@@ -101,6 +101,12 @@ def api_importance(
     return importance.importance(_db(request), session_id, op, data_type, limit).as_dict()
 
 
+@api.get("/sessions/{session_id}/edf")
+def api_edf(request: Request, session_id: int) -> dict[str, Any]:
+    """The empirical distribution of TFlops / the problem's best over the valid candidates."""
+    return explore.edf(_db(request), session_id).as_dict()
+
+
 @api.get("/sessions/{session_id}/facets")
 def api_facets(request: Request, session_id: int) -> dict[str, Any]:
     """The ops, data types and tags the winners can be filtered by."""
@@ -152,6 +158,12 @@ def api_candidates(request: Request, problem_id: int, session: int) -> dict[str,
     out = found.as_dict()
     out["invalid_reasons"] = explore.error_reasons(found)
     return out
+
+
+@api.get("/problems/{problem_id}/history")
+def api_history(request: Request, problem_id: int, session: int) -> dict[str, Any]:
+    """The tuning's candidates in the order tried, with the best TFlops so far."""
+    return explore.history(_db(request), session, problem_id).as_dict()
 
 
 @api.get("/problems/{problem_id}/table")

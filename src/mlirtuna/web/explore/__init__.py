@@ -1,8 +1,8 @@
-"""The dashboard's read models, one module per page: looking into one session (session), one
-problem (problem), one tuning's candidates (candidates), the parallel coordinates (parallel) and
-compare rows (comparison), on shared query pieces (query). Used by the dashboard and open to
-scripts (`from mlirtuna.web import explore; explore.winners_page(...)`); `history.winners.winners`
-stays the one full list the CLI prints and exports."""
+"""The dashboard's read models, one module per page: one session (session), one problem
+(problem), one tuning's candidates (candidates), parallel coordinates (parallel), compare rows
+(comparison), history and EDF (progress), on shared query pieces (query). Used by the dashboard
+and open to scripts (`from mlirtuna.web import explore; explore.winners_page(...)`);
+`history.winners.winners` stays the one full list the CLI prints and exports."""
 
 from mlirtuna.web.explore.candidates import (
     CANDIDATE_SHOWS,
@@ -28,6 +28,7 @@ from mlirtuna.web.explore.problem import (
     sessions_of_problem,
     trend,
 )
+from mlirtuna.web.explore.progress import EDF_SAMPLE, Edf, History, edf, history
 from mlirtuna.web.explore.query import labels, mask_numbers
 from mlirtuna.web.explore.session import (
     WINNER_SORTS,
@@ -48,15 +49,18 @@ __all__ = [
     "CANDIDATE_SHOWS",
     "CANDIDATE_SORTS",
     "DROPPED_PREFIX",
+    "EDF_SAMPLE",
     "PARALLEL_LIMIT",
     "WINNER_SORTS",
     "CandidateFilter",
     "CandidatePage",
     "CandidateRow",
     "Candidates",
+    "Edf",
     "ErrorGroup",
     "Facets",
     "Histogram",
+    "History",
     "Parallel",
     "ProblemInfo",
     "TableRow",
@@ -67,9 +71,11 @@ __all__ = [
     "candidate_page",
     "candidates",
     "compare_rows",
+    "edf",
     "error_groups",
     "error_reasons",
     "facets",
+    "history",
     "is_dropped",
     "job_times",
     "labels",

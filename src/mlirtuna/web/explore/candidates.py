@@ -139,9 +139,16 @@ class CandidatePage:
     offset: int
     columns: list[str]  # the perf-config fields of this page's rows
     rows: list[TableRow]
+    # What the rule decided on, fastest first: the re-measured valid candidates (at most
+    # DECIDED_SHOWN), or without re-measurement the fastest of the search.
+    decided_on: list[TableRow] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+DECIDED_SHOWN = 10  # rows of "why it won" at most
+SEARCH_SHOWN = 3  # without re-measurement: the search's fastest shown beside the rule
 
 
 def winner_rule(topk: int, remeasured: int) -> str:
@@ -208,15 +215,23 @@ def candidate_page(
                 Result.session_id == session_id, Result.problem_id == problem_id
             )
         )
-        rows = [
-            TableRow(
+
+        def row(r: sa.Row) -> TableRow:
+            return TableRow(
                 r.perf_config, perffields.family(r.perf_config), perffields.fields(r.perf_config),
                 r.tflops, r.kernel_time, r.time_min, r.time_iqr, r.samples, bool(r.remeasured),
                 r.perf_config == winner and r.error is None and (bool(r.remeasured) or not again),
                 r.error, is_dropped(r.error),
-            )
-            for r in s.execute(stmt)
-        ]  # fmt: skip
+            )  # fmt: skip
+
+        rows = [row(r) for r in s.execute(stmt)]
+        decided_stmt = (
+            sa.select(*stmt.selected_columns)
+            .where(*mine, valid, *([C.remeasured == sa.true()] if again else []))
+            .order_by(C.kernel_time, C.id)
+            .limit(DECIDED_SHOWN if again else SEARCH_SHOWN)
+        )
+        decided_on = [row(r) for r in s.execute(decided_stmt)]
     return CandidatePage(
         session_id,
         problem_id,
@@ -227,6 +242,7 @@ def candidate_page(
         offset,
         perffields.columns([r.perf_config for r in rows]),
         rows,
+        decided_on,
     )
 
 

@@ -229,6 +229,38 @@ function sessionPage() {
   }).catch(showError);
   loadWinners();
   parallelPlot(SESSION);
+  edfPlot(SESSION);
+}
+
+// The empirical distribution of TFlops / the problem's best over the session's valid
+// candidates (optuna-dashboard's EDF): how close the search came to the winners.
+function edfPlot(sid) {
+  api(`/api/sessions/${sid}/edf`).then((e) => {
+    const el = $("#edf-plot");
+    el.dataset.count = e.sampled;
+    $("#edf-count").textContent = e.total === e.sampled
+      ? `${e.total} valid candidates` : `${e.sampled} of ${e.total} valid candidates (every k-th by id)`;
+    Plotly.newPlot(el, [{ type: "scatter", mode: "lines", line: { shape: "hv" }, x: e.ratio, y: e.share,
+      hovertemplate: "%{y:.0%} of candidates reach ≤ %{x:.2f} of the best<extra></extra>" }],
+    { margin: { t: PLOT_TOP }, height: 300, xaxis: { title: { text: "TFlops / best of the problem" }, range: [0, 1.02] },
+      yaxis: { title: { text: "share of candidates" }, range: [0, 1], tickformat: ".0%" } }, PLOT_CONFIG);
+  }).catch(showError);
+}
+
+// A tuning's candidates in the order tried, with the best so far (optuna-dashboard's history).
+async function historyPlot(problemId, sid) {
+  const h = await api(`/api/problems/${encodeURIComponent(problemId)}/history?session=${encodeURIComponent(sid)}`);
+  const el = $("#tried-plot");
+  const n = h.tflops.map((_, i) => i + 1);
+  const ok = n.filter((i) => h.tflops[i - 1] !== null);
+  el.dataset.count = h.tflops.length;
+  Plotly.newPlot(el, [
+    { type: "scatter", mode: "markers", name: "candidate", x: ok, y: ok.map((i) => h.tflops[i - 1]),
+      text: ok.map((i) => esc(h.perf_configs[i - 1])), hovertemplate: "#%{x} %{text}<br>%{y:.3g} TFlops<extra></extra>" },
+    { type: "scatter", mode: "lines", name: "best so far", x: n, y: h.best_so_far, line: { shape: "hv", color: "#c0392b" } },
+  ], { margin: { t: PLOT_TOP }, height: 300, legend: { orientation: "h" },
+    xaxis: { title: { text: `candidate, in the order tried (${h.tflops.length - ok.length} failed, not drawn)` } },
+    yaxis: { title: { text: "TFlops" } } }, PLOT_CONFIG);
 }
 
 // A session's candidates of one op and data type: one axis per perf-config field, each line
@@ -327,6 +359,7 @@ function problemPage() {
   async function loadCandidates(sid) {
     try {
       loadTable(sid);
+      historyPlot(id, sid).catch(showError);
       const c = await api(`/api/problems/${id}/candidates?session=${sid}`);
       const isWinner = c.valid.map((v) => v.perf_config === c.winner && (v.remeasured || !c.valid.some((x) => x.remeasured)));
       Plotly.newPlot($("#candidates-plot"), [{
@@ -386,19 +419,26 @@ function cell(row, text, cls) {
   return td;
 }
 
-function candidateRows(el, page, state) {
+function candidateRows(el, page, state, decided = false) {
   const us = (ns) => (ns === null || ns === undefined ? null : ns / 1000);
-  const cols = [
-    ["perf config", "perf_config", (r) => r.perf_config, "vector"],
-    ...page.columns.map((f) => [f, null, (r) => (f in r.fields ? String(r.fields[f]) : ""), "n"]),
+  const numbers = [
     ["TFlops", "tflops", (r) => sig(r.tflops), "n"],
     ["median µs", "kernel_time", (r) => sig(us(r.kernel_time)), "n"],
     ["min µs", "time_min", (r) => sig(us(r.time_min)), "n"],
     ["spread (IQR) µs", "time_iqr", (r) => sig(us(r.time_iqr)), "n"],
     ["samples", "samples", (r) => (r.samples ?? "–"), "n"],
+  ];
+  const cols = decided ? [
+    ["perf config", null, (r) => r.perf_config, "config"],
+    ...numbers.map(([label, , get, cls]) => [label, null, get, cls]),
+    ["winner", null, (r) => (r.winner ? "winner" : ""), "mark"],
+  ] : [
+    ["perf config", "perf_config", (r) => r.perf_config, "config"],
+    ...page.columns.map((f) => [f, null, (r) => (f in r.fields ? String(r.fields[f]) : ""), "n"]),
+    ...numbers,
     ["re-measured", "remeasured", (r) => (r.remeasured ? "re-measured" : r.dropped ? "dropped" : ""), "mark"],
     ["winner", null, (r) => (r.winner ? "winner" : ""), "mark"],
-    ["error", null, (r) => r.error || "", "vector"],
+    ["error", null, (r) => r.error || "", "why"],
   ];
   const thead = document.createElement("thead"), head = document.createElement("tr");
   for (const [label, key] of cols) {
@@ -409,14 +449,28 @@ function candidateRows(el, page, state) {
   }
   thead.append(head);
   const tbody = document.createElement("tbody");
-  for (const r of page.rows) {
+  for (const r of decided ? page.decided_on : page.rows) {
     const tr = document.createElement("tr");
     if (r.winner) tr.classList.add("winner");
     if (r.remeasured) tr.classList.add("remeasured");
-    for (const [, , text, cls] of cols) cell(tr, String(text(r)), cls);
+    for (const [, , text, cls] of cols) {
+      const td = cell(tr, String(text(r)), cls);
+      if (cls === "config" || cls === "why") td.title = td.textContent; // the full text on hover
+    }
     tbody.append(tr);
   }
   el.replaceChildren(thead, tbody);
+}
+
+// "Why it won": the rule, then the numbers it decided on, side by side.
+function winnerRule(page) {
+  const line = $("#winner-rule");
+  const code = document.createElement("code");
+  code.textContent = page.winner ?? "none";
+  const what = page.remeasured
+    ? `The re-measured top ${page.decided_on.length}, fastest median first:`
+    : `The search's fastest ${page.decided_on.length} by median:`;
+  line.replaceChildren("Winner: ", code, `. Rule: ${page.rule}. ${what}`);
 }
 
 function candidateTable(problemId) {
@@ -432,7 +486,8 @@ function candidateTable(problemId) {
     try {
       const page = await api(`/api/problems/${encodeURIComponent(problemId)}/table?${params}`);
       candidateRows(el, page, state);
-      $("#winner-rule").textContent = `Winner: ${page.winner ?? "none"}. Rule: ${page.rule}.`;
+      candidateRows($("#decided"), page, state, true);
+      winnerRule(page);
       const last = Math.min(state.offset + state.limit, page.total);
       $("#cand-range").textContent = `candidates ${page.total ? state.offset + 1 : 0}–${last} of ${page.total}`;
       $("#cand-prev").disabled = state.offset === 0;
