@@ -33,6 +33,8 @@ def try_rocmlir(
     build = standin.install(directory).resolve()
     if setup_only:
         env = standin.environment({})
+        # What `session new` would detect on a GPU machine with a real build, given instead.
+        env["MLIRTUNA_STANDIN_SESSION_FLAGS"] = shlex.join(standin.session_flags(build)[4:])
         for name in sorted(env):
             print(f"export {name}={shlex.quote(env[name])}")
         common.err(f"stand-in rocMLIR build in {build}: give --mlir-build-dir {build}")
