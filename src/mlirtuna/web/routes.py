@@ -7,10 +7,13 @@ scripts and monitoring read (docs/dashboard.md lists them).
 
 from __future__ import annotations
 
+import csv
+import io
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 
 import mlirtuna.web.explore as explore
 import mlirtuna.web.farm as farm
@@ -18,7 +21,7 @@ import mlirtuna.web.importance as importance
 from mlirtuna import sessions
 from mlirtuna.db import Database
 from mlirtuna.errors import UserError
-from mlirtuna.history import compare
+from mlirtuna.history import compare, perffields, winners
 from mlirtuna.queue import jobs
 
 api = APIRouter(prefix="/api")
@@ -34,13 +37,82 @@ def _db(request: Request) -> Database:
 # ---------------------------------------------------------------- the JSON API
 
 
+def _csv(name: str, header: list[str], rows: Iterable[Iterable[Any]]) -> Response:
+    """A table as a CSV download (the same columns the CLI's --csv writes, where it has one)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return Response(
+        out.getvalue(),
+        media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )
+
+
 @api.get("/farm")
-def api_farm(request: Request, offset: int = 0, limit: int = farm.DEFAULT_PAGE) -> dict[str, Any]:
-    """Sessions (newest first, one page) with progress, and every worker busy now."""
+def api_farm(
+    request: Request, offset: int = 0, limit: int = farm.DEFAULT_PAGE, q: str | None = None
+) -> dict[str, Any]:
+    """Sessions (newest first, one page; `q`: a search) with progress, and every worker busy
+    now."""
     db = _db(request)
-    out = farm.farm(db, offset, limit).as_dict()
+    out = farm.farm(db, offset, limit, q).as_dict()
     out["workers"] = [w.as_dict() for w in farm.workers(db)]
     return out
+
+
+@api.get("/farm.csv")
+def api_farm_csv(request: Request, q: str | None = None) -> Response:
+    """Every session (or those `q` finds) with its counts by state, as CSV."""
+    db, rows, offset = _db(request), [], 0
+    states = ("new", "waiting", "running", "completed", "error", "cancelled")
+    keys = ("id", "name", "arch_full", "num_cu", "num_chiplets", "rocm_v", "mlir_v",
+            "tuning_space", "tuner", "reason", "ticket", "created_at")  # fmt: skip
+    while True:
+        page = farm.farm(db, offset, farm.MAX_PAGE, q)
+        rows += [
+            [getattr(p.session, k) for k in keys] + [p.counts.get(s, 0) for s in states]
+            for p in page.sessions
+        ]
+        offset += farm.MAX_PAGE
+        if offset >= page.total_sessions:
+            return _csv("sessions.csv", [*keys, *states], rows)
+
+
+@api.get("/sessions/{session_id}/winners.csv")
+def api_winners_csv(request: Request, session_id: int) -> Response:
+    """Every counted winner of the session, as `mlirtuna results --csv` writes them."""
+    fields = ["op", *winners.FIELDS]
+    best = winners.winners(_db(request), session_id)
+    return _csv(
+        f"winners-{session_id}.csv", fields, ([getattr(w, f) for f in fields] for w in best)
+    )
+
+
+@api.get("/problems/{problem_id}/candidates.csv")
+def api_candidates_csv(request: Request, problem_id: int, session: int) -> Response:
+    """Every candidate of the tuning: perf config, its fields, the time statistics, marks."""
+    db, rows, offset = _db(request), [], 0
+    where = explore.CandidateFilter()
+    while True:
+        page = explore.candidate_page(db, session, problem_id, where, offset, farm.MAX_PAGE)
+        rows += page.rows
+        offset += farm.MAX_PAGE
+        if offset >= page.total:
+            break
+    fields = perffields.columns([r.perf_config for r in rows])
+    head = ["perf_config", *fields, "tflops", "kernel_time_ns", "time_min_ns", "time_iqr_ns",
+            "samples", "remeasured", "dropped", "winner", "error"]  # fmt: skip
+    return _csv(
+        f"candidates-{session}-{problem_id}.csv",
+        head,
+        (
+            [r.perf_config, *(r.fields.get(f, "") for f in fields), r.tflops, r.kernel_time,
+             r.time_min, r.time_iqr, r.samples, r.remeasured, r.dropped, r.winner, r.error]
+            for r in rows
+        ),
+    )  # fmt: skip
 
 
 @api.get("/sessions")

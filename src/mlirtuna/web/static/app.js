@@ -10,6 +10,10 @@ const PLOT_CONFIG = { displaylogo: false, responsive: true };
 // Room above the plotting area for Plotly's toolbar (it shows on hover at the top right): with
 // less, it covers the top of the tallest bar.
 const PLOT_TOP = 36;
+// TFlops ticks as plain numbers (0.0001, 0.01, 1): plotly's default SI prefixes read "100µ".
+const NUMBER_TICKS = { tickformat: "~g", exponentformat: "none" };
+// Below this R² the forest explains too little for its importance to be read as a ranking.
+const IMPORTANCE_R2_TRUSTED = 0.5;
 
 async function api(path) {
   const res = await fetch(path, { headers: { Accept: "application/json" } });
@@ -59,6 +63,11 @@ function histogram(el, h, xTitle) {
 // ------------------------------------------------------------------ farm
 
 function progressBar(p) {
+  // A session of import-tsv (or one not loaded yet) has no jobs: say so, not "0/0".
+  if (!p.total) {
+    const why = p.session.tuner === "imported" ? "imported: no jobs" : "no jobs loaded";
+    return `<span class="muted no-jobs">${esc(why)}</span>`;
+  }
   const pct = p.total ? (100 * p.done) / p.total : 0;
   const err = p.total ? (100 * p.counts.error) / p.total : 0;
   return `<div class="bar" title="${esc(p.done)}/${esc(p.total)}"><div class="ok" style="width:${esc(pct - err)}%"></div>` +
@@ -111,7 +120,9 @@ function farmPage() {
   const limit = 50;
   async function refresh() {
     try {
-      const farm = await api(`/api/farm?offset=${offset}&limit=${limit}`);
+      const q = $("#farm-search").value.trim();
+      const farm = await api(`/api/farm?offset=${offset}&limit=${limit}` + (q ? `&q=${encodeURIComponent(q)}` : ""));
+      $("#sessions").dataset.total = farm.total_sessions;
       $("#clock").textContent = farm.now;
       table($("#sessions"), SESSION_COLUMNS, farm.sessions);
       table($("#workers"), WORKER_COLUMNS, farm.workers);
@@ -128,6 +139,12 @@ function farmPage() {
   }
   $("#prev").onclick = () => { offset = Math.max(0, offset - limit); refresh(); };
   $("#next").onclick = () => { offset += limit; refresh(); };
+  let typing = null;
+  $("#farm-filter").addEventListener("submit", (ev) => ev.preventDefault());
+  $("#farm-search").addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => { offset = 0; refresh(); }, 250);
+  });
   refresh();
   setInterval(refresh, Number(document.body.dataset.pollMs) || 2000);
 }
@@ -310,7 +327,10 @@ async function importancePlot(session, params) {
     const flat = imp.importance.every((v) => v === 0);
     $("#importance-method").textContent = `${imp.rows} candidates fitted` +
       (imp.r2 === null ? "" : ` (R² ${sig(imp.r2, 2)})`) + `: ${imp.method}.` +
-      (flat ? " No field explains anything here: TFlops over the best do not vary, or no field does." : "");
+      (flat ? " No field explains anything here: TFlops over the best do not vary, or no field does." : "") +
+      (imp.r2 !== null && imp.r2 < IMPORTANCE_R2_TRUSTED && !flat
+        ? ` Caution: the fit explains little (R² ${sig(imp.r2, 2)} < ${IMPORTANCE_R2_TRUSTED}); these shares are not a reliable ranking.` : "");
+    $("#importance-method").classList.toggle("warn-text", imp.r2 !== null && imp.r2 < IMPORTANCE_R2_TRUSTED && !flat);
     $("#importance-plot").dataset.count = imp.rows;
     $("#importance-plot").dataset.fields = imp.fields.join(",");
   } catch (err) {
@@ -397,7 +417,7 @@ function trendAxes(points) {
     const t = Date.parse(dates[0]), day = 86400000;
     xaxis.range = [new Date(t - day).toISOString(), new Date(t + day).toISOString()];
   }
-  return { xaxis, yaxis: { type: "log", title: { text: "TFlops (log)" } } };
+  return { xaxis, yaxis: { type: "log", title: { text: "TFlops (log)" }, ...NUMBER_TICKS } };
 }
 
 // ------------------------------------------------------------------ the candidate table
@@ -487,6 +507,7 @@ function candidateTable(problemId) {
       const page = await api(`/api/problems/${encodeURIComponent(problemId)}/table?${params}`);
       candidateRows(el, page, state);
       candidateRows($("#decided"), page, state, true);
+      $("#candidates-csv").href = `/api/problems/${encodeURIComponent(problemId)}/candidates.csv?session=${encodeURIComponent(state.sid)}`;
       winnerRule(page);
       const last = Math.min(state.offset + state.limit, page.total);
       $("#cand-range").textContent = `candidates ${page.total ? state.offset + 1 : 0}–${last} of ${page.total}`;
@@ -580,8 +601,8 @@ function comparePage() {
       { type: "scatter", mode: "markers", name: "problems", x: c.points.tflops_a, y: c.points.tflops_b,
         text: c.points.test_vector.map(esc), hovertemplate: "%{text}<br>A %{x:.3f} · B %{y:.3f}<extra></extra>" },
       { type: "scatter", mode: "lines", name: "B = A", x: [lo, hi], y: [lo, hi], line: { dash: "dot", color: "#888" }, hoverinfo: "skip" },
-    ], { margin: { t: PLOT_TOP }, height: 480, xaxis: { type: "log", title: { text: "A TFlops" } },
-      yaxis: { type: "log", title: { text: "B TFlops" } }, showlegend: false }, PLOT_CONFIG);
+    ], { margin: { t: PLOT_TOP }, height: 480, xaxis: { type: "log", title: { text: "A TFlops" }, ...NUMBER_TICKS },
+      yaxis: { type: "log", title: { text: "B TFlops" }, ...NUMBER_TICKS }, showlegend: false }, PLOT_CONFIG);
     compareGroups(c);
   }).catch(showError);
 }
