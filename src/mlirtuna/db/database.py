@@ -181,8 +181,9 @@ def is_permission_error(exc: DBAPIError) -> bool:
     orig = exc.orig
     if getattr(orig, "sqlstate", None) == "42501":
         return True
-    args = getattr(orig, "args", ())
-    return bool(args) and isinstance(args[0], int) and args[0] in _MYSQL_DENIED
+    args: tuple[object, ...] = getattr(orig, "args", ())
+    code = args[0] if args else None
+    return isinstance(code, int) and code in _MYSQL_DENIED
 
 
 def _first_line(exc: BaseException | None) -> str:
