@@ -1,12 +1,13 @@
 """The dashboard's smaller points of issue 35, in Chromium at 1280x800 on every backend: an
 imported session says so instead of "0/0", the farm table stays inside the page, TFlops axes
 read as numbers (never "100µ"), CSV downloads hold what the CLI prints, the farm's sessions can
-be searched."""
+be searched, parameter importance of a poor fit says so."""
 
 from __future__ import annotations
 
 import csv
 import io
+import random
 from collections.abc import Iterator
 
 import httpx
@@ -14,12 +15,12 @@ import pytest
 import sqlalchemy as sa
 from support.browser import CHROMIUM, VIEWPORT, Page, sync_api
 from support.clitools import cli
-from support.results import gemm, new_session, put_results
+from support.results import cand, gemm, new_session, put_results, record
 from support.webserve import serving
 
 from mlirtuna import sessions
 from mlirtuna.db.models import TuningSession
-from mlirtuna.web import explore
+from mlirtuna.web import explore, importance
 
 pytestmark = pytest.mark.slow
 
@@ -104,3 +105,22 @@ def test_csv_downloads_hold_what_the_cli_prints(page, db_url, farm):
     page.open(f"/sessions/{farm['a']}")
     href = page.tab.get_attribute("#winners-csv", "href")
     assert href == f"/api/sessions/{farm['a']}/winners.csv"
+
+
+def test_importance_of_a_poor_fit_carries_a_caution(page, db, tmp_path):
+    # TFlops that no perf-config field explains (seeded noise): the forest's R² is near 0.
+    sid, rng = new_session(db), random.Random(7)
+    configs = [f"cpu:v1:{m},{n},8" for m in (16, 32) for n in (16, 32)]
+    problems = [gemm(16 * (i + 1), 128) for i in range(8)]
+    cands = {v: [cand(v, pc, 1e5 * rng.uniform(1, 3)) for pc in configs] for v in problems}
+    record(db, tmp_path, sid, cands,
+           {v: max(cands[v], key=lambda c: c.tflops).perf_config for v in problems})  # fmt: skip
+    fit = importance.importance(db, sid, "gemm")
+    assert fit.r2 is not None and fit.r2 < 0.5
+    page.open(f"/sessions/{sid}")
+    page.tab.wait_for_function(
+        f"() => document.querySelector('#importance-plot').dataset.count === '{fit.rows}'"
+    )
+    method = page.tab.inner_text("#importance-method")
+    assert "Caution: the fit explains little" in method and "not a reliable ranking" in method
+    assert "warn-text" in page.tab.get_attribute("#importance-method", "class")
