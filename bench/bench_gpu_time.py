@@ -1,7 +1,8 @@
 """GPU busy share on the same work: one-stage per problem, one-stage batched, two-stage.
 
 Issue 16 §3. The real `mlirtuna` CLI drives the stand-in tuningRunner (era E4) with realistic
-costs (tests/fake_rocmlir/bin/fake_costs.py): a start-up per tool invocation, a compile time and
+costs (src/mlirtuna/standin/rocmlir/bin/fake_costs.py): a start-up per tool invocation, a compile
+time and
 a benchmark time per candidate. Every scenario tunes the same gemm problems in its own session
 with G GPU workers (`mlirtuna worker --gpus g`, one process per slot) and, for two-stage, N
 compile workers (`mlirtuna worker --role compile`). The stand-in appends each benchmarking
@@ -68,13 +69,14 @@ from pathlib import Path
 import common
 import sqlalchemy as sa
 
+from mlirtuna import standin
 from mlirtuna.db import Database
 from mlirtuna.db.models import COMPLETED, Attempt, Job
 from mlirtuna.defaults import ENV_TOOL_ENV
 from mlirtuna.queue import jobs
 
 ROOT = Path(__file__).resolve().parent.parent
-FAKE_BUILD = ROOT / "tests" / "fake_rocmlir"
+FAKE_BUILD = standin.BUILD
 # The stand-in's fake GPU; every session must say the same or its workers refuse the results.
 ARCH_FULL, NUM_CU, NUM_CHIPLETS = "gfx942:sramecc+:xnack-", 304, 8
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

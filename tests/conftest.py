@@ -23,7 +23,6 @@ from tests.support.testdbs import BACKENDS, TestDatabases
 
 HERE = Path(__file__).parent
 DATA = HERE / "data"
-FAKE_ROCMLIR = HERE / "fake_rocmlir"
 
 # The stand-in tool reads FAKE_* variables; the tool's environment is an allowlist.
 os.environ.setdefault("MLIRTUNA_TOOL_ENV", "FAKE_*")

@@ -5,7 +5,7 @@ Opt-in. Set MLIRTUNA_ROCMLIR_SCRIPTS=DIR, DIR holding rocMLIR's own scripts from
 reportUtils.py) at ROCMLIR_COMMIT. The real tool needs numpy, pandas and tqdm: set
 MLIRTUNA_ROCMLIR_PYTHON to an interpreter that has them if this one does not.
 
-The fakes in tests/fake_rocmlir/below sit where the GPU stack would: rocmlir-gen,
+The fakes in src/mlirtuna/standin/rocmlir/below sit where the GPU stack would: rocmlir-gen,
 rocmlir-driver, rocmlir-opt, rocmlir-tuning-driver (bin/, found by the tool under
 `--mlir-build-dir`), rocm-smi, rocminfo, amd-smi (bin/, on PATH), the `hip` module and rocMLIR's
 compiled `amd_arch_db` binding (python/, on PYTHONPATH).
@@ -34,14 +34,15 @@ from pathlib import Path
 
 import pytest
 
+from mlirtuna import standin
 from mlirtuna.defaults import ENV_ROCMLIR_PYTHON, ENV_ROCMLIR_SCRIPT_DIR, ENV_TOOL_ENV
 
 ROCMLIR_COMMIT = "3fc5be9e52def9925a3d464748ef221c3a845e01"
 SCRIPTS = os.environ.get("MLIRTUNA_ROCMLIR_SCRIPTS", "")
 PYTHON = os.environ.get("MLIRTUNA_ROCMLIR_PYTHON", sys.executable)
 TESTS = Path(__file__).parent
-BELOW = TESTS / "fake_rocmlir" / "below"
-STAND_IN = TESTS / "fake_rocmlir" / "bin" / "tuningRunner.py"
+BELOW = standin.BUILD / "below"
+STAND_IN = standin.BUILD / "bin" / "tuningRunner.py"
 FUSION = TESTS / "data" / "fusion"
 
 HOW = (

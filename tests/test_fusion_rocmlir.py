@@ -1,4 +1,4 @@
-"""Fusion with a rocMLIR build (the stand-in in tests/fake_rocmlir): tuning keys from
+"""Fusion with a rocMLIR build (the stand-in in src/mlirtuna/standin/rocmlir): tuning keys from
 `rocmlir-gen --emit-tuning-key` in both layouts, and the rocmlir tuner through a worker."""
 
 from __future__ import annotations

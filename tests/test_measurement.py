@@ -12,21 +12,20 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from support.clitools import cli
-from support.results import gemm, new_session
+from support.results import cand, gemm, new_session, record
 from support.rocmlir import fake_build, rocmlir_session, work
 from threadpoolctl import threadpool_info
 
-from mlirtuna import catalog, queue, sessions, stats
+from mlirtuna import catalog, sessions, stats
 from mlirtuna.db.models import Candidate, Problem, Result
 from mlirtuna.errors import UserError
 from mlirtuna.history import compare, winners
 from mlirtuna.problems import ExpandOptions, parse
-from mlirtuna.queue import Claimant, jobs
+from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.stats import Spread
 from mlirtuna.tuners import timing
-from mlirtuna.tuners.base import Candidate as Cand
-from mlirtuna.tuners.base import TuneContext, TuneOutcome
+from mlirtuna.tuners.base import TuneContext
 from mlirtuna.tuners.cpu import CpuTuner
 from mlirtuna.web import explore
 from mlirtuna.web.app import create_app, open_read_only
@@ -231,24 +230,6 @@ def test_rocmlir_two_stage_topk_where_the_tool_has_it(db, tmp_path, build, monke
 # --- compare: noise is not a regression ----------------------------------------------------------
 
 
-def record(db, tmp_path, sid: int, cands: dict[str, list[Cand]], winners: dict[str, str]):
-    """Tune `sid` through the real queue with the given candidates per vector."""
-    path = tmp_path / f"configs-{sid}"
-    path.write_text("".join(v + "\n" for v in cands))
-    catalog.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag=f"t{sid}")
-    jobs.load(db, sid, tag=f"t{sid}")
-    while (lease := queue.claim(db, sid, Claimant("test", 0), 60)) is not None:
-        with db.session() as s:
-            tv = catalog.load_problem(s, lease.problem_id).canonical()
-        winner = next(c for c in cands[tv] if c.perf_config == winners[tv])
-        assert queue.record(db, lease, TuneOutcome(cands[tv], winner))
-
-
-def cand(tv: str, pc: str, ns: float, rel_iqr: float = 0.02, n: int = 25) -> Cand:
-    spread = Spread(ns, ns * 0.97, ns * rel_iqr, n)
-    return Cand(pc, ns, parse("gemm", tv).flops() / ns / 1e3, spread=spread)
-
-
 def test_compare_separates_noise_from_regression(db, db_url, tmp_path) -> None:
     noisy, real, changed = gemm(64), gemm(128), gemm(256)
     a, b = new_session(db), new_session(db)
@@ -280,11 +261,14 @@ def test_compare_separates_noise_from_regression(db, db_url, tmp_path) -> None:
     assert run.code == 1 and len(run.json()["within_noise"]) == 1
     # It says what it counted: beyond noise only, by kind, and what it left out.
     assert run.stderr.strip() == (
-        "failed: 2 regressions beyond 5% and noise (1 winner changed, 1 same winner "
-        "re-measured lower); 1 drops within noise not counted; 0 problems of A missing from B"
+        "failed: 2 findings fail the gate (1 regression, 1 slower, 0 missing; threshold 5%); "
+        "not counted: 1 noise"
     )
     only = cli(db_url, "compare", str(a), str(b), "--fail-on-regression", "--changed-winner-only")
-    assert only.code == 1 and only.stderr.startswith("failed: 1 regressions beyond 5% and noise")
+    assert only.code == 1 and only.stderr.strip() == (
+        "failed: 1 findings fail the gate (1 regression, 0 missing; threshold 5%); "
+        "not counted: 1 noise, 1 slower (--changed-winner-only)"
+    )
     # The dashboard's compare page splits them the same way, with a noise column and links.
     ro = open_read_only(db_url)
     try:
@@ -305,7 +289,9 @@ def test_compare_separates_noise_from_regression(db, db_url, tmp_path) -> None:
         pid = s.scalar(sa.select(Problem.id).where(Problem.test_vector == noisy))
     assert row["problem_id"] == pid and row["label"] == noisy
     shown = cli(db_url, "compare", str(a), str(b))
-    assert shown.code == 0 and "within noise" in " ".join(shown.stdout.split())
+    assert shown.code == 0 and "noise: a drop past the threshold within" in " ".join(
+        shown.stdout.split()
+    )
     # Past a 50 % threshold nothing regresses: nothing fails.
     quiet = cli(db_url, "compare", str(a), str(b), "--threshold", "50%", "--fail-on-regression")
     assert quiet.code == 0

@@ -1,4 +1,4 @@
-"""The rocmlir tuner against the stand-in tuningRunner.py (tests/fake_rocmlir), both eras.
+"""The rocmlir tuner against the stand-in tuningRunner.py (src/mlirtuna/standin/rocmlir), both eras.
 
 No database and no GPU: the stand-in speaks the real tool's command line and file formats, and
 logs the argv it received (FAKE_TUNINGRUNNER_LOG) so the exact flags can be checked.

@@ -18,14 +18,14 @@ from support.clitools import mlirtuna_argv, run_cli, subprocess_env
 from support.rocmlir import pid_alive
 from support.workers import wait_for
 
-from mlirtuna import catalog, queue
+from mlirtuna import catalog, queue, standin
 from mlirtuna.db.models import Attempt, Job, Result
 from mlirtuna.problems import ExpandOptions
 from mlirtuna.queue import Claimant, jobs
 
 TESTS = Path(__file__).resolve().parent
 PLUGIN_PATH = TESTS / "plugin_dist"
-FAKE_BIN = TESTS / "fake_rocmlir" / "below" / "bin"  # rocminfo: one gfx942
+FAKE_BIN = standin.BUILD / "below" / "bin"  # rocminfo: one gfx942
 GEMM = "-t f32 -transA false -transB false -g 1 -m 64 -n 64 -k 64"
 
 

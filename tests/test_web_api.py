@@ -219,9 +219,11 @@ def test_pages_render_and_say_where_things_are_missing(client, farm):
     ids = {"a": farm.cpu_a, "b": farm.cpu_b, "g": farm.gpu, "p": farm.problems[0], "j": 1}
     for path in PAGES:
         html = get(client, path.format(**ids))
-        assert "<table" in html and "/assets/plotly.min.js" in html and "/static/app.js" in html
-    js = client.get("/assets/plotly.min.js")
-    assert js.status_code == 200 and len(js.content) > 1_000_000 and b"plotly" in js.content[:2000]
+        assert "<table" in html and "/static/app.js" in html
+        assert "/static/plotly-strict.min.js" in html
+    js = client.get("/static/plotly-strict.min.js")
+    assert js.status_code == 200 and len(js.content) > 1_000_000
+    assert b"plotly.js (strict" in js.content[:2000]
     assert client.get("/static/app.js").status_code == 200
     missing = client.get("/sessions/999")
     assert missing.status_code == 404 and "no session 999" in missing.text

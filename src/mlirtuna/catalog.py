@@ -96,6 +96,12 @@ def read_config_lists(
     parsed = Parsed()
     for path in paths:
         found = read_config_list(path, op, options or ExpandOptions())
+        if not found.entries and not found.warnings:
+            # Nothing to tune: say so here, before a session or a tag is made for nothing.
+            raise UserError(
+                f"{path}: no {op} config in it (empty, or only comments and blank lines): "
+                f"give one config per line, as rocMLIR's config lists (examples/{op}-small)"
+            )
         parsed.lines += found.lines
         parsed.warnings.extend(found.warnings)
         for entry in found.entries:

@@ -53,6 +53,29 @@ class Page:
             element, "el => el.data.map(t => ({x: t.x || [], y: t.y || [], name: t.name}))"
         )
 
+    def drawn(self, element: str) -> int:
+        """How many pixels the element's WebGL canvases hold (plotly draws parcoords there), after
+        checking that plotly did not fall back to its "WebGL is not supported" notice (what the
+        page shows when the CSP blocks plotly's shader compiler). 0: nothing was drawn."""
+        no_webgl = self.tab.eval_on_selector_all(
+            f"{element} .no-webgl", "els => els.map(e => e.innerText)"
+        )
+        assert no_webgl == [], no_webgl
+        assert "WebGL is not supported" not in self.tab.inner_text(element)
+        return self.tab.eval_on_selector(
+            element,
+            """el => [...el.querySelectorAll('canvas.gl-canvas')].reduce((sum, c) => {
+                const copy = document.createElement('canvas');
+                copy.width = c.width; copy.height = c.height;
+                const ctx = copy.getContext('2d');
+                ctx.drawImage(c, 0, 0);
+                const px = ctx.getImageData(0, 0, c.width, c.height).data;
+                let n = 0;
+                for (let i = 3; i < px.length; i += 4) if (px[i] > 0) n++;
+                return sum + n;
+            }, 0)""",
+        )
+
     def shot(self, name: str) -> None:
         SHOTS.mkdir(exist_ok=True)
         self.tab.screenshot(path=str(SHOTS / f"{name}.png"))

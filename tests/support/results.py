@@ -12,6 +12,7 @@ from mlirtuna.db.models import Result
 from mlirtuna.problems import ExpandOptions, parse
 from mlirtuna.queue import Claimant, jobs
 from mlirtuna.sessions import SessionSpec
+from mlirtuna.stats import Spread
 from mlirtuna.tuners.base import Candidate as Cand
 from mlirtuna.tuners.base import TuneOutcome
 
@@ -90,3 +91,24 @@ def put_results(db, session_id: int, winners: dict[str, tuple[str, float | None]
 def m_of(tv: str) -> str:
     """A perf config that differs per problem: pc<M>."""
     return "pc" + tv.split(" -m ")[1].split()[0]
+
+
+def record(
+    db, tmp_path, sid: int, cands: dict[str, list[Cand]], winners: dict[str, str], op="gemm"
+):
+    """Tune `sid` through the real queue with the given candidates per vector."""
+    path = tmp_path / f"configs-{sid}-{op}"
+    path.write_text("".join(v + "\n" for v in cands))
+    catalog.import_files(db, op, [str(path)], ExpandOptions(expand=False), tag=f"t{sid}{op}")
+    jobs.load(db, sid, tag=f"t{sid}{op}")
+    while (lease := queue.claim(db, sid, Claimant("test", 0), 60)) is not None:
+        with db.session() as s:
+            tv = catalog.load_problem(s, lease.problem_id).canonical()
+        winner = next(c for c in cands[tv] if c.perf_config == winners[tv])
+        assert queue.record(db, lease, TuneOutcome(cands[tv], winner))
+
+
+def cand(tv: str, pc: str, ns: float, rel_iqr: float = 0.02, n: int = 25, op: str = "gemm") -> Cand:
+    """A candidate of `ns` median with a spread (IQR `rel_iqr` of the median, n samples)."""
+    spread = Spread(ns, ns * 0.97, ns * rel_iqr, n)
+    return Cand(pc, ns, parse(op, tv).flops() / ns / 1e3, spread=spread)

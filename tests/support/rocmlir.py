@@ -1,4 +1,5 @@
-"""The stand-in tuningRunner.py (tests/fake_rocmlir) for the tests that drive the rocmlir tuner:
+"""The stand-in tuningRunner.py (mlirtuna.standin.BUILD, src/mlirtuna/standin/rocmlir) for the tests
+that drive the rocmlir tuner:
 a private copy of its build dir, its problems and what it reports, and a worker running it.
 
 Two fixtures named `build`, a private copy of the stand-in's build dir: `logged_build` logs each
@@ -17,7 +18,7 @@ from types import ModuleType
 
 import pytest
 
-from mlirtuna import catalog, sessions
+from mlirtuna import catalog, sessions, standin
 from mlirtuna.problems import ExpandOptions
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
@@ -25,7 +26,7 @@ from mlirtuna.tuners.base import TuneContext
 from mlirtuna.tuners.rocmlir import RocmlirTuner
 from mlirtuna.worker import Worker, WorkerSettings
 
-FAKE = Path(__file__).parent.parent / "fake_rocmlir"
+FAKE = standin.BUILD  # shipped in the package (mlirtuna try-rocmlir)
 ARCH_FULL = "gfx942:sramecc+:xnack-"
 GEMM = "-t f16 -out_datatype f16 -transA false -transB false -g 1 -m 1024 -n 512 -k 768"
 CONV = (

@@ -11,14 +11,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlirtuna import catalog, sessions
+from mlirtuna import catalog, sessions, standin
 from mlirtuna.db import Database
 from mlirtuna.problems import ExpandOptions
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.worker import Worker, WorkerSettings
 
-FAKE = Path(__file__).resolve().parent.parent / "fake_rocmlir"  # tests/fake_rocmlir
+FAKE = standin.BUILD  # the stand-in rocMLIR build the package ships
 GEMMS = (
     "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 32 -n 64 -k 32\n"
     "-t f16 -out_datatype f16 -transA false -transB true -g 1 -m 64 -n 32 -k 32\n"

@@ -122,10 +122,11 @@ def _register() -> None:
         quickcmd,
         runcmd,
         sessioncmd,
+        trycmd,
         workercmd,
     )
 
-    for module in (problemscmd, jobscmd, workercmd, runcmd, quickcmd):
+    for module in (problemscmd, jobscmd, workercmd, runcmd, quickcmd, trycmd):
         module.register(app)
     app.add_typer(dbcmd.app, name="db")
     app.add_typer(sessioncmd.app, name="session")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 import mlirtuna.cli.common as common
+from mlirtuna.errors import UserError
 
 app = typer.Typer(
     no_args_is_help=True, suggest_commands=False, help="Create or upgrade the database schema."
@@ -54,6 +55,12 @@ def roles(
         "--apply",
         help="Run the SQL (as a user who may create roles) instead of printing it.",
     ),
+    without_passwords: bool = typer.Option(
+        False,
+        "--without-passwords",
+        help="Apply with MLIRTUNA_ROLE_PASSWORD_* unset: roles that exist keep their "
+        "passwords; new ones log in only where the server needs none (trust, peer, certificates).",
+    ),
 ) -> None:
     """Least-privilege roles: admin (everything), worker (claim and record only), reader (SELECT).
 
@@ -62,6 +69,16 @@ def roles(
 
     db = common.database(ctx)
     if apply:
+        unset = roles_api.unset_password_variables()
+        if unset and not without_passwords:
+            # Roles made without a password exist, yet nobody can log in as them: say so first.
+            raise UserError(
+                f"db roles --apply: set {', '.join(unset)} (the roles' passwords), or add "
+                "--without-passwords (roles that exist keep theirs; trust, peer or certificate "
+                "logins)"
+            )
+        if unset:
+            common.err(f"warning: {', '.join(unset)} unset: those roles get no new password")
         roles_api.apply_roles(db, prefix)
         common.err(
             f"{db.display_url}: roles {', '.join(roles_api.role_names(prefix).values())} ready"

@@ -180,8 +180,9 @@ def compare(
     fail: bool = typer.Option(
         False,
         "--fail-on-regression",
-        help="Exit 1 if any regression (a drop beyond the threshold and the measurements' "
-        "noise), or any problem of A that B lacks.",
+        help="Exit 1 on a finding whose verdict fails: regression (winner changed, beyond the "
+        "threshold and the noise), slower (same winner, beyond them too) or missing (a problem "
+        "of A that B lacks). A row labelled noise never fails.",
     ),
     allow_missing: bool = typer.Option(
         False, "--allow-missing", help="Problems of A that B lacks do not fail the check."
@@ -189,8 +190,8 @@ def compare(
     changed_winner_only: bool = typer.Option(
         False,
         "--changed-winner-only",
-        help="Count only regressions whose winner changed (the same kernel re-measured lower "
-        "is noise, not a worse tuning).",
+        help="Rows labelled slower (the same winner measured slower: machine or toolchain, "
+        "not a changed tuning) do not fail the check.",
     ),
 ) -> None:
     """Compare two tunings problem by problem, matched by canonical test vector.
@@ -209,7 +210,8 @@ def compare(
     side_a, side_b = comparing.load_sides(a, b, op, db)
     result = comparing.compare(side_a, side_b, limit)
     if fmt == "json":
-        common.print_json(result.as_dict())
+        gate = {"changed_winner_only": changed_winner_only, "allow_missing": allow_missing}
+        common.print_json(result.as_dict(**gate))
     elif fmt == "csv":
         _print_comparison_csv(result)
     else:
@@ -220,6 +222,8 @@ def compare(
 
 
 def _print_comparison(c: comparing.Comparison) -> None:
+    from mlirtuna.history import compare as comparing
+
     summary = common.TextTable("", "value", title=f"A = {c.a}\nB = {c.b}")
     pct = "" if c.same_winner_pct is None else f" ({c.same_winner_pct:.1f}%)"
     drop = f"{100 * (1 - c.threshold):g}%"
@@ -229,21 +233,21 @@ def _print_comparison(c: comparing.Comparison) -> None:
         ("TFlops B/A geomean", _fmt(c.geomean_ratio, ".3f")),
         ("TFlops B/A min / max", f"{_fmt(c.min_ratio, '.3f')} / {_fmt(c.max_ratio, '.3f')}"),
         ("with TFlops on both", str(c.with_tflops)),
-        (f"regressions (< {drop}), winner changed", str(c.regressions_winner_changed)),
-        (f"same winner re-measured (< {drop})", str(c.regressions_same_winner)),
-        ("drops within noise (not counted)", str(len(c.within_noise))),
-        ("only in A (missing from B) / only in B", f"{c.only_a} / {c.only_b}"),
+        (f"regression (< {drop}, winner changed)", str(c.regressions_winner_changed)),
+        (f"slower (< {drop}, same winner)", str(c.regressions_same_winner)),
+        ("noise (never fails)", str(len(c.within_noise))),
+        ("missing (only in A) / only in B", f"{c.only_a} / {c.only_b}"),
     ):
         summary.add_row(label, value)
     common.print_table(summary)
-    changed = [r for r in c.regressions if r.winner_changed]
-    same = [r for r in c.regressions if not r.winner_changed]
-    _print_regressions(
-        changed, "regressions (beyond threshold and noise), winner changed, worst first"
-    )
-    _print_regressions(same, "same winner, lower TFlops (re-measured: noise, not tuning)")
+    for verdict, rows in (
+        (comparing.REGRESSION, [r for r in c.regressions if r.verdict == comparing.REGRESSION]),
+        (comparing.SLOWER, [r for r in c.regressions if r.verdict == comparing.SLOWER]),
+        (comparing.NOISE, c.within_noise),
+    ):
+        _print_regressions(rows, f"{verdict}: {comparing.VERDICT_MEANING[verdict]}, worst first")
     if c.missing_in_b:
-        print("problems of A missing from B (failed or cancelled in B?):")
+        print(f"{comparing.MISSING}: {comparing.VERDICT_MEANING[comparing.MISSING]}")
         for vector in c.missing_in_b[:SHOWN_REGRESSIONS]:
             print(f"  {vector}")
         if len(c.missing_in_b) > SHOWN_REGRESSIONS:
@@ -262,10 +266,10 @@ COMPARE_CSV = (
 
 
 def _print_comparison_csv(c: comparing.Comparison) -> None:
-    """Kind: regression (winner changed), same_winner (re-measured lower) or missing_in_b."""
+    """Kind: the verdict (regression, slower, noise or missing), as the text and JSON say."""
     rows: list[tuple[object, ...]] = [
         (
-            "regression" if r.winner_changed else "same_winner",
+            r.verdict,
             r.ratio,
             r.test_vector,
             r.perf_config_a,
@@ -273,9 +277,9 @@ def _print_comparison_csv(c: comparing.Comparison) -> None:
             r.tflops_a,
             r.tflops_b,
         )
-        for r in c.regressions
+        for r in c.regressions + c.within_noise
     ]
-    rows += [("missing_in_b", "", vector, "", "", "", "") for vector in c.missing_in_b]
+    rows += [(comparing.MISSING, "", vector, "", "", "", "") for vector in c.missing_in_b]
     common.print_csv(COMPARE_CSV, rows)
 
 

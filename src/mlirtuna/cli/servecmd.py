@@ -44,6 +44,7 @@ def serve(
             f"warning: the dashboard listens on {host}, open to every machine that reaches it "
             "(no login); browsers must use a name given with --allow-host"
         )
+    _check_port(host, port)
     db = open_read_only(common.state(ctx).db_url)
     ctx.find_root().call_on_close(db.dispose)
     url = f"http://{_netloc(host, port)}/"
@@ -51,6 +52,32 @@ def serve(
     # The access log shows paths only; the database URL (and any password) is never logged.
     app = create_app(db, allow_hosts=allow_host or ())
     uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def _check_port(host: str, port: int) -> None:
+    """A port that cannot be listened on, said in one line before uvicorn (whose own answer is
+    a traceback or its raw error) is started."""
+    import errno
+    import socket
+
+    if not 1 <= port <= 65535:
+        raise UserError(f"--port {port}: a TCP port is 1 to 65535")
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise UserError(f"--host {host}: not an address of this machine ({exc.strerror})") from None
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise UserError(
+                    f"port {port} on {host} is in use: stop what listens there, or give "
+                    "another --port"
+                ) from None
+            raise UserError(f"cannot listen on {host}:{port} ({exc.strerror})") from None
 
 
 def _loopback(host: str) -> bool:

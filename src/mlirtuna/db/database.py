@@ -160,7 +160,30 @@ def error_line(url: URL | None, exc: DBAPIError) -> DatabaseError:
     from the driver's message)."""
     if url is None:
         return DatabaseError(f"database error: {_first_line(exc.orig)}")
-    return DatabaseError(f"database error on {mask(url)}: {scrub(_first_line(exc.orig), url)}")
+    line = f"database error on {mask(url)}: {scrub(_first_line(exc.orig), url)}"
+    if is_permission_error(exc):
+        role = url.username or "the server's default user"
+        line += (
+            f" (connected as {role}: this command needs a role that may do it, e.g. the admin "
+            "role for import, session and jobs commands, the worker role for `worker`; "
+            "docs/ci.md, section 5)"
+        )
+    return DatabaseError(line)
+
+
+# MariaDB/MySQL's "denied" errors: database, table, column, privilege, routine.
+_MYSQL_DENIED = frozenset({1044, 1142, 1143, 1227, 1370})
+
+
+def is_permission_error(exc: DBAPIError) -> bool:
+    """A statement the connected role has no privilege for (PostgreSQL SQLSTATE 42501,
+    MariaDB's "command denied to user")."""
+    orig = exc.orig
+    if getattr(orig, "sqlstate", None) == "42501":
+        return True
+    args: tuple[object, ...] = getattr(orig, "args", ())
+    code = args[0] if args else None
+    return isinstance(code, int) and code in _MYSQL_DENIED
 
 
 def _first_line(exc: BaseException | None) -> str:

@@ -40,6 +40,11 @@ def make_engine(url: URL, read_only: bool = False) -> Engine:
         return engine
     except (NoSuchModuleError, ArgumentError) as exc:
         raise DatabaseError(f"unsupported database URL {mask(url)}: {exc}") from None
+    except ImportError as exc:  # a driver we do not ship: mysql+mysqldb://, postgresql+pg8000://
+        raise DatabaseError(
+            f"database URL {mask(url)}: its driver is not installed ({exc.name}); write "
+            "postgresql://… or mysql://… for the drivers mlirtuna ships (psycopg, PyMySQL)"
+        ) from None
 
 
 # A pooled connection idle longer than this is pinged before use (a round trip).

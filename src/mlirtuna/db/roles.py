@@ -68,6 +68,12 @@ def role_names(prefix: str) -> dict[str, str]:
     return {role: f"{prefix}_{role}" for role in ROLES}
 
 
+def unset_password_variables() -> list[str]:
+    """The MLIRTUNA_ROLE_PASSWORD_* variables not set (or empty), in role order."""
+    names = [PASSWORD_ENV.format(role.upper()) for role in ROLES]
+    return [name for name in names if not os.environ.get(name)]
+
+
 def _password(role: str, with_passwords: bool) -> str | None:
     value = os.environ.get(PASSWORD_ENV.format(role.upper())) if with_passwords else None
     return value.replace("'", "''") if value else None

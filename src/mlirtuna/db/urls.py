@@ -25,6 +25,7 @@ _DRIVERS = {
     "mysql": "mysql+pymysql",
     "mariadb": "mariadb+pymysql",
 }
+_BACKENDS = ("sqlite", "postgresql", "mysql", "mariadb")
 
 
 def resolve_url(url: str | None = None) -> URL:
@@ -46,6 +47,11 @@ def resolve_url(url: str | None = None) -> URL:
     driver = _DRIVERS.get(parsed.drivername)
     if driver:
         parsed = parsed.set(drivername=driver)
+    if parsed.get_backend_name() not in _BACKENDS:
+        raise DatabaseError(
+            f"bad database URL {mask(parsed)!r}: unknown database {parsed.drivername!r}; "
+            "give sqlite:///FILE, postgresql://user@host/db or mysql://user@host/db"
+        )
     if (
         parsed.password is None
         and os.environ.get(ENV_PASSWORD)

@@ -26,6 +26,13 @@ Keying (decided here, documented in the CLI help):
   other's noise (`mlirtuna.stats.within_noise`, the medians' ~95 % intervals overlap) is listed
   under `within_noise`, not `regressions`, so `--fail-on-regression` ignores it. Without a
   spread on both sides (a .tsv, the sleep tuner, E2) every drop past the threshold counts.
+- One meaning per word (issue 35): every finding carries one verdict, printed by the CLI, in the
+  JSON and on the page, and the gate fails on verdicts, never on anything else:
+  `regression` (the winner changed and TFlops dropped beyond the threshold and the noise: fails),
+  `slower` (the same winner measured slower beyond the threshold and the noise: the kernel ran
+  slower, machine or toolchain, not a changed tuning; fails unless `--changed-winner-only`),
+  `noise` (a drop past the threshold within the measurements' noise: never fails), `missing`
+  (a problem of A that B lacks: fails unless `--allow-missing`), `improvement` (never fails).
 - When B is a session and the winner changed, B's own measurement of A's perf config (if B
   tried it) is reported beside the two winners (`tflops_a_in_b`).
 """
@@ -34,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -47,6 +54,21 @@ from mlirtuna.db.models import COMPLETED, Candidate, Job, Problem, Result
 from mlirtuna.errors import InputError, UserError
 
 DEFAULT_THRESHOLD = 0.05
+
+# The verdicts, one word each (module docstring): what a row is, and whether it fails the gate.
+REGRESSION = "regression"
+SLOWER = "slower"
+NOISE = "noise"
+MISSING = "missing"
+IMPROVEMENT = "improvement"
+VERDICT_MEANING = {
+    REGRESSION: "the winner changed and TFlops dropped beyond the threshold and the noise",
+    SLOWER: "the same winner measured slower beyond the threshold and the noise "
+    "(the kernel ran slower: machine or toolchain, not a changed tuning)",
+    NOISE: "a drop past the threshold within the measurements' noise (never fails)",
+    MISSING: "a problem of A that B has no winner for (failed or cancelled in B?)",
+    IMPROVEMENT: "B beats A by more than the threshold",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +101,14 @@ class Regression:
     noise_b: float | None = None
     within_noise: bool = False  # the two TFlops lie within each other's noise
     tflops_a_in_b: float | None = None  # A's perf config as measured in B, where B tried it
+    verdict: str = ""  # REGRESSION, SLOWER, NOISE or IMPROVEMENT ("" for a plain pair)
+
+
+def verdict_of(r: Regression) -> str:
+    """A drop's verdict: noise first (within each other's noise), then by its winner."""
+    if r.within_noise:
+        return NOISE
+    return REGRESSION if r.winner_changed else SLOWER
 
 
 @dataclass
@@ -101,38 +131,71 @@ class Comparison:
     missing_in_b: list[str] = field(default_factory=list)  # A's vectors B has no winner for
     within_noise: list[Regression] = field(default_factory=list)  # beyond threshold, in noise
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(
+        self, *, changed_winner_only: bool = False, allow_missing: bool = False
+    ) -> dict[str, Any]:
+        """Everything, plus `verdicts`: each finding's verdict and whether it fails the gate
+        under these options (the same rows the CLI prints and the page shows)."""
+        out = asdict(self)
+        failing = failing_verdicts(changed_winner_only, allow_missing)
+        out["verdicts"] = [
+            {"test_vector": tv, "verdict": v, "fails": v in failing} for tv, v in self.verdicts()
+        ]
+        return out
+
+    def verdicts(self) -> list[tuple[str, str]]:
+        """(test vector, verdict) of every finding: regressions, slower, noise, missing."""
+        rows = [(r.test_vector, r.verdict) for r in self.regressions + self.within_noise]
+        return rows + [(tv, MISSING) for tv in self.missing_in_b]
 
     def counted_regressions(self, changed_winner_only: bool = False) -> list[Regression]:
         """The regressions that fail a check (`--changed-winner-only`: a changed winner only)."""
-        return [r for r in self.regressions if r.winner_changed or not changed_winner_only]
+        failing = failing_verdicts(changed_winner_only, allow_missing=True)
+        return [r for r in self.regressions if r.verdict in failing]
+
+    def failing(
+        self, *, changed_winner_only: bool = False, allow_missing: bool = False
+    ) -> list[tuple[str, str]]:
+        """The findings that fail `--fail-on-regression`: by their verdict alone."""
+        failing = failing_verdicts(changed_winner_only, allow_missing)
+        return [(tv, v) for tv, v in self.verdicts() if v in failing]
 
     def fails(self, *, changed_winner_only: bool = False, allow_missing: bool = False) -> bool:
-        """What `--fail-on-regression` exits 1 on: counted regressions, or problems lost in B."""
-        missing = bool(self.missing_in_b) and not allow_missing
-        return missing or bool(self.counted_regressions(changed_winner_only))
+        """What `--fail-on-regression` exits 1 on: a finding whose verdict fails the gate."""
+        return bool(
+            self.failing(changed_winner_only=changed_winner_only, allow_missing=allow_missing)
+        )
+
+
+def failing_verdicts(changed_winner_only: bool = False, allow_missing: bool = False) -> set[str]:
+    """The verdicts that fail the gate: regression always, slower unless
+    `--changed-winner-only`, missing unless `--allow-missing`; noise and improvement never."""
+    out = {REGRESSION}
+    if not changed_winner_only:
+        out.add(SLOWER)
+    if not allow_missing:
+        out.add(MISSING)
+    return out
 
 
 def failure_line(c: Comparison, changed_winner_only: bool, allow_missing: bool) -> str:
-    """What `--fail-on-regression` counted, in one line: the regressions beyond the threshold
-    and the noise (by kind), what it left out, and the problems of A missing from B."""
-    counted = c.counted_regressions(changed_winner_only)
-    changed = sum(r.winner_changed for r in counted)
-    same = len(counted) - changed
-    kinds = f"{changed} winner changed" + (
-        ", same winner re-measured lower not counted (--changed-winner-only)"
-        if changed_winner_only
-        else f", {same} same winner re-measured lower"
+    """What `--fail-on-regression` failed on, in one line, by verdict (the words the output and
+    the page print), and what it left out."""
+    failing = c.failing(changed_winner_only=changed_winner_only, allow_missing=allow_missing)
+    counts = {v: sum(1 for _, x in c.verdicts() if x == v) for v in (REGRESSION, SLOWER, MISSING)}
+    counted = ", ".join(
+        f"{counts[v]} {v}"
+        for v in (REGRESSION, SLOWER, MISSING)
+        if v in failing_verdicts(changed_winner_only, allow_missing)
     )
-    missing = (
-        f"{len(c.missing_in_b)} problems of A missing from B (not counted: --allow-missing)"
-        if allow_missing
-        else f"{len(c.missing_in_b)} problems of A missing from B"
-    )
+    left = [f"{len(c.within_noise)} noise"]
+    if changed_winner_only:
+        left.append(f"{counts[SLOWER]} slower (--changed-winner-only)")
+    if allow_missing:
+        left.append(f"{counts[MISSING]} missing (--allow-missing)")
     return (
-        f"failed: {len(counted)} regressions beyond {100 * c.threshold:g}% and noise ({kinds}); "
-        f"{len(c.within_noise)} drops within noise not counted; {missing}"
+        f"failed: {len(failing)} findings fail the gate ({counted}; threshold "
+        f"{100 * c.threshold:g}%); not counted: {', '.join(left)}"
     )
 
 
@@ -328,6 +391,7 @@ def compare(a: Side, b: Side, threshold: float = DEFAULT_THRESHOLD) -> Compariso
                 key, ea.perf_config, eb.perf_config, ea.tflops, eb.tflops, ratio, changed,
                 **_noise(ea, eb, b.measured.get((key, ea.perf_config))),
             )  # fmt: skip
+            drop = replace(drop, verdict=verdict_of(drop))
             (out.within_noise if drop.within_noise else out.regressions).append(drop)
     out.same_winner_pct = 100 * out.same_winner / out.common
     out.regressions_winner_changed = sum(r.winner_changed for r in out.regressions)
@@ -363,7 +427,8 @@ def pairs(a: Side, b: Side) -> list[Regression]:
 
 def improvements(a: Side, b: Side, threshold: float = DEFAULT_THRESHOLD) -> list[Regression]:
     """Problems where B beats A by more than the threshold, biggest gain first."""
-    return [r for r in reversed(pairs(a, b)) if r.ratio > 1 + threshold]
+    better = (r for r in reversed(pairs(a, b)) if r.ratio > 1 + threshold)
+    return [replace(r, verdict=IMPROVEMENT) for r in better]
 
 
 def is_within_noise(a: Entry, b: Entry) -> bool:

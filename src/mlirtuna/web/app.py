@@ -21,6 +21,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
@@ -103,6 +104,7 @@ def create_app(db: Database, poll_ms: int = POLL_MS, allow_hosts: Iterable[str] 
     app.include_router(routes.api)
     app.include_router(routes.pages)
     app.add_exception_handler(UserError, _user_error)
+    app.add_exception_handler(RequestValidationError, _bad_parameter)
     app.add_middleware(Guard, hosts={*LOOPBACK_HOSTS, *(h.lower() for h in allow_hosts)})
     return app
 
@@ -162,6 +164,17 @@ def _host_name(host: str) -> str:
     if host.startswith("["):
         return host[1 : host.find("]")] if "]" in host else host
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+async def _bad_parameter(request: Request, exc: Exception) -> Response:
+    """FastAPI's 422 `{"detail": [...]}` for a parameter of the wrong type or a missing one,
+    answered as every other bad parameter (docs/dashboard.md): 400, `{"error": "one line"}`."""
+    errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+    parts = []
+    for e in errors[:3]:
+        where = ".".join(str(x) for x in e.get("loc", ())[1:]) or "request"
+        parts.append(f"{where}: {e.get('msg', 'bad value')}")
+    return await _user_error(request, UserError("; ".join(parts) or "bad request"))
 
 
 async def _user_error(request: Request, exc: Exception) -> Response:

@@ -100,6 +100,23 @@ class BusyWorker:
         return asdict(self)
 
 
+def session_search(text: str | None) -> list[sa.ColumnElement[bool]]:
+    """The farm page's search as conditions on the session table (none for no text)."""
+    text = (text or "").strip()
+    if not text:
+        return []
+    S = TuningSession
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    like = f"%{escaped.lower()}%"
+    columns = (S.name, S.reason, S.ticket, S.arch_full, S.tuner, S.mlir_v, S.tuning_space)
+    matches: list[sa.ColumnElement[bool]] = [
+        sa.func.lower(sa.func.coalesce(c, "")).like(like, escape="\\") for c in columns
+    ]
+    if text.isdigit() and len(text) <= 9:
+        matches.append(S.id == int(text))
+    return [sa.or_(*matches)]
+
+
 def clamp_page(offset: int, limit: int) -> tuple[int, int]:
     return max(offset, 0), min(max(limit, 1), MAX_PAGE)
 
@@ -110,14 +127,23 @@ def now(s: OrmSession) -> dt.datetime:
     return value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
 
 
-def farm(db: Database, offset: int = 0, limit: int = DEFAULT_PAGE) -> FarmPage:
-    """The newest sessions first (one page), each with counts, jobs/min and ETA."""
+def farm(
+    db: Database, offset: int = 0, limit: int = DEFAULT_PAGE, search: str | None = None
+) -> FarmPage:
+    """The newest sessions first (one page), each with counts, jobs/min and ETA; `search`: only
+    sessions whose id is it, or whose name, reason, ticket, arch, tuner or rocMLIR commit
+    contains it."""
     offset, limit = clamp_page(offset, limit)
+    where = session_search(search)
     with db.session() as s:
         clock = now(s)
-        total = s.scalar(sa.select(sa.func.count()).select_from(TuningSession)) or 0
+        total = s.scalar(sa.select(sa.func.count()).select_from(TuningSession).where(*where)) or 0
         rows = s.scalars(
-            sa.select(TuningSession).order_by(TuningSession.id.desc()).offset(offset).limit(limit)
+            sa.select(TuningSession)
+            .where(*where)
+            .order_by(TuningSession.id.desc())
+            .offset(offset)
+            .limit(limit)
         ).all()
         ids = [r.id for r in rows]
         counts = _counts(s, ids)

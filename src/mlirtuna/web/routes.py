@@ -7,11 +7,13 @@ scripts and monitoring read (docs/dashboard.md lists them).
 
 from __future__ import annotations
 
-from pathlib import Path
+import csv
+import io
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 
 import mlirtuna.web.explore as explore
 import mlirtuna.web.farm as farm
@@ -19,7 +21,7 @@ import mlirtuna.web.importance as importance
 from mlirtuna import sessions
 from mlirtuna.db import Database
 from mlirtuna.errors import UserError
-from mlirtuna.history import compare
+from mlirtuna.history import compare, perffields, winners
 from mlirtuna.queue import jobs
 
 api = APIRouter(prefix="/api")
@@ -35,13 +37,82 @@ def _db(request: Request) -> Database:
 # ---------------------------------------------------------------- the JSON API
 
 
+def _csv(name: str, header: list[str], rows: Iterable[Iterable[Any]]) -> Response:
+    """A table as a CSV download (the same columns the CLI's --csv writes, where it has one)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return Response(
+        out.getvalue(),
+        media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )
+
+
 @api.get("/farm")
-def api_farm(request: Request, offset: int = 0, limit: int = farm.DEFAULT_PAGE) -> dict[str, Any]:
-    """Sessions (newest first, one page) with progress, and every worker busy now."""
+def api_farm(
+    request: Request, offset: int = 0, limit: int = farm.DEFAULT_PAGE, q: str | None = None
+) -> dict[str, Any]:
+    """Sessions (newest first, one page; `q`: a search) with progress, and every worker busy
+    now."""
     db = _db(request)
-    out = farm.farm(db, offset, limit).as_dict()
+    out = farm.farm(db, offset, limit, q).as_dict()
     out["workers"] = [w.as_dict() for w in farm.workers(db)]
     return out
+
+
+@api.get("/farm.csv")
+def api_farm_csv(request: Request, q: str | None = None) -> Response:
+    """Every session (or those `q` finds) with its counts by state, as CSV."""
+    db, rows, offset = _db(request), [], 0
+    states = ("new", "waiting", "running", "completed", "error", "cancelled")
+    keys = ("id", "name", "arch_full", "num_cu", "num_chiplets", "rocm_v", "mlir_v",
+            "tuning_space", "tuner", "reason", "ticket", "created_at")  # fmt: skip
+    while True:
+        page = farm.farm(db, offset, farm.MAX_PAGE, q)
+        rows += [
+            [getattr(p.session, k) for k in keys] + [p.counts.get(s, 0) for s in states]
+            for p in page.sessions
+        ]
+        offset += farm.MAX_PAGE
+        if offset >= page.total_sessions:
+            return _csv("sessions.csv", [*keys, *states], rows)
+
+
+@api.get("/sessions/{session_id}/winners.csv")
+def api_winners_csv(request: Request, session_id: int) -> Response:
+    """Every counted winner of the session, as `mlirtuna results --csv` writes them."""
+    fields = ["op", *winners.FIELDS]
+    best = winners.winners(_db(request), session_id)
+    return _csv(
+        f"winners-{session_id}.csv", fields, ([getattr(w, f) for f in fields] for w in best)
+    )
+
+
+@api.get("/problems/{problem_id}/candidates.csv")
+def api_candidates_csv(request: Request, problem_id: int, session: int) -> Response:
+    """Every candidate of the tuning: perf config, its fields, the time statistics, marks."""
+    db, rows, offset = _db(request), [], 0
+    where = explore.CandidateFilter()
+    while True:
+        page = explore.candidate_page(db, session, problem_id, where, offset, farm.MAX_PAGE)
+        rows += page.rows
+        offset += farm.MAX_PAGE
+        if offset >= page.total:
+            break
+    fields = perffields.columns([r.perf_config for r in rows])
+    head = ["perf_config", *fields, "tflops", "kernel_time_ns", "time_min_ns", "time_iqr_ns",
+            "samples", "remeasured", "dropped", "winner", "error"]  # fmt: skip
+    return _csv(
+        f"candidates-{session}-{problem_id}.csv",
+        head,
+        (
+            [r.perf_config, *(r.fields.get(f, "") for f in fields), r.tflops, r.kernel_time,
+             r.time_min, r.time_iqr, r.samples, r.remeasured, r.dropped, r.winner, r.error]
+            for r in rows
+        ),
+    )  # fmt: skip
 
 
 @api.get("/sessions")
@@ -102,6 +173,12 @@ def api_importance(
     return importance.importance(_db(request), session_id, op, data_type, limit).as_dict()
 
 
+@api.get("/sessions/{session_id}/edf")
+def api_edf(request: Request, session_id: int) -> dict[str, Any]:
+    """The empirical distribution of TFlops / the problem's best over the valid candidates."""
+    return explore.edf(_db(request), session_id).as_dict()
+
+
 @api.get("/sessions/{session_id}/facets")
 def api_facets(request: Request, session_id: int) -> dict[str, Any]:
     """The ops, data types and tags the winners can be filtered by."""
@@ -155,6 +232,12 @@ def api_candidates(request: Request, problem_id: int, session: int) -> dict[str,
     return out
 
 
+@api.get("/problems/{problem_id}/history")
+def api_history(request: Request, problem_id: int, session: int) -> dict[str, Any]:
+    """The tuning's candidates in the order tried, with the best TFlops so far."""
+    return explore.history(_db(request), session, problem_id).as_dict()
+
+
 @api.get("/problems/{problem_id}/table")
 def api_candidate_table(
     request: Request,
@@ -184,24 +267,33 @@ def api_compare(
     side_a, side_b = compare.load_sides(str(a), str(b), None, lambda: db)
     cut = compare.parse_threshold(threshold)
     result = compare.compare(side_a, side_b, cut)
-    out = result.as_dict()
+    out = result.as_dict()  # `verdicts`: every finding's verdict, the gate's default options
     limit = max(limit, 0)
     out["regressions_total"] = len(result.regressions)
     better = compare.improvements(side_a, side_b, cut)
     out["improvements_total"] = len(better)
-    # The CLI's three groups: counted regressions (winner changed / same winner re-measured
-    # lower) and drops within the measurements' noise (not counted).
-    changed = [r for r in result.regressions if r.winner_changed]
-    same = [r for r in result.regressions if not r.winner_changed]
+    # The CLI's split, by verdict: regression and slower fail the gate, noise never does,
+    # missing (problems of A that B lacks) does unless --allow-missing.
+    by = {
+        v: [r for r in result.regressions if r.verdict == v]
+        for v in (compare.REGRESSION, compare.SLOWER)
+    }
     groups = {
         "regressions": result.regressions[:limit],
-        "regressions_changed": changed[:limit],
-        "regressions_same": same[:limit],
+        "regressions_changed": by[compare.REGRESSION][:limit],
+        "regressions_same": by[compare.SLOWER][:limit],
         "within_noise": result.within_noise[:limit],
         "improvements": better[:limit],
     }
     out["within_noise_total"] = len(result.within_noise)
+    out["missing_total"] = len(result.missing_in_b)
+    out["gate"] = {
+        "fails": result.fails(),
+        "failing": len(result.failing()),
+        "meaning": compare.VERDICT_MEANING,
+    }
     out.update(explore.compare_rows(db, groups, side_a.entries, side_b.entries))
+    out["missing"] = explore.missing_rows(db, result.missing_in_b[:limit], side_a.entries)
     points = compare.pairs(side_a, side_b)
     out["points"] = {
         "tflops_a": [p.tflops_a for p in points],
@@ -251,17 +343,3 @@ def page_compare(
         if value and not value.isdigit():
             raise UserError(f"compare takes session ids, not {value!r} (import a .tsv first)")
     return _page(request, "compare.html", a=a or "", b=b or "", threshold=threshold)
-
-
-def plotly_js() -> Path:
-    """plotly.js as the plotly Python package ships it: served by the app, no CDN needed."""
-    import plotly
-
-    return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-
-
-@pages.get("/assets/plotly.min.js", include_in_schema=False)
-def plotly_asset() -> FileResponse:
-    return FileResponse(
-        plotly_js(), media_type="text/javascript", headers={"Cache-Control": "max-age=86400"}
-    )

@@ -10,6 +10,10 @@ const PLOT_CONFIG = { displaylogo: false, responsive: true };
 // Room above the plotting area for Plotly's toolbar (it shows on hover at the top right): with
 // less, it covers the top of the tallest bar.
 const PLOT_TOP = 36;
+// TFlops ticks as plain numbers (0.0001, 0.01, 1): plotly's default SI prefixes read "100µ".
+const NUMBER_TICKS = { tickformat: "~g", exponentformat: "none" };
+// Below this R² the forest explains too little for its importance to be read as a ranking.
+const IMPORTANCE_R2_TRUSTED = 0.5;
 
 async function api(path) {
   const res = await fetch(path, { headers: { Accept: "application/json" } });
@@ -59,6 +63,11 @@ function histogram(el, h, xTitle) {
 // ------------------------------------------------------------------ farm
 
 function progressBar(p) {
+  // A session of import-tsv (or one not loaded yet) has no jobs: say so, not "0/0".
+  if (!p.total) {
+    const why = p.session.tuner === "imported" ? "imported: no jobs" : "no jobs loaded";
+    return `<span class="muted no-jobs">${esc(why)}</span>`;
+  }
   const pct = p.total ? (100 * p.done) / p.total : 0;
   const err = p.total ? (100 * p.counts.error) / p.total : 0;
   return `<div class="bar" title="${esc(p.done)}/${esc(p.total)}"><div class="ok" style="width:${esc(pct - err)}%"></div>` +
@@ -111,7 +120,9 @@ function farmPage() {
   const limit = 50;
   async function refresh() {
     try {
-      const farm = await api(`/api/farm?offset=${offset}&limit=${limit}`);
+      const q = $("#farm-search").value.trim();
+      const farm = await api(`/api/farm?offset=${offset}&limit=${limit}` + (q ? `&q=${encodeURIComponent(q)}` : ""));
+      $("#sessions").dataset.total = farm.total_sessions;
       $("#clock").textContent = farm.now;
       table($("#sessions"), SESSION_COLUMNS, farm.sessions);
       table($("#workers"), WORKER_COLUMNS, farm.workers);
@@ -128,6 +139,12 @@ function farmPage() {
   }
   $("#prev").onclick = () => { offset = Math.max(0, offset - limit); refresh(); };
   $("#next").onclick = () => { offset += limit; refresh(); };
+  let typing = null;
+  $("#farm-filter").addEventListener("submit", (ev) => ev.preventDefault());
+  $("#farm-search").addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => { offset = 0; refresh(); }, 250);
+  });
   refresh();
   setInterval(refresh, Number(document.body.dataset.pollMs) || 2000);
 }
@@ -229,6 +246,38 @@ function sessionPage() {
   }).catch(showError);
   loadWinners();
   parallelPlot(SESSION);
+  edfPlot(SESSION);
+}
+
+// The empirical distribution of TFlops / the problem's best over the session's valid
+// candidates (optuna-dashboard's EDF): how close the search came to the winners.
+function edfPlot(sid) {
+  api(`/api/sessions/${sid}/edf`).then((e) => {
+    const el = $("#edf-plot");
+    el.dataset.count = e.sampled;
+    $("#edf-count").textContent = e.total === e.sampled
+      ? `${e.total} valid candidates` : `${e.sampled} of ${e.total} valid candidates (every k-th by id)`;
+    Plotly.newPlot(el, [{ type: "scatter", mode: "lines", line: { shape: "hv" }, x: e.ratio, y: e.share,
+      hovertemplate: "%{y:.0%} of candidates reach ≤ %{x:.2f} of the best<extra></extra>" }],
+    { margin: { t: PLOT_TOP }, height: 300, xaxis: { title: { text: "TFlops / best of the problem" }, range: [0, 1.02] },
+      yaxis: { title: { text: "share of candidates" }, range: [0, 1], tickformat: ".0%" } }, PLOT_CONFIG);
+  }).catch(showError);
+}
+
+// A tuning's candidates in the order tried, with the best so far (optuna-dashboard's history).
+async function historyPlot(problemId, sid) {
+  const h = await api(`/api/problems/${encodeURIComponent(problemId)}/history?session=${encodeURIComponent(sid)}`);
+  const el = $("#tried-plot");
+  const n = h.tflops.map((_, i) => i + 1);
+  const ok = n.filter((i) => h.tflops[i - 1] !== null);
+  el.dataset.count = h.tflops.length;
+  Plotly.newPlot(el, [
+    { type: "scatter", mode: "markers", name: "candidate", x: ok, y: ok.map((i) => h.tflops[i - 1]),
+      text: ok.map((i) => esc(h.perf_configs[i - 1])), hovertemplate: "#%{x} %{text}<br>%{y:.3g} TFlops<extra></extra>" },
+    { type: "scatter", mode: "lines", name: "best so far", x: n, y: h.best_so_far, line: { shape: "hv", color: "#c0392b" } },
+  ], { margin: { t: PLOT_TOP }, height: 300, legend: { orientation: "h" },
+    xaxis: { title: { text: `candidate, in the order tried (${h.tflops.length - ok.length} failed, not drawn)` } },
+    yaxis: { title: { text: "TFlops" } } }, PLOT_CONFIG);
 }
 
 // A session's candidates of one op and data type: one axis per perf-config field, each line
@@ -278,7 +327,10 @@ async function importancePlot(session, params) {
     const flat = imp.importance.every((v) => v === 0);
     $("#importance-method").textContent = `${imp.rows} candidates fitted` +
       (imp.r2 === null ? "" : ` (R² ${sig(imp.r2, 2)})`) + `: ${imp.method}.` +
-      (flat ? " No field explains anything here: TFlops over the best do not vary, or no field does." : "");
+      (flat ? " No field explains anything here: TFlops over the best do not vary, or no field does." : "") +
+      (imp.r2 !== null && imp.r2 < IMPORTANCE_R2_TRUSTED && !flat
+        ? ` Caution: the fit explains little (R² ${sig(imp.r2, 2)} < ${IMPORTANCE_R2_TRUSTED}); these shares are not a reliable ranking.` : "");
+    $("#importance-method").classList.toggle("warn-text", imp.r2 !== null && imp.r2 < IMPORTANCE_R2_TRUSTED && !flat);
     $("#importance-plot").dataset.count = imp.rows;
     $("#importance-plot").dataset.fields = imp.fields.join(",");
   } catch (err) {
@@ -327,6 +379,7 @@ function problemPage() {
   async function loadCandidates(sid) {
     try {
       loadTable(sid);
+      historyPlot(id, sid).catch(showError);
       const c = await api(`/api/problems/${id}/candidates?session=${sid}`);
       const isWinner = c.valid.map((v) => v.perf_config === c.winner && (v.remeasured || !c.valid.some((x) => x.remeasured)));
       Plotly.newPlot($("#candidates-plot"), [{
@@ -364,7 +417,7 @@ function trendAxes(points) {
     const t = Date.parse(dates[0]), day = 86400000;
     xaxis.range = [new Date(t - day).toISOString(), new Date(t + day).toISOString()];
   }
-  return { xaxis, yaxis: { type: "log", title: { text: "TFlops (log)" } } };
+  return { xaxis, yaxis: { type: "log", title: { text: "TFlops (log)" }, ...NUMBER_TICKS } };
 }
 
 // ------------------------------------------------------------------ the candidate table
@@ -386,19 +439,26 @@ function cell(row, text, cls) {
   return td;
 }
 
-function candidateRows(el, page, state) {
+function candidateRows(el, page, state, decided = false) {
   const us = (ns) => (ns === null || ns === undefined ? null : ns / 1000);
-  const cols = [
-    ["perf config", "perf_config", (r) => r.perf_config, "vector"],
-    ...page.columns.map((f) => [f, null, (r) => (f in r.fields ? String(r.fields[f]) : ""), "n"]),
+  const numbers = [
     ["TFlops", "tflops", (r) => sig(r.tflops), "n"],
     ["median µs", "kernel_time", (r) => sig(us(r.kernel_time)), "n"],
     ["min µs", "time_min", (r) => sig(us(r.time_min)), "n"],
     ["spread (IQR) µs", "time_iqr", (r) => sig(us(r.time_iqr)), "n"],
     ["samples", "samples", (r) => (r.samples ?? "–"), "n"],
+  ];
+  const cols = decided ? [
+    ["perf config", null, (r) => r.perf_config, "config"],
+    ...numbers.map(([label, , get, cls]) => [label, null, get, cls]),
+    ["winner", null, (r) => (r.winner ? "winner" : ""), "mark"],
+  ] : [
+    ["perf config", "perf_config", (r) => r.perf_config, "config"],
+    ...page.columns.map((f) => [f, null, (r) => (f in r.fields ? String(r.fields[f]) : ""), "n"]),
+    ...numbers,
     ["re-measured", "remeasured", (r) => (r.remeasured ? "re-measured" : r.dropped ? "dropped" : ""), "mark"],
     ["winner", null, (r) => (r.winner ? "winner" : ""), "mark"],
-    ["error", null, (r) => r.error || "", "vector"],
+    ["error", null, (r) => r.error || "", "why"],
   ];
   const thead = document.createElement("thead"), head = document.createElement("tr");
   for (const [label, key] of cols) {
@@ -409,14 +469,28 @@ function candidateRows(el, page, state) {
   }
   thead.append(head);
   const tbody = document.createElement("tbody");
-  for (const r of page.rows) {
+  for (const r of decided ? page.decided_on : page.rows) {
     const tr = document.createElement("tr");
     if (r.winner) tr.classList.add("winner");
     if (r.remeasured) tr.classList.add("remeasured");
-    for (const [, , text, cls] of cols) cell(tr, String(text(r)), cls);
+    for (const [, , text, cls] of cols) {
+      const td = cell(tr, String(text(r)), cls);
+      if (cls === "config" || cls === "why") td.title = td.textContent; // the full text on hover
+    }
     tbody.append(tr);
   }
   el.replaceChildren(thead, tbody);
+}
+
+// "Why it won": the rule, then the numbers it decided on, side by side.
+function winnerRule(page) {
+  const line = $("#winner-rule");
+  const code = document.createElement("code");
+  code.textContent = page.winner ?? "none";
+  const what = page.remeasured
+    ? `The re-measured top ${page.decided_on.length}, fastest median first:`
+    : `The search's fastest ${page.decided_on.length} by median:`;
+  line.replaceChildren("Winner: ", code, `. Rule: ${page.rule}. ${what}`);
 }
 
 function candidateTable(problemId) {
@@ -432,7 +506,9 @@ function candidateTable(problemId) {
     try {
       const page = await api(`/api/problems/${encodeURIComponent(problemId)}/table?${params}`);
       candidateRows(el, page, state);
-      $("#winner-rule").textContent = `Winner: ${page.winner ?? "none"}. Rule: ${page.rule}.`;
+      candidateRows($("#decided"), page, state, true);
+      $("#candidates-csv").href = `/api/problems/${encodeURIComponent(problemId)}/candidates.csv?session=${encodeURIComponent(state.sid)}`;
+      winnerRule(page);
       const last = Math.min(state.offset + state.limit, page.total);
       $("#cand-range").textContent = `candidates ${page.total ? state.offset + 1 : 0}–${last} of ${page.total}`;
       $("#cand-prev").disabled = state.offset === 0;
@@ -448,9 +524,11 @@ function candidateTable(problemId) {
 
 // ------------------------------------------------------------------ compare
 // The compare page's groups, as the CLI splits them; rows link to the problem pages.
-function compareTable(el, rows, session) {
-  const cols = [
-    ["problem", null], ["A perf config", "perf_config_a"], ["B perf config", "perf_config_b"],
+function compareTable(el, rows, session, missing = false) {
+  const cols = missing ? [
+    ["problem", null], ["verdict", "verdict"], ["A perf config", "perf_config_a"], ["A TFlops", (r) => sig(r.tflops_a)],
+  ] : [
+    ["problem", null], ["verdict", "verdict"], ["A perf config", "perf_config_a"], ["B perf config", "perf_config_b"],
     ["A TFlops", (r) => sig(r.tflops_a)], ["B TFlops", (r) => sig(r.tflops_b)],
     ["B/A", (r) => sig(r.ratio)], ["noise", (r) => (r.noise === null ? "–" : `±${sig(100 * r.noise, 2)} %`)],
   ];
@@ -464,6 +542,8 @@ function compareTable(el, rows, session) {
   const tbody = document.createElement("tbody");
   for (const r of rows) {
     const tr = document.createElement("tr");
+    tr.dataset.verdict = r.verdict;
+    tr.dataset.vector = r.test_vector;
     const first = cell(tr, "", "vector");
     if (r.problem_id !== null) {
       const a = document.createElement("a");
@@ -482,17 +562,24 @@ function compareTable(el, rows, session) {
 }
 
 function compareGroups(c) {
-  const b = document.body.dataset.b;
+  const a = document.body.dataset.a, b = document.body.dataset.b;
   const below = `below ${sig(100 * (1 - c.threshold))} %`;
   compareTable($("#regressions"), c.regressions_changed, b);
   compareTable($("#same-winner"), c.regressions_same, b);
   compareTable($("#within-noise"), c.within_noise, b);
+  compareTable($("#missing"), c.missing, a, true);
   compareTable($("#improvements"), c.improvements, b);
   $("#count-changed").textContent = `${c.regressions_winner_changed} ${below}`;
   $("#count-same").textContent = `${c.regressions_same_winner} ${below}`;
   $("#count-noise").textContent = `${c.within_noise_total} ${below}, within the measurements' noise`;
-  $("#reg-count").textContent = `Regressions counted: ${c.regressions_total} (${c.regressions_winner_changed} winner changed, ` +
-    `${c.regressions_same_winner} same winner), ${below} and beyond noise; ${c.within_noise_total} drops within noise not counted.`;
+  $("#count-missing").textContent = `${c.missing_total}`;
+  $("#reg-count").textContent = `Regressions counted: ${c.regressions_total} (${c.regressions_winner_changed} regression, ` +
+    `${c.regressions_same_winner} slower), ${below} and beyond noise; ${c.within_noise_total} noise not counted; ` +
+    `${c.missing_total} missing from B.`;
+  $("#gate").textContent = c.gate.fails
+    ? `compare --fail-on-regression fails: ${c.gate.failing} findings (regression, slower, missing).`
+    : "compare --fail-on-regression passes: no regression, slower or missing finding.";
+  $("#gate").classList.toggle("warn-text", c.gate.fails);
   $("#imp-count").textContent = `${c.improvements_total} above ${sig(100 * (1 + c.threshold))} %`;
 }
 
@@ -514,8 +601,8 @@ function comparePage() {
       { type: "scatter", mode: "markers", name: "problems", x: c.points.tflops_a, y: c.points.tflops_b,
         text: c.points.test_vector.map(esc), hovertemplate: "%{text}<br>A %{x:.3f} · B %{y:.3f}<extra></extra>" },
       { type: "scatter", mode: "lines", name: "B = A", x: [lo, hi], y: [lo, hi], line: { dash: "dot", color: "#888" }, hoverinfo: "skip" },
-    ], { margin: { t: PLOT_TOP }, height: 480, xaxis: { type: "log", title: { text: "A TFlops" } },
-      yaxis: { type: "log", title: { text: "B TFlops" } }, showlegend: false }, PLOT_CONFIG);
+    ], { margin: { t: PLOT_TOP }, height: 480, xaxis: { type: "log", title: { text: "A TFlops" }, ...NUMBER_TICKS },
+      yaxis: { type: "log", title: { text: "B TFlops" }, ...NUMBER_TICKS }, showlegend: false }, PLOT_CONFIG);
     compareGroups(c);
   }).catch(showError);
 }

@@ -1,0 +1,53 @@
+"""`mlirtuna try-rocmlir`: the rocMLIR flow without a GPU, on the stand-in build the package
+ships (mlirtuna.standin)."""
+
+from __future__ import annotations
+
+import shlex
+
+import typer
+
+import mlirtuna.cli.common as common
+
+DEFAULT_DIR = "mlirtuna-standin"
+
+
+def try_rocmlir(
+    ctx: typer.Context,
+    directory: str = typer.Argument(
+        DEFAULT_DIR, metavar="[DIR]", help="Where the stand-in build goes (replaced if there)."
+    ),
+    setup_only: bool = typer.Option(
+        False,
+        "--setup-only",
+        help="Only install the build; print the variables it needs as `export` lines "
+        '(eval "$(mlirtuna try-rocmlir --setup-only DIR)").',
+    ),
+) -> None:
+    """Try the rocMLIR flow without a GPU: install the stand-in rocMLIR build (a GPU-less
+    tuningRunner.py speaking the real tool's command line and formats; made-up numbers) in DIR,
+    then run a one-stage session (`run --tuner rocmlir`) and a two-stage one (compile worker,
+    benchmark worker), printing each command first."""
+    from mlirtuna import standin
+
+    build = standin.install(directory).resolve()
+    if setup_only:
+        env = standin.environment({})
+        # What `session new` would detect on a GPU machine with a real build, given instead.
+        env["MLIRTUNA_STANDIN_SESSION_FLAGS"] = shlex.join(standin.session_flags(build)[4:])
+        for name in sorted(env):
+            print(f"export {name}={shlex.quote(env[name])}")
+        common.err(f"stand-in rocMLIR build in {build}: give --mlir-build-dir {build}")
+        return
+    common.err(f"stand-in rocMLIR build in {build} (era {standin.ERA}, {standin.ARCH_FULL})")
+    db_url = common.database(ctx, create=True).url.render_as_string(hide_password=False)
+    done = standin.trial(db_url, build, common.err)
+    print(done.results, end="")
+    common.err(
+        f"tried: session {done.one_stage} (one stage) and session {done.two_stage} "
+        f"(compile, then benchmark); see them with `mlirtuna serve`"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("try-rocmlir")(try_rocmlir)

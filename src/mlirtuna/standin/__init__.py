@@ -1,0 +1,119 @@
+"""The stand-in rocMLIR build, shipped with the package: a GPU-less tuningRunner.py (and
+rocmlir-gen, rocmlir-driver, …) that speaks the real tool's command line and file formats
+(E2 to E4, chosen by FAKE_TUNINGRUNNER_ERA), so that the rocMLIR flow can be tried on any
+machine (`mlirtuna try-rocmlir`), a pipeline can be dry-run (examples/Jenkinsfile) and the tests
+drive the same files. Its numbers are made up; what it exercises is mlirtuna's side.
+
+`trial` runs what a person would type: a one-stage `run --tuner rocmlir`, then a two-stage
+session (compile worker, then benchmark worker), each as a real `mlirtuna` process."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlirtuna.defaults import ENV_ROCMLIR_PYTHON, ENV_TOOL_ENV
+from mlirtuna.errors import UserError
+
+BUILD = Path(__file__).parent / "rocmlir"  # bin/tuningRunner.py, bin/rocmlir-gen, below/, …
+# What the stand-in reports unless told otherwise (its FAKE_GPU_* and commit defaults).
+ARCH_FULL = "gfx942:sramecc+:xnack-"
+NUM_CU = 304
+NUM_CHIPLETS = 8
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+ERA = "E4"  # the newest: two-stage tuning (--compile-only, --benchmark-artifacts)
+GEMMS = (
+    "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 256 -n 256 -k 128",
+    "-t f16 -out_datatype f16 -transA false -transB true -g 1 -m 512 -n 128 -k 256",
+    "-t f16 -out_datatype f16 -transA false -transB false -g 4 -m 128 -n 512 -k 64",
+)
+
+
+def environment(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables the stand-in needs: its era let through the tool's environment
+    allowlist (MLIRTUNA_TOOL_ENV), and this Python to run tuningRunner.py."""
+    env = dict(os.environ if base is None else base)
+    allowed = [x for x in env.get(ENV_TOOL_ENV, "").split(",") if x.strip()]
+    env[ENV_TOOL_ENV] = ",".join(dict.fromkeys([*allowed, "FAKE_*"]))
+    for name, value in (("FAKE_TUNINGRUNNER_ERA", ERA), (ENV_ROCMLIR_PYTHON, sys.executable)):
+        env[name] = env.get(name) or value  # set and empty counts as unset
+    return env
+
+
+def install(dest: str | Path) -> Path:
+    """The stand-in build copied to `dest` (its tools executable) with a config list of three
+    GEMMs at `dest/configs/gemm.txt`; an existing stand-in there is replaced."""
+    dest = Path(dest)
+    if dest.exists() and not (dest / "bin" / "tuningRunner.py").is_file():
+        raise UserError(f"{dest}: exists and is not a stand-in build: give another directory")
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(BUILD, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for tool in [*(dest / "bin").iterdir(), *(dest / "below" / "bin").iterdir()]:
+        tool.chmod(tool.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    (dest / "configs").mkdir()
+    (dest / "configs" / "gemm.txt").write_text("".join(line + "\n" for line in GEMMS))
+    return dest
+
+
+def session_flags(build: Path) -> list[str]:
+    """What `session new` would detect on a GPU machine with this build, given instead."""
+    return [
+        "--tuner", "rocmlir", "--mlir-build-dir", str(build), "--arch-full", ARCH_FULL,
+        "--num-cu", str(NUM_CU), "--num-chiplets", str(NUM_CHIPLETS), "--mlir-v", COMMIT,
+        "--tuning-space", "quick",
+    ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Trial:
+    one_stage: int  # the session of `run`
+    two_stage: int  # the split session
+    results: str  # `mlirtuna results` of both, as printed
+
+
+def trial(db_url: str, build: Path, say: Callable[[str], None]) -> Trial:
+    """A one-stage and a two-stage session on the stand-in build, each step a real `mlirtuna`
+    process (what a person types: `say` shows each command line first)."""
+    env = environment() | {"MLIRTUNA_DB": db_url}
+    configs = str(build / "configs" / "gemm.txt")
+
+    def mlirtuna(*args: str) -> str:
+        say("$ mlirtuna " + shlex.join(args))
+        done = subprocess.run(
+            [sys.executable, "-m", "mlirtuna", *args], env=env, stdout=subprocess.PIPE, text=True
+        )
+        if done.returncode != 0:
+            raise UserError(f"`mlirtuna {args[0]} …` failed (exit {done.returncode}): see above")
+        return done.stdout
+
+    run = json.loads(
+        mlirtuna(
+            "run", "--op", "gemm", "--tuner", "rocmlir", "--mlir-build-dir", str(build),
+            "--arch", ARCH_FULL, "--num-cu", str(NUM_CU), "--num-chiplets", str(NUM_CHIPLETS),
+            "--tuning-space", "quick", "--gpus", "0", "--json", "-o",
+            str(build / "mlir_tuning_one_stage.tsv"), configs,
+        )
+    )  # fmt: skip
+    made = json.loads(
+        mlirtuna(
+            "session", "new", *session_flags(build), "--split", "compile,benchmark",
+            "--name", "two-stage trial", "--json",
+        )
+    )  # fmt: skip
+    sid = str(made["id"])
+    mlirtuna("import", "--op", "gemm", "--tag", "trial", configs)
+    mlirtuna("jobs", "load", "--session", sid, "--tag", "trial")
+    common = ["--session", sid, "--mlir-build-dir", str(build), "--until-empty"]
+    mlirtuna("worker", "--role", "compile", *common)
+    mlirtuna("worker", "--gpus", "0", *common)
+    one = str(run["session"])
+    results = mlirtuna("results", "--session", one) + mlirtuna("results", "--session", sid)
+    return Trial(int(one), int(sid), results)

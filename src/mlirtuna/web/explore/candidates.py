@@ -1,0 +1,264 @@
+"""Every candidate of one tuning (a session x problem): the valid ones best first, the failed and
+the dropped ones, and the candidate table (filtered, sorted and paged in the database, each
+perf config's named fields as columns)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+
+from mlirtuna import sessions
+from mlirtuna.db import Database
+from mlirtuna.db.models import Candidate, Result
+from mlirtuna.errors import UserError
+from mlirtuna.history import perffields
+from mlirtuna.web.explore.problem import problem
+from mlirtuna.web.explore.query import escape_like, first_line, flagged, numbers
+from mlirtuna.web.farm import clamp_page
+
+
+@dataclass(frozen=True)
+class CandidateRow:
+    perf_config: str
+    tflops: float | None
+    kernel_time: float | None
+    error: str | None
+    remeasured: bool = False  # numbers from the top-k re-measurement
+    fields: dict[str, int | str] = field(default_factory=dict)  # history.perffields
+
+
+# rocMLIR E4's "Discarded" (tuners.rocmlir writes "Discarded by rocmlir-tuning-driver …"): a
+# perf config measured in the first pass and then dropped (over its time budget, or outside the
+# top k of a two-stage tuning). It compiled and ran: not re-measured, but not invalid either.
+DROPPED_PREFIX = "Discarded"
+
+
+def is_dropped(error: str | None) -> bool:
+    return bool(error) and str(error).startswith(DROPPED_PREFIX)
+
+
+@dataclass(frozen=True)
+class Candidates:
+    session_id: int
+    problem_id: int
+    winner: str | None
+    valid: list[CandidateRow]  # best first
+    invalid: list[CandidateRow]  # failed: not applicable, did not compile, crashed, …
+    dropped: list[CandidateRow] = field(default_factory=list)  # measured, then not re-measured
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _candidate_row(
+    perf_config: str, tflops: Any, kernel_time: Any, error: str | None, remeasured: Any
+) -> CandidateRow:
+    """A stored candidate, its numbers read as numbers or flagged (query.flagged)."""
+    [as_tflops, as_time] = numbers(tflops, kernel_time)
+    return CandidateRow(
+        perf_config, as_tflops, as_time, flagged(error, tflops, kernel_time), bool(remeasured),
+        perffields.fields(perf_config),
+    )  # fmt: skip
+
+
+def candidates(db: Database, session_id: int, problem_id: int) -> Candidates:
+    """Every perf config tried for one problem in one session, valid ones best first."""
+    sessions.get(db, session_id)
+    problem(db, problem_id)
+    with db.session() as s:
+        rows = s.execute(
+            sa.select(
+                Candidate.perf_config,
+                Candidate.tflops,
+                Candidate.kernel_time,
+                Candidate.error,
+                Candidate.remeasured,
+            )
+            .where(Candidate.session_id == session_id, Candidate.problem_id == problem_id)
+            .order_by(Candidate.id)
+        ).all()
+        winner = s.scalar(
+            sa.select(Result.perf_config).where(
+                Result.session_id == session_id, Result.problem_id == problem_id
+            )
+        )
+    every = [_candidate_row(*r) for r in rows]
+    valid = [c for c in every if c.error is None and c.kernel_time is not None]
+    invalid = [c for c in every if c.error is not None or c.kernel_time is None]
+    valid.sort(key=lambda c: (-(c.tflops or 0.0), c.kernel_time or 0.0))
+    dropped = [c for c in invalid if is_dropped(c.error)]
+    invalid = [c for c in invalid if not is_dropped(c.error)]
+    return Candidates(session_id, problem_id, winner, valid, invalid, dropped)
+
+
+def error_reasons(c: Candidates) -> dict[str, int]:
+    """How many invalid candidates gave each reason (first line)."""
+    return dict(Counter(first_line(x.error) for x in c.invalid).most_common())
+
+
+# ---------------------------------------------------------------- the candidate table
+
+CANDIDATE_SORTS = (
+    "tflops",
+    "kernel_time",
+    "time_min",
+    "time_iqr",
+    "samples",
+    "perf_config",
+    "remeasured",
+)
+CANDIDATE_SHOWS = ("all", "valid", "invalid", "remeasured", "dropped")
+
+
+@dataclass(frozen=True)
+class CandidateFilter:
+    search: str | None = None  # a substring of the perf config
+    show: str = "all"  # all | valid | invalid | remeasured | dropped
+    sort: str = "tflops"
+    descending: bool = True
+
+
+@dataclass(frozen=True)
+class TableRow:
+    """One candidate with its time statistics (ns) and its perf config's named fields."""
+
+    perf_config: str
+    family: str
+    fields: dict[str, int | str]
+    tflops: float | None
+    kernel_time: float | None  # the median of the samples
+    time_min: float | None
+    time_iqr: float | None  # the spread: interquartile range
+    samples: int | None
+    remeasured: bool
+    winner: bool
+    error: str | None
+    dropped: bool = False  # E4 "Discarded": measured, then dropped without re-measurement
+
+
+@dataclass(frozen=True)
+class CandidatePage:
+    session_id: int
+    problem_id: int
+    winner: str | None
+    rule: str  # how the winner was chosen, one sentence
+    remeasured: int  # candidates re-measured in the top-k pass
+    total: int  # rows matching the filter
+    offset: int
+    columns: list[str]  # the perf-config fields of this page's rows
+    rows: list[TableRow]
+    # What the rule decided on, fastest first: the re-measured valid candidates (at most
+    # DECIDED_SHOWN), or without re-measurement the fastest of the search.
+    decided_on: list[TableRow] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+DECIDED_SHOWN = 10  # rows of "why it won" at most
+SEARCH_SHOWN = 3  # without re-measurement: the search's fastest shown beside the rule
+
+
+def winner_rule(topk: int, remeasured: int) -> str:
+    """The winner-selection rule of a tuning, in one sentence."""
+    if remeasured:
+        return f"re-measured top {min(topk, remeasured)} side by side; winner by median time"
+    return "no re-measurement; winner by median time of the search"
+
+
+def candidate_page(
+    db: Database,
+    session_id: int,
+    problem_id: int,
+    where: CandidateFilter,
+    offset: int = 0,
+    limit: int = 50,
+) -> CandidatePage:
+    """One page of every candidate of a tuning, filtered, sorted and paged in the database."""
+    if where.sort not in CANDIDATE_SORTS:
+        raise UserError(f"unknown sort {where.sort!r} (known: {', '.join(CANDIDATE_SORTS)})")
+    if where.show not in CANDIDATE_SHOWS:
+        raise UserError(f"unknown show {where.show!r} (known: {', '.join(CANDIDATE_SHOWS)})")
+    info = sessions.get(db, session_id)
+    problem(db, problem_id)
+    offset, limit = clamp_page(offset, limit)
+    C = Candidate
+    mine = [C.session_id == session_id, C.problem_id == problem_id]
+    conditions = list(mine)
+    valid = sa.and_(C.error.is_(None), C.kernel_time.is_not(None))
+    dropped = sa.func.coalesce(C.error, "").like(f"{DROPPED_PREFIX}%")
+    if where.show == "valid":
+        conditions.append(valid)
+    elif where.show == "invalid":  # failed; E4's dropped ones are shown apart
+        conditions.append(sa.and_(sa.not_(valid), sa.not_(dropped)))
+    elif where.show == "dropped":
+        conditions.append(dropped)
+    elif where.show == "remeasured":
+        conditions.append(C.remeasured == sa.true())
+    if where.search:
+        like = f"%{escape_like(where.search.strip())}%"
+        conditions.append(C.perf_config.like(like, escape="\\"))
+    key = getattr(C, where.sort)
+    order = key.desc() if where.descending else key.asc()
+    stmt = (
+        sa.select(
+            C.perf_config, C.tflops, C.kernel_time, C.time_min, C.time_iqr, C.samples,
+            C.remeasured, C.error,
+        )
+        .where(*conditions)
+        .order_by(sa.case((key.is_(None), 1), else_=0), order, C.id)
+        .offset(offset)
+        .limit(limit)
+    )  # fmt: skip
+    with db.session() as s:
+        total = s.scalar(sa.select(sa.func.count()).select_from(C).where(*conditions)) or 0
+        again = (
+            s.scalar(
+                sa.select(sa.func.count()).select_from(C).where(*mine, C.remeasured == sa.true())
+            )
+            or 0
+        )
+        winner = s.scalar(
+            sa.select(Result.perf_config).where(
+                Result.session_id == session_id, Result.problem_id == problem_id
+            )
+        )
+
+        def row(r: sa.Row) -> TableRow:
+            [tflops, kernel_time, time_min, time_iqr] = numbers(
+                r.tflops, r.kernel_time, r.time_min, r.time_iqr
+            )
+            return TableRow(
+                r.perf_config, perffields.family(r.perf_config), perffields.fields(r.perf_config),
+                tflops, kernel_time, time_min, time_iqr,
+                r.samples if isinstance(r.samples, int) else None, bool(r.remeasured),
+                r.perf_config == winner and r.error is None and (bool(r.remeasured) or not again),
+                flagged(r.error, r.tflops, r.kernel_time), is_dropped(r.error),
+            )  # fmt: skip
+
+        rows = [row(r) for r in s.execute(stmt)]
+        decided_stmt = (
+            sa.select(*stmt.selected_columns)
+            .where(*mine, valid, *([C.remeasured == sa.true()] if again else []))
+            .order_by(C.kernel_time, C.id)
+            .limit(DECIDED_SHOWN if again else SEARCH_SHOWN)
+        )
+        decided_on = [row(r) for r in s.execute(decided_stmt)]
+    return CandidatePage(
+        session_id,
+        problem_id,
+        winner,
+        winner_rule(info.topk, again),
+        again,
+        total,
+        offset,
+        perffields.columns([r.perf_config for r in rows]),
+        rows,
+        decided_on,
+    )
+
+
+# ---------------------------------------------------------------- compare rows

@@ -1,0 +1,80 @@
+"""Errors a person can act on (issue 35): one line that says what to do, exit 2, nothing left
+behind. `run` and `import` of a file with no config, `serve` on a port it cannot have, a
+database URL of an unknown kind or driver, and the API's parameter errors."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+from support.clitools import cli
+
+from mlirtuna.db.models import Problem, ProblemTag, TuningSession
+from mlirtuna.web.app import create_app, open_read_only
+
+
+def one_line(run, *fragments: str) -> str:
+    assert run.code == 2, (run.code, run.stderr)
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def counts(db) -> tuple[int, int, int]:
+    with db.session() as s:
+        return tuple(
+            s.scalar(sa.select(sa.func.count()).select_from(t))
+            for t in (TuningSession, Problem, ProblemTag)
+        )
+
+
+@pytest.mark.parametrize("content", ["", "# a comment\n\n   \n# another\n"])
+def test_run_and_import_of_a_file_without_configs(db, db_url, tmp_path, content):
+    path = tmp_path / "configs.txt"
+    path.write_text(content)
+    for args in (["run", "--op", "gemm", str(path)], ["import", "--op", "gemm", str(path)]):
+        one_line(cli(db_url, *args), f"{path}: no gemm config in it", "one config per line")
+        assert counts(db) == (0, 0, 0)  # no empty session, no tag
+
+
+def test_serve_on_a_port_it_cannot_have(db_url):
+    one_line(cli(db_url, "serve", "--port", "99999"), "--port 99999: a TCP port is 1 to 65535")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        one_line(cli(db_url, "serve", "--port", str(port)), f"port {port}", "in use", "--port")
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("foo://bar", "unknown database 'foo'; give sqlite:///FILE, postgresql://"),
+        ("mysql+mysqldb://u@h/db", "its driver is not installed (MySQLdb)"),
+    ],
+)
+def test_a_database_url_of_an_unknown_kind(url, says):
+    one_line(cli(url, "status"), says)
+
+
+def test_api_parameter_errors_are_400_with_the_documented_body(db_url):
+    ro = open_read_only(db_url)
+    try:
+        client = TestClient(create_app(ro), base_url="http://127.0.0.1")
+        for path, where in (
+            ("/api/sessions/abc", "session_id"),
+            ("/api/problems/1/candidates", "session"),
+            ("/api/farm?limit=many", "limit"),
+        ):
+            answer = client.get(path)
+            assert answer.status_code == 400, (path, answer.text)
+            body = answer.json()
+            assert set(body) == {"error"} and where in body["error"] and "\n" not in body["error"]
+        page = client.get("/sessions/abc")
+        assert page.status_code == 400 and "session_id" in page.text
+    finally:
+        ro.dispose()
