@@ -41,6 +41,25 @@ _NOW = db_now()
 _TOKEN = sa.bindparam("p_token", type_=sa.String(32))
 _MACHINE = sa.bindparam("p_machine", type_=sa.String(200))
 _GPU = sa.bindparam("p_gpu", type_=sa.Integer())
+_GPU_KEY = sa.bindparam("p_gpu_key", type_=sa.String(200))
+_WORKER = sa.bindparam("p_worker", type_=sa.String(32))
+# One worker per GPU: a GPU (its key, models.Attempt.gpu) on which another worker holds a live
+# attempt (open, its job running under that attempt's lease, the lease not expired) is not
+# claimed on ("" : a worker without a GPU). Containers with a /tmp of their own share the GPU,
+# not the host's lock file (worker/gpulock.py).
+_HELD = _J.alias("held")
+_GPU_HELD = sa.exists(
+    sa.select(_A.c.id)
+    .join(_HELD, _HELD.c.id == _A.c.job_id)
+    .where(
+        _A.c.gpu == _GPU_KEY,
+        _A.c.ended_at.is_(None),
+        _A.c.worker != _WORKER,
+        _HELD.c.lease_token == _A.c.lease_token,
+        _HELD.c.state == RUNNING,
+        _HELD.c.lease_expires_at > _NOW,
+    )
+)
 # What makes a job claimable: the one place to extend (every backend's claim uses it).
 _CLAIMABLE = sa.and_(
     _J.c.session_id == sa.bindparam("p_session", type_=sa.Integer()),
@@ -49,6 +68,7 @@ _CLAIMABLE = sa.and_(
     # before them, ix_job_claim yields the rows in (priority, id) order and LIMIT 1 stops there.
     _J.c.stage == sa.bindparam("p_stage", type_=sa.String(16)),
     sa.or_(_J.c.not_before.is_(None), _J.c.not_before <= _NOW),
+    sa.or_(_GPU_KEY == "", sa.not_(_GPU_HELD)),
 )
 _TAKE = {
     "state": RUNNING,
@@ -68,6 +88,9 @@ _ATTEMPT = {
     "gpu_id": _GPU,
     "pid": sa.bindparam("p_pid", type_=sa.Integer()),
     "claimed_at": _NOW,
+    "gpu": _GPU_KEY,
+    "gpu_perf": sa.bindparam("p_gpu_perf", type_=sa.String(64)),
+    "worker": _WORKER,
 }
 # A claim sent with a record (record_and_claim) names the next job's token n_token: p_token
 # is the recorded job's, which fences the record.
