@@ -49,7 +49,18 @@ WORKER_DELETE = ("bundle", "bundle_chunk")
 # The columns a worker never changes: what a job is, who claimed an attempt and when.
 _FIXED = {
     "job": {"id", "session_id", "problem_id", "stage", "reason", "priority"},
-    "attempt": {"id", "job_id", "lease_token", "machine_name", "gpu_id", "pid", "claimed_at"},
+    "attempt": {
+        "id",
+        "job_id",
+        "lease_token",
+        "machine_name",
+        "gpu_id",
+        "pid",
+        "claimed_at",
+        "gpu",
+        "gpu_perf",
+        "worker",
+    },
 }
 # The job states a worker moves a job out of (PostgreSQL row-level security).
 WORKER_JOB_STATES = (NEW, WAITING, RUNNING)

@@ -129,7 +129,7 @@ CLAIM_SQLITE = Precompiled(
     .values(_TAKE)
     .returning(_J.c.id, _J.c.problem_id, _J.c.retries)
 )
-_JOB_ID = sa.bindparam("p_job", type_=sa.Integer())
+_JOB_ID = sa.bindparam("p_job", type_=sa.BigInteger())  # ids are 64-bit (migration 0019)
 ADD_ATTEMPT = sa.insert(_A).values(job_id=_JOB_ID, **_ATTEMPT)
 _READ_PROBLEM = (
     sa.select(*_PROBLEM_COLUMNS)
@@ -215,11 +215,11 @@ CLAIM_PG = _claim_pg()
 NEXT_MANY = _NEXT.limit(sa.bindparam("p_limit", type_=sa.Integer()))
 PICK_MANY_SKIP_LOCKED = NEXT_MANY.with_for_update(skip_locked=True)
 # Each job of a batch gets its own token: one statement, run once per picked row.
-TAKE_ONE = sa.update(_J).where(_J.c.id == sa.bindparam("p_job"), _J.c.state == NEW).values(_TAKE)
+TAKE_ONE = sa.update(_J).where(_J.c.id == _JOB_ID, _J.c.state == NEW).values(_TAKE)
 
 
 _FENCE = sa.and_(
-    _J.c.id == sa.bindparam("p_job", type_=sa.Integer()),
+    _J.c.id == _JOB_ID,
     _J.c.lease_token == _TOKEN,
     _J.c.state == RUNNING,
 )
@@ -261,7 +261,7 @@ CANDIDATE_TYPES: dict[str, sa.types.TypeEngine[Any]] = {
 _IDS = {
     "session_id": sa.bindparam("p_session", type_=sa.Integer()),
     "problem_id": sa.bindparam("p_problem", type_=sa.Integer()),
-    "job_id": sa.bindparam("p_job", type_=sa.Integer()),
+    "job_id": _JOB_ID,
 }
 _ENDED = {"ended_at": _NOW, "outcome": sa.bindparam("p_outcome", type_=sa.String(16))}
 _ENDED["message"] = sa.bindparam("p_message", type_=sa.Text())
