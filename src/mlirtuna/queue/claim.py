@@ -256,3 +256,27 @@ def claimed_with(db: Database, token: str) -> Lease | None:
             return None
         problem = load_problem(s, row.problem_id)
         return Lease(row.id, token, row.session_id, row.problem_id, row.retries, problem, row.stage)
+
+
+class GpuHolder(NamedTuple):
+    """Another worker's live attempt on a GPU: where and who."""
+
+    machine_name: str
+    pid: int
+    session_id: int
+
+    def __str__(self) -> str:
+        return f"worker pid {self.pid} (session {self.session_id}) on {self.machine_name}"
+
+
+def gpu_holder(db: Database, who: Claimant) -> GpuHolder | None:
+    """The worker, other than `who`, holding a live attempt on who's GPU (None: the GPU is
+    free, or `who` has none). The claim itself refuses such a GPU (sql.GPU_HOLDERS); this is
+    what a starting worker asks to say who holds it."""
+    if not who.gpu:
+        return None
+    with db.session() as s:
+        row = s.execute(
+            sql.GPU_HOLDERS.order_by(sa.desc("claimed_at")).limit(1), who.params()
+        ).first()
+    return None if row is None else GpuHolder(row.machine_name, row.pid, row.session_id)

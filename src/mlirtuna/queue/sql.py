@@ -48,8 +48,8 @@ _WORKER = sa.bindparam("p_worker", type_=sa.String(32))
 # claimed on ("" : a worker without a GPU). Containers with a /tmp of their own share the GPU,
 # not the host's lock file (worker/gpulock.py).
 _HELD = _J.alias("held")
-_GPU_HELD = sa.exists(
-    sa.select(_A.c.id)
+GPU_HOLDERS = (
+    sa.select(_A.c.machine_name, _A.c.pid, _HELD.c.session_id, _A.c.claimed_at)
     .join(_HELD, _HELD.c.id == _A.c.job_id)
     .where(
         _A.c.gpu == _GPU_KEY,
@@ -60,6 +60,7 @@ _GPU_HELD = sa.exists(
         _HELD.c.lease_expires_at > _NOW,
     )
 )
+_GPU_HELD = sa.exists(GPU_HOLDERS.with_only_columns(_A.c.id))
 # What makes a job claimable: the one place to extend (every backend's claim uses it).
 _CLAIMABLE = sa.and_(
     _J.c.session_id == sa.bindparam("p_session", type_=sa.Integer()),
