@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 import sqlalchemy as sa
+from support.clitools import cli
 from support.dbroles import as_role
 from support.workers import job_states, make_session
 
@@ -210,3 +211,19 @@ def test_every_growing_id_is_64_bit(db):
             if not (kind.startswith("BIGINT") or (db.is_sqlite and kind == "INTEGER")):
                 narrow.append(f"{table}.{name} {kind}")
     assert narrow == []
+
+
+def test_db_roles_prints_a_login_per_host(server_db, tmp_path):
+    url = server_db.url.render_as_string(hide_password=False)
+    printed = cli(url, "db", "roles", "--prefix", "tq", "--host", "gpu01", "--host", "gpu02")
+    assert printed.code == 0, printed.stderr
+    if server_db.backend == "postgresql":
+        assert 'CREATE ROLE "tq_workers" NOLOGIN' in printed.stdout
+        assert 'GRANT "tq_workers" TO "tq_worker", "tq_worker_gpu01", "tq_worker_gpu02"' in (
+            printed.stdout
+        )
+    else:
+        assert "CREATE USER IF NOT EXISTS 'tq_worker_gpu02'@'%'" in printed.stdout
+    assert "GRANT INSERT (" in printed.stdout  # column grants: never the id
+    bad = cli(url, "db", "roles", "--host", "Gpu-01")
+    assert bad.code == 2 and "bad host name 'Gpu-01'" in bad.stderr

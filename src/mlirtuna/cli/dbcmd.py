@@ -54,18 +54,26 @@ def roles(
         "--apply",
         help="Run the SQL (as a user who may create roles) instead of printing it.",
     ),
+    host: list[str] = typer.Option(
+        [],
+        "--host",
+        metavar="NAME",
+        help="A worker login of this host's own, PREFIX_worker_NAME (repeatable): a member of "
+        "the worker group, so that no host can change another's login or end its connections.",
+    ),
 ) -> None:
     """Least-privilege roles: admin (everything), worker (claim and record only), reader (SELECT).
 
-    Passwords come from MLIRTUNA_ROLE_PASSWORD_ADMIN / _WORKER / _READER when applied."""
+    Passwords come from MLIRTUNA_ROLE_PASSWORD_ADMIN / _WORKER / _READER when applied; a
+    host's login (--host) gets its password from the host's own `ALTER ROLE … PASSWORD`."""
     from mlirtuna.db import roles as roles_api
 
     db = common.database(ctx)
+    hosts = tuple(host)
     if apply:
-        roles_api.apply_roles(db, prefix)
-        common.err(
-            f"{db.display_url}: roles {', '.join(roles_api.role_names(prefix).values())} ready"
-        )
+        roles_api.apply_roles(db, prefix, hosts)
+        names = [*roles_api.role_names(prefix).values(), *roles_api.host_roles(prefix, hosts)]
+        common.err(f"{db.display_url}: roles {', '.join(names)} ready")
         return
-    for statement in roles_api.roles_sql(db, prefix):
+    for statement in roles_api.roles_sql(db, prefix, hosts=hosts):
         print(f"{statement};")

@@ -118,6 +118,14 @@ def host_roles(prefix: str, hosts: tuple[str, ...] | list[str]) -> list[str]:
     return names
 
 
+def _logins(names: dict[str, str], logins: list[str]) -> list[tuple[str, str]]:
+    """(password key, login) of every role that logs in: a host's password is read from
+    MLIRTUNA_ROLE_PASSWORD_WORKER_<HOST>."""
+    worker = names["worker"]
+    hosts = [(f"worker_{login.removeprefix(f'{worker}_')}", login) for login in logins]
+    return [*((role, name) for role, name in names.items()), *hosts]
+
+
 def _password(role: str, with_passwords: bool) -> str | None:
     value = os.environ.get(PASSWORD_ENV.format(role.upper())) if with_passwords else None
     return value.replace("'", "''") if value else None
@@ -144,10 +152,10 @@ def _postgresql(
     prefix = names["admin"].removesuffix("_admin")
     group = worker_group(prefix)
     sql = [_create_pg(group, "NOLOGIN")]
-    for role, name in [*names.items(), *(("worker", h) for h in logins)]:
+    for role, name in _logins(names, logins):
         sql.append(_create_pg(name, "LOGIN"))
         password = _password(role, with_passwords)
-        if password and name == names[role]:  # a host's password is its own (ALTER ROLE)
+        if password:
             sql.append(f"ALTER ROLE \"{name}\" PASSWORD '{password}'")
         sql.append(f'GRANT CONNECT ON DATABASE "{database}" TO "{name}"')
     admin, worker, reader = names["admin"], names["worker"], names["reader"]
@@ -218,8 +226,8 @@ def _mysql(
 ) -> list[str]:
     database = db.url.database
     sql = []
-    for role, name in [*names.items(), *(("worker", h) for h in logins)]:
-        password = _password(role, with_passwords) if name == names[role] else None
+    for role, name in _logins(names, logins):
+        password = _password(role, with_passwords)
         identified = f" IDENTIFIED BY '{password}'" if password else ""
         sql.append(f"CREATE USER IF NOT EXISTS '{name}'@'%'{identified}")
     admin, reader = names["admin"], names["reader"]
