@@ -55,7 +55,7 @@ def roles(
         help="Run the SQL (as a user who may create roles) instead of printing it.",
     ),
     host: list[str] = typer.Option(
-        [],
+        None,
         "--host",
         metavar="NAME",
         help="A worker login of this host's own, PREFIX_worker_NAME (repeatable): a member of "
@@ -69,7 +69,7 @@ def roles(
     from mlirtuna.db import roles as roles_api
 
     db = common.database(ctx)
-    hosts = tuple(host)
+    hosts = tuple(host or ())
     if apply:
         roles_api.apply_roles(db, prefix, hosts)
         names = [*roles_api.role_names(prefix).values(), *roles_api.host_roles(prefix, hosts)]

@@ -101,7 +101,7 @@ def worker(
         "--gpu-lock-dir",
         envvar=ENV_GPU_LOCK_DIR,
         help="This host's GPU lock files, one per GPU, shared by every user's workers "
-        f"[default: {DEFAULT_GPU_LOCK_DIR}].",
+        f"(default {DEFAULT_GPU_LOCK_DIR}).",
     ),
     role: str = typer.Option(
         "gpu",
