@@ -49,10 +49,11 @@ def overlaps(spans: list[tuple[str, object, object]]) -> list[tuple]:
 
 
 @pytest.mark.parametrize("batch", [1, 2])
-def test_two_workers_on_one_gpu_never_benchmark_at_once(db, tmp_path, batch):
+def test_two_workers_on_one_gpu_never_benchmark_at_once(db, tmp_path, batch, monkeypatch):
     """Two workers of two 'containers' (no shared lock file, other host names) on one GPU (one
     unique id), started in the same instant: every job completes once, and neither the
     benchmarks nor the completed attempts of the two ever overlap."""
+    monkeypatch.setattr(machine, "gpu_identity", lambda i: machine.GpuIdentity("uid:0xfeed"))
     sid = make_session(db, tmp_path, 8, tuner="sleep")
     runs: list[tuple[str, float, float]] = []
     start = threading.Barrier(2)
@@ -61,9 +62,7 @@ def test_two_workers_on_one_gpu_never_benchmark_at_once(db, tmp_path, batch):
         settings = WorkerSettings(session_id=sid, tuner="sleep", gpu_id=0, until_empty=True,
                                   machine_name=name, batch=batch, wait_for_gpu=True,
                                   lease_s=30)  # fmt: skip
-        w = Worker(db, settings, tuner=Timed(0.05, runs, name))
-        w.claimant = Claimant(name, 0, 100, gpu="uid:0xfeed", worker=w.claimant.worker)
-        workers.append(w)
+        workers.append(Worker(db, settings, tuner=Timed(0.05, runs, name)))
 
     def run(w: Worker) -> None:
         start.wait()
@@ -84,6 +83,7 @@ def test_two_workers_on_one_gpu_never_benchmark_at_once(db, tmp_path, batch):
                 Attempt.outcome == "completed"
             )
         ).all()
+    assert {w.claimant.gpu for w in workers} == {"uid:0xfeed"}
     assert len(attempts) == 8 and {a.worker for a in attempts} <= {
         w.claimant.worker for w in workers
     }
