@@ -35,3 +35,7 @@ ENV_ROCMLIR_SCRIPT_DIR = "MLIRTUNA_ROCMLIR_SCRIPT_DIR"
 KILL_GRACE_S = 5.0  # a tool's time between SIGTERM and SIGKILL (the worker waits longer)
 ENV_TOOL_ENV = "MLIRTUNA_TOOL_ENV"  # more variables the tool may see: "NAME,PREFIX*"
 ENV_DOCKER_IMAGE = "MLIRTUNA_DOCKER_IMAGE"  # the image a session records (machine.docker_image)
+# One worker per GPU: the directory of the per-host GPU lock files (`worker --gpu-lock-dir`); one
+# directory for every user of the host, so a second worker on a GPU, whoever runs it, is refused.
+ENV_GPU_LOCK_DIR = "MLIRTUNA_GPU_LOCK_DIR"
+DEFAULT_GPU_LOCK_DIR = "/tmp/mlirtuna-gpu-locks"

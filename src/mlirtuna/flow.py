@@ -7,6 +7,7 @@ separate subcommands use; this module only strings them together.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -307,7 +308,11 @@ def run_workers(
     settings.tuner = prepared.tuner
     settings.until_empty = True
     settings.mlir_build_dir = plan.mlir_build_dir or os.environ.get(sessions.ENV_BUILD_DIR)
-    slots = supervisor.plan(plan.gpus, prepared.tuner, plan.workers)
+    # --workers counts CPU workers (a two-stage session's: its compile workers); a GPU has one.
+    gpu_workers = 1 if prepared.session.two_stage else plan.workers
+    slots = supervisor.plan(plan.gpus, prepared.tuner, gpu_workers)
+    if plan.gpus == "auto":
+        slots = supervisor.free(db, settings, slots, logging.getLogger(__name__).warning)
     url = db.url.render_as_string(hide_password=False)
     procs = supervisor.start(url, settings, slots, quiet=quiet)
     if prepared.session.two_stage:  # its compile jobs need compile workers (no GPU) too

@@ -6,6 +6,7 @@ that is acceptable (a rocmlir session refuses to open without arch and CU count)
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
@@ -90,6 +91,43 @@ def parse_rocminfo(text: str) -> list[Gpu]:
             chip = name.group(1)
             gpus.append(Gpu(len(gpus), chip, arch_full, tool_num_cu(chip, physical), physical))
     return gpus
+
+
+@dataclass(frozen=True)
+class GpuIdentity:
+    """What rocm-smi says of one GPU: its unique id (else its PCI bus id; "" when neither is
+    reported) and its performance level (auto, determinism, stable_std, manual, …; "")."""
+
+    uid: str = ""
+    perf_level: str = ""
+
+
+def parse_rocm_smi(text: str, index: int) -> GpuIdentity:
+    """GPU `index` from `rocm-smi --showuniqueid --showbus --showperflevel --json` output
+    ({"card0": {"Unique ID": "0x…", "PCI Bus": "0000:03:00.0", "Performance Level": "auto"}})."""
+    try:
+        cards = json.loads(text)
+    except ValueError:
+        return GpuIdentity()
+    card = cards.get(f"card{index}") if isinstance(cards, dict) else None
+    if not isinstance(card, dict):
+        return GpuIdentity()
+
+    def field(name: str) -> str:
+        value = card.get(name)
+        if not isinstance(value, str) or value.strip().upper() in ("", "N/A"):
+            return ""
+        return value.strip()[:64]
+
+    unique, bus = field("Unique ID"), field("PCI Bus")
+    uid = f"uid:{unique}" if unique else f"pci:{bus}" if bus else ""
+    return GpuIdentity(uid, field("Performance Level"))
+
+
+def gpu_identity(index: int) -> GpuIdentity:
+    """The identity of GPU `index` (as --gpus numbers it) where rocm-smi is installed."""
+    text = _run(["rocm-smi", "--showuniqueid", "--showbus", "--showperflevel", "--json"])
+    return parse_rocm_smi(text, index) if text else GpuIdentity()
 
 
 def gpus() -> list[Gpu]:

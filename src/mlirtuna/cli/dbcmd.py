@@ -61,15 +61,24 @@ def roles(
         help="Apply with MLIRTUNA_ROLE_PASSWORD_* unset: roles that exist keep their "
         "passwords; new ones log in only where the server needs none (trust, peer, certificates).",
     ),
+    host: list[str] = typer.Option(
+        None,
+        "--host",
+        metavar="NAME",
+        help="A worker login of this host's own, PREFIX_worker_NAME (repeatable): a member of "
+        "the worker group, so that no host can change another's login or end its connections.",
+    ),
 ) -> None:
     """Least-privilege roles: admin (everything), worker (claim and record only), reader (SELECT).
 
-    Passwords come from MLIRTUNA_ROLE_PASSWORD_ADMIN / _WORKER / _READER when applied."""
+    Passwords come from MLIRTUNA_ROLE_PASSWORD_ADMIN / _WORKER / _READER when applied; a
+    host's login (--host) gets its password from the host's own `ALTER ROLE … PASSWORD`."""
     from mlirtuna.db import roles as roles_api
 
     db = common.database(ctx)
+    hosts = tuple(host or ())
     if apply:
-        unset = roles_api.unset_password_variables()
+        unset = roles_api.unset_password_variables(hosts)
         if unset and not without_passwords:
             # Roles made without a password exist, yet nobody can log in as them: say so first.
             raise UserError(
@@ -79,10 +88,9 @@ def roles(
             )
         if unset:
             common.err(f"warning: {', '.join(unset)} unset: those roles get no new password")
-        roles_api.apply_roles(db, prefix)
-        common.err(
-            f"{db.display_url}: roles {', '.join(roles_api.role_names(prefix).values())} ready"
-        )
+        roles_api.apply_roles(db, prefix, hosts)
+        names = [*roles_api.role_names(prefix).values(), *roles_api.host_roles(prefix, hosts)]
+        common.err(f"{db.display_url}: roles {', '.join(names)} ready")
         return
-    for statement in roles_api.roles_sql(db, prefix):
+    for statement in roles_api.roles_sql(db, prefix, hosts=hosts):
         print(f"{statement};")

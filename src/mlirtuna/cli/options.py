@@ -63,7 +63,7 @@ def no_expand_opt():
 
 def workers_opt():
     """--workers, shared by `worker` and `run`."""
-    return typer.Option(1, "--workers", help="Worker processes per GPU (or CPU workers).")
+    return typer.Option(1, "--workers", help="CPU workers (a GPU has one worker, always).")
 
 
 def max_retries_opt():

@@ -10,7 +10,13 @@ import typer
 
 import mlirtuna.cli.common as common
 import mlirtuna.cli.options as options
-from mlirtuna.defaults import DEFAULT_BACKOFF_S, DEFAULT_BATCH_WAIT_S, DEFAULT_LEASE_S
+from mlirtuna.defaults import (
+    DEFAULT_BACKOFF_S,
+    DEFAULT_BATCH_WAIT_S,
+    DEFAULT_GPU_LOCK_DIR,
+    DEFAULT_LEASE_S,
+    ENV_GPU_LOCK_DIR,
+)
 from mlirtuna.errors import UserError
 
 if TYPE_CHECKING:
@@ -84,6 +90,19 @@ def worker(
         help="Wait this long for a database server that is not up yet "
         "[default: 60 for a server, 0 for SQLite]; a wrong host or login stops at once.",
     ),
+    wait_for_gpu: bool = typer.Option(
+        False,
+        "--wait-for-gpu",
+        help="A GPU another worker holds (one worker per GPU, always): wait for it instead of "
+        "exiting 2.",
+    ),
+    gpu_lock_dir: str = typer.Option(
+        None,
+        "--gpu-lock-dir",
+        envvar=ENV_GPU_LOCK_DIR,
+        help="This host's GPU lock files, one per GPU, shared by every user's workers "
+        f"(default {DEFAULT_GPU_LOCK_DIR}).",
+    ),
     role: str = typer.Option(
         "gpu",
         "--role",
@@ -120,6 +139,8 @@ def worker(
         mlir_build_dir=mlir_build_dir,
         cpu_mem_limit=int(cpu_mem_limit),
         role=role,
+        wait_for_gpu=wait_for_gpu,
+        gpu_lock_dir=gpu_lock_dir,
     )
     if gpu_id is not None:
         slots = [supervisor.Slot(gpu_id)]
@@ -127,6 +148,8 @@ def worker(
         slots = [supervisor.Slot(-1) for _ in range(max(workers, 1))]
     else:
         slots = supervisor.plan(gpus, tuner, workers)
+        if gpus == "auto" and not wait_for_gpu:
+            slots = supervisor.free(db, settings, slots, common.err)
     if len(slots) == 1:
         _run_here(db, settings, slots[0])
         return
@@ -139,14 +162,30 @@ def worker(
 
 
 def _run_here(db, settings: WorkerSettings, slot: supervisor.Slot) -> None:
-    from mlirtuna.worker import Worker
+    from mlirtuna.worker import Worker, gpulock
 
     settings.gpu_id = slot.gpu_id
     if slot.gpu_id >= 0 and "ROCR_VISIBLE_DEVICES" not in os.environ:
         os.environ["ROCR_VISIBLE_DEVICES"] = str(slot.gpu_id)
     w = Worker(db, settings)
     w.install_signal_handlers()
-    stats = w.run()
+    lock = None
+    if slot.gpu_id >= 0 and settings.role == "gpu":  # one worker per GPU on this host
+        who = f"worker pid {os.getpid()} (session {settings.session_id}) on {settings.machine_name}"
+        lock = gpulock.acquire(
+            slot.gpu_id,
+            who,
+            gpulock.lock_dir(settings.gpu_lock_dir),
+            settings.wait_for_gpu,
+            w.stop_requested,
+        )
+        if lock is None:  # told to stop while it waited
+            return
+    try:
+        stats = w.run()
+    finally:
+        if lock is not None:
+            lock.release()
     common.err(
         f"worker {slot.label}: {stats.completed} completed, {stats.failed} failed, "
         f"{stats.lost} lost leases, {stats.released} given back, "

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -35,6 +36,8 @@ def make_engine(url: URL, read_only: bool = False) -> Engine:
             pool_reset_on_return=None if mysql else "rollback",
         )
         _ping_when_idle(engine)
+        if url.get_backend_name() == "postgresql" and not read_only:
+            _own_session_settings(engine, url)
         if mysql:
             _roll_back_only_open_transactions(engine)
         return engine
@@ -45,6 +48,46 @@ def make_engine(url: URL, read_only: bool = False) -> Engine:
             f"database URL {mask(url)}: its driver is not installed ({exc.name}); write "
             "postgresql://… or mysql://… for the drivers mlirtuna ships (psycopg, PyMySQL)"
         ) from None
+
+
+# PostgreSQL: the session settings a writer relies on, whatever `ALTER ROLE … SET` or `ALTER
+# DATABASE … SET` made the defaults (a role may set its own: one `default_transaction_read_only =
+# on` or `statement_timeout = '1ms'` stopped every worker logged in as it). Sent in the startup
+# packet, which outranks role and database defaults and applies before the first statement.
+OWN_SESSION_SETTINGS = {
+    "default_transaction_read_only": "off",
+    "statement_timeout": "0",
+    "lock_timeout": "0",
+    "idle_in_transaction_session_timeout": "0",
+}
+# Settings of newer servers (14, 17): asked for too; a server without them refuses the startup
+# packet ("unrecognized configuration parameter"), and is asked again without them.
+NEWER_SESSION_SETTINGS = {"idle_session_timeout": "0", "transaction_timeout": "0"}
+
+
+def _options(url: URL, settings: dict[str, str]) -> str:
+    ours = " ".join(f"-c {k}={v}" for k, v in settings.items())
+    theirs = url.query.get("options", "")
+    return f"{theirs} {ours}".strip() if isinstance(theirs, str) else ours
+
+
+def _own_session_settings(engine: Engine, url: URL) -> None:
+    settings = {**OWN_SESSION_SETTINGS, **NEWER_SESSION_SETTINGS}
+
+    @event.listens_for(engine, "do_connect")
+    def _connect(dialect, _record, cargs, cparams):
+        while True:
+            cparams["options"] = _options(url, settings)
+            try:
+                return dialect.connect(*cargs, **cparams)
+            except dialect.loaded_dbapi.Error as exc:
+                unknown = _UNKNOWN.search(str(exc))
+                if not unknown or unknown.group(1) not in NEWER_SESSION_SETTINGS:
+                    raise
+                settings.pop(unknown.group(1), None)  # this server has no such setting
+
+
+_UNKNOWN = re.compile(r'unrecognized configuration parameter "(\w+)"')
 
 
 # A pooled connection idle longer than this is pinged before use (a round trip).

@@ -323,7 +323,7 @@ class Job(Base):
         Index("ix_job_session_list", "session_id", "id"),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
     session_id: Mapped[int] = mapped_column(ForeignKey("session.id"))
     problem_id: Mapped[int] = mapped_column(ForeignKey("problem.id"), index=True)
     reason: Mapped[str] = _str(200)
@@ -349,9 +349,11 @@ class Attempt(Base):
     """Every claim of a job and how it ended: the job's attempts log."""
 
     __tablename__ = "attempt"
+    # Serves the claim's check: WHERE gpu = ? AND ended_at IS NULL.
+    __table_args__ = (Index("ix_attempt_gpu", "gpu", "ended_at"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    job_id: Mapped[int] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"), index=True)
+    job_id: Mapped[int] = mapped_column(BigId, ForeignKey("job.id", ondelete="CASCADE"), index=True)
     lease_token: Mapped[str] = mapped_column(String(32), unique=True)
     machine_name: Mapped[str] = _str(200)
     gpu_id: Mapped[int] = _int(-1)
@@ -361,6 +363,13 @@ class Attempt(Base):
     # completed | failed | expired | released (given back on a second signal) | cancelled
     outcome: Mapped[str | None] = mapped_column(String(16), nullable=True)
     message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The GPU it ran on (GPU_KEY: the GPU's unique id, else MACHINE:INDEX; "" for a compile or
+    # CPU attempt), its performance level where the tools report one, and the worker that
+    # claimed it (a token per worker process): the claim refuses a GPU on which another
+    # worker has a live attempt (queue/sql.py).
+    gpu: Mapped[str] = _str(200)
+    gpu_perf: Mapped[str] = _str(64)
+    worker: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
 def _family_default(context) -> str:
@@ -378,11 +387,13 @@ class Result(Base):
     __tablename__ = "result"
     __table_args__ = (UniqueConstraint("session_id", "problem_id"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
     session_id: Mapped[int] = mapped_column(ForeignKey("session.id"))
     problem_id: Mapped[int] = mapped_column(ForeignKey("problem.id"), index=True)
     # Indexed: a job's page looks its winner up by job (dashboard, `jobs show`).
-    job_id: Mapped[int | None] = mapped_column(ForeignKey("job.id"), nullable=True, index=True)
+    job_id: Mapped[int | None] = mapped_column(
+        BigId, ForeignKey("job.id"), nullable=True, index=True
+    )
     perf_config: Mapped[str] = mapped_column(String(255))
     kernel_time: Mapped[float | None] = mapped_column(Double, nullable=True)  # ns
     tflops: Mapped[float | None] = mapped_column(Double, nullable=True)
@@ -410,7 +421,7 @@ class Candidate(Base):
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     session_id: Mapped[int] = mapped_column(ForeignKey("session.id"))
     problem_id: Mapped[int] = mapped_column(ForeignKey("problem.id"))
-    job_id: Mapped[int] = mapped_column(ForeignKey("job.id"), index=True)
+    job_id: Mapped[int] = mapped_column(BigId, ForeignKey("job.id"), index=True)
     perf_config: Mapped[str] = mapped_column(String(255))
     kernel_time: Mapped[float | None] = mapped_column(Double, nullable=True)  # ns
     tflops: Mapped[float | None] = mapped_column(Double, nullable=True)
@@ -460,10 +471,10 @@ class Bundle(Base):
 
     __tablename__ = "bundle"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
     session_id: Mapped[int] = mapped_column(ForeignKey("session.id"), index=True)
     problem_id: Mapped[int] = mapped_column(ForeignKey("problem.id"), index=True)
-    job_id: Mapped[int] = mapped_column(ForeignKey("job.id"), index=True)  # the compile job
+    job_id: Mapped[int] = mapped_column(BigId, ForeignKey("job.id"), index=True)  # the compile job
     lease_token: Mapped[str] = mapped_column(String(32))  # the compile attempt that wrote it
     commit_id: Mapped[str] = _str(64)  # the rocMLIR commit that compiled it (index.json)
     size: Mapped[int] = mapped_column(BigInteger, default=0)
@@ -480,7 +491,7 @@ class BundleChunk(Base):
     __tablename__ = "bundle_chunk"
 
     bundle_id: Mapped[int] = mapped_column(
-        ForeignKey("bundle.id", ondelete="CASCADE"), primary_key=True
+        BigId, ForeignKey("bundle.id", ondelete="CASCADE"), primary_key=True
     )
     seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     data: Mapped[bytes] = mapped_column(Blob)

@@ -13,6 +13,15 @@
   failed or cancelled one). MariaDB: no LOCK TABLES privilege; no row-level security.
 - reader: SELECT only (the dashboard, reports, export, compare).
 
+The worker never chooses an id: INSERT is granted on every column but `id` (a row named ahead
+of its sequence made every later insert fail "duplicate key"; one at 2^31 - 2 left MariaDB's
+AUTO_INCREMENT at its maximum). On PostgreSQL the worker's privileges belong to a NOLOGIN
+group role, PREFIX_workers; PREFIX_worker and each host's PREFIX_worker_HOST (`--host`) log in
+as members of it. A host's role can change only its own settings and password and end only its
+own connections (ALTER ROLE … SET, pg_terminate_backend), and the worker sets the session
+settings it relies on when it connects (engine.py), so one host cannot stop another. On
+MariaDB/MySQL each host is a user of its own with the worker's grants.
+
 What each role can still do is listed in docs/architecture.md's failure-model table.
 
 Each role logs in with its own password (from the environment when applied); the SQL is printed
@@ -28,17 +37,30 @@ import re
 import sqlalchemy as sa
 
 from mlirtuna.db import Database
-from mlirtuna.db.models import NEW, RUNNING, WAITING, Attempt, Job
+from mlirtuna.db.models import NEW, RUNNING, WAITING, Attempt, Base, Job
 from mlirtuna.defaults import ENV_ROLE_PASSWORD
 from mlirtuna.errors import UserError
 
 ROLES = ("admin", "worker", "reader")
 WORKER_INSERT = ("attempt", "result", "candidate", "bundle", "bundle_chunk")
+# The auto-increment ids the worker's inserts draw from their sequences, never name.
+_DRAWN_ID = "id"
 WORKER_DELETE = ("bundle", "bundle_chunk")
 # The columns a worker never changes: what a job is, who claimed an attempt and when.
 _FIXED = {
     "job": {"id", "session_id", "problem_id", "stage", "reason", "priority"},
-    "attempt": {"id", "job_id", "lease_token", "machine_name", "gpu_id", "pid", "claimed_at"},
+    "attempt": {
+        "id",
+        "job_id",
+        "lease_token",
+        "machine_name",
+        "gpu_id",
+        "pid",
+        "claimed_at",
+        "gpu",
+        "gpu_perf",
+        "worker",
+    },
 }
 # The job states a worker moves a job out of (PostgreSQL row-level security).
 WORKER_JOB_STATES = (NEW, WAITING, RUNNING)
@@ -57,6 +79,20 @@ def worker_update_columns() -> dict[str, tuple[str, ...]]:
 
 
 WORKER_UPDATE = tuple(worker_update_columns())
+
+
+def worker_insert_columns() -> dict[str, tuple[str, ...] | None]:
+    """Per table, the columns the worker role may INSERT: all but an auto-increment id (None:
+    the whole table, bundle_chunk, whose key is its bundle and sequence number)."""
+    tables = Base.metadata.tables
+    return {
+        name: tuple(c.name for c in tables[name].columns if c.name != _DRAWN_ID)
+        if _DRAWN_ID in tables[name].columns
+        else None
+        for name in WORKER_INSERT
+    }
+
+
 PASSWORD_ENV = ENV_ROLE_PASSWORD  # …_ADMIN, …_WORKER, …_READER
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,40}\Z")
 _DQ = '"'  # PostgreSQL's identifier quote
@@ -68,10 +104,34 @@ def role_names(prefix: str) -> dict[str, str]:
     return {role: f"{prefix}_{role}" for role in ROLES}
 
 
-def unset_password_variables() -> list[str]:
-    """The MLIRTUNA_ROLE_PASSWORD_* variables not set (or empty), in role order."""
-    names = [PASSWORD_ENV.format(role.upper()) for role in ROLES]
+def unset_password_variables(hosts: tuple[str, ...] = ()) -> list[str]:
+    """The MLIRTUNA_ROLE_PASSWORD_* variables not set (or empty), in role order, then each
+    host's (MLIRTUNA_ROLE_PASSWORD_WORKER_<HOST>)."""
+    keys = [*ROLES, *(f"worker_{host}" for host in hosts)]
+    names = [PASSWORD_ENV.format(key.upper()) for key in keys]
     return [name for name in names if not os.environ.get(name)]
+
+
+def worker_group(prefix: str) -> str:
+    """The NOLOGIN role holding the worker's privileges (PostgreSQL)."""
+    return f"{role_names(prefix)['worker']}s"
+
+
+def host_roles(prefix: str, hosts: tuple[str, ...] | list[str]) -> list[str]:
+    """Each host's own worker login, PREFIX_worker_HOST."""
+    names = [f"{role_names(prefix)['worker']}_{h}" for h in hosts]
+    for host, name in zip(hosts, names, strict=True):
+        if not _NAME.match(name):
+            raise UserError(f"bad host name {host!r}: lowercase letters, digits and _ only")
+    return names
+
+
+def _logins(names: dict[str, str], logins: list[str]) -> list[tuple[str, str]]:
+    """(password key, login) of every role that logs in: a host's password is read from
+    MLIRTUNA_ROLE_PASSWORD_WORKER_<HOST>."""
+    worker = names["worker"]
+    hosts = [(f"worker_{login.removeprefix(f'{worker}_')}", login) for login in logins]
+    return [*((role, name) for role, name in names.items()), *hosts]
 
 
 def _password(role: str, with_passwords: bool) -> str | None:
@@ -79,48 +139,60 @@ def _password(role: str, with_passwords: bool) -> str | None:
     return value.replace("'", "''") if value else None
 
 
-def roles_sql(db: Database, prefix: str = "tuna", with_passwords: bool = False) -> list[str]:
-    """The statements that create (if missing) and grant the three roles, for this database."""
+def roles_sql(
+    db: Database, prefix: str = "tuna", with_passwords: bool = False, hosts: tuple[str, ...] = ()
+) -> list[str]:
+    """The statements that create (if missing) and grant the three roles, and a worker login of
+    its own for each of `hosts`, for this database."""
     names = role_names(prefix)
+    logins = host_roles(prefix, hosts)
     if db.backend == "postgresql":
-        return _postgresql(db, names, with_passwords)
+        return _postgresql(db, names, with_passwords, logins)
     if db.backend in ("mysql", "mariadb"):
-        return _mysql(db, names, with_passwords)
+        return _mysql(db, names, with_passwords, logins)
     raise UserError("roles exist on PostgreSQL and MariaDB/MySQL; SQLite has no users")
 
 
-def _postgresql(db: Database, names: dict[str, str], with_passwords: bool) -> list[str]:
+def _postgresql(
+    db: Database, names: dict[str, str], with_passwords: bool, logins: list[str]
+) -> list[str]:
     database = db.url.database
     prefix = names["admin"].removesuffix("_admin")
-    sql = []
-    for role, name in names.items():
+    group = worker_group(prefix)
+    sql = [_create_pg(group, "NOLOGIN")]
+    for role, name in _logins(names, logins):
+        sql.append(_create_pg(name, "LOGIN"))
         password = _password(role, with_passwords)
-        sql.append(
-            f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{name}') "
-            f'THEN CREATE ROLE "{name}" LOGIN; END IF; END $$'
-        )
         if password:
             sql.append(f"ALTER ROLE \"{name}\" PASSWORD '{password}'")
         sql.append(f'GRANT CONNECT ON DATABASE "{database}" TO "{name}"')
-        sql.append(f'GRANT USAGE ON SCHEMA public TO "{name}"')
     admin, worker, reader = names["admin"], names["worker"], names["reader"]
+    members = ", ".join(f'"{n}"' for n in (worker, *logins))
     sql += [
+        f'GRANT USAGE ON SCHEMA public TO "{admin}", "{group}", "{reader}"',
+        f'GRANT "{group}" TO {members}',
         f'GRANT ALL ON DATABASE "{database}" TO "{admin}"',
         f'GRANT ALL ON SCHEMA public TO "{admin}"',
         f'GRANT ALL ON ALL TABLES IN SCHEMA public TO "{admin}"',
         f'GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO "{admin}"',
-        f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{worker}", "{reader}"',
-        # Column privileges only (a table-level UPDATE, from an older `db roles`, goes first:
-        # revoking it revokes its column privileges too).
-        f'REVOKE UPDATE ON {", ".join(WORKER_UPDATE)} FROM "{worker}"',
+        # Column privileges only: what an older `db roles` granted (a table-level UPDATE or
+        # INSERT, or grants to the worker login itself) goes first (revoking a table's
+        # privilege revokes its column privileges too); all of it is granted again below.
+        f'REVOKE ALL ON ALL TABLES IN SCHEMA public FROM "{worker}", "{group}"',
+        f'REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM "{worker}", "{group}"',
+        f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{group}", "{reader}"',
         *(
-            f'GRANT UPDATE ({_quoted(columns, _DQ)}) ON {table} TO "{worker}"'
+            f'GRANT UPDATE ({_quoted(columns, _DQ)}) ON {table} TO "{group}"'
             for table, columns in worker_update_columns().items()
         ),
-        f'GRANT INSERT ON {", ".join(WORKER_INSERT)} TO "{worker}"',
-        f'GRANT DELETE ON {", ".join(WORKER_DELETE)} TO "{worker}"',
-        # The ids of the rows a worker inserts come from these tables' sequences.
-        f'GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO "{worker}"',
+        *(
+            f'GRANT INSERT{_columns(columns, _DQ)} ON {table} TO "{group}"'
+            for table, columns in worker_insert_columns().items()
+        ),
+        f'GRANT DELETE ON {", ".join(WORKER_DELETE)} TO "{group}"',
+        # The ids of the rows a worker inserts come from these tables' sequences (USAGE:
+        # nextval, never setval).
+        f'GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO "{group}"',
         # Row-level security on job: everyone with SELECT reads every row; the admin role
         # writes any; the worker UPDATEs only a job it can move on (the table's owner and
         # superusers are not subject to it).
@@ -130,11 +202,22 @@ def _postgresql(db: Database, names: dict[str, str], with_passwords: bool) -> li
         *_policy(
             prefix,
             "worker",
-            f'FOR UPDATE TO "{worker}" USING (state IN '
+            f'FOR UPDATE TO "{group}" USING (state IN '
             f"({', '.join(repr(s) for s in WORKER_JOB_STATES)})) WITH CHECK (true)",
         ),
     ]
     return sql
+
+
+def _create_pg(name: str, login: str) -> str:
+    return (
+        f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{name}') "
+        f'THEN CREATE ROLE "{name}" {login}; END IF; END $$'
+    )
+
+
+def _columns(columns: tuple[str, ...] | None, quote: str) -> str:
+    return "" if columns is None else f" ({_quoted(columns, quote)})"
 
 
 def _quoted(columns: tuple[str, ...], quote: str) -> str:
@@ -146,44 +229,57 @@ def _policy(prefix: str, name: str, body: str) -> list[str]:
     return [f"DROP POLICY IF EXISTS {policy} ON job", f"CREATE POLICY {policy} ON job {body}"]
 
 
-def _mysql(db: Database, names: dict[str, str], with_passwords: bool) -> list[str]:
-    database = db.url.database
+def _mysql(
+    db: Database, names: dict[str, str], with_passwords: bool, logins: list[str]
+) -> list[str]:
+    database = db.url.database or ""  # a MariaDB/MySQL URL names its database
     sql = []
-    for role, name in names.items():
+    for role, name in _logins(names, logins):
         password = _password(role, with_passwords)
         identified = f" IDENTIFIED BY '{password}'" if password else ""
         sql.append(f"CREATE USER IF NOT EXISTS '{name}'@'%'{identified}")
-    admin, worker, reader = names["admin"], names["worker"], names["reader"]
-    sql += [
-        f"GRANT ALL ON `{database}`.* TO '{admin}'@'%'",
-        f"GRANT SELECT ON `{database}`.* TO '{worker}'@'%', '{reader}'@'%'",
+    admin, reader = names["admin"], names["reader"]
+    sql.append(f"GRANT ALL ON `{database}`.* TO '{admin}'@'%'")
+    sql.append(f"GRANT SELECT ON `{database}`.* TO '{reader}'@'%'")
+    for worker in (names["worker"], *logins):
+        sql += _mysql_worker(database, worker)
+    return sql
+
+
+def _mysql_worker(database: str, worker: str) -> list[str]:
+    return [
+        f"GRANT SELECT ON `{database}`.* TO '{worker}'@'%'",
         *(
             f"GRANT UPDATE ({_quoted(columns, '`')}) ON `{database}`.`{t}` TO '{worker}'@'%'"
             for t, columns in worker_update_columns().items()
         ),
-        *(f"GRANT INSERT ON `{database}`.`{t}` TO '{worker}'@'%'" for t in WORKER_INSERT),
+        *(
+            f"GRANT INSERT{_columns(columns, '`')} ON `{database}`.`{t}` TO '{worker}'@'%'"
+            for t, columns in worker_insert_columns().items()
+        ),
         *(f"GRANT DELETE ON `{database}`.`{t}` TO '{worker}'@'%'" for t in WORKER_DELETE),
     ]
-    return sql
 
 
-def apply_roles(db: Database, prefix: str = "tuna") -> list[str]:
+def apply_roles(db: Database, prefix: str = "tuna", hosts: tuple[str, ...] = ()) -> list[str]:
     """Run roles_sql (passwords from MLIRTUNA_ROLE_PASSWORD_*); returns the statements run."""
-    statements = roles_sql(db, prefix, with_passwords=True)
+    statements = roles_sql(db, prefix, with_passwords=True, hosts=hosts)
     if db.backend != "postgresql":
-        _revoke_table_updates(db, role_names(prefix)["worker"])
+        for worker in (role_names(prefix)["worker"], *host_roles(prefix, hosts)):
+            _revoke_table_grants(db, worker)
     with db.engine.begin() as conn:
         for statement in statements:
             conn.exec_driver_sql(_driver_text(db, statement))
     return statements
 
 
-def _revoke_table_updates(db: Database, worker: str) -> None:
-    """MariaDB/MySQL: a table-level UPDATE an older `db roles` granted, revoked so that only the
-    column privileges remain (REVOKE of a privilege never granted is an error there: each is
-    tried alone)."""
-    for table in WORKER_UPDATE:
-        statement = f"REVOKE UPDATE ON `{db.url.database}`.`{table}` FROM '{worker}'@'%'"
+def _revoke_table_grants(db: Database, worker: str) -> None:
+    """MariaDB/MySQL: a table-level UPDATE or INSERT an older `db roles` granted, revoked so
+    that only the column privileges remain (REVOKE of a privilege never granted is an error
+    there: each is tried alone)."""
+    revoked = [("UPDATE", t) for t in WORKER_UPDATE] + [("INSERT", t) for t in WORKER_INSERT]
+    for privilege, table in revoked:
+        statement = f"REVOKE {privilege} ON `{db.url.database}`.`{table}` FROM '{worker}'@'%'"
         with contextlib.suppress(sa.exc.DBAPIError), db.engine.begin() as conn:
             conn.exec_driver_sql(_driver_text(db, statement))
 
@@ -193,9 +289,11 @@ def _driver_text(db: Database, statement: str) -> str:
     return statement if db.backend == "postgresql" else statement.replace("%", "%%")
 
 
-def drop_roles(db: Database, prefix: str = "tuna") -> None:
-    """Remove the three roles again (tests; a farm that is taken down)."""
-    names = role_names(prefix).values()
+def drop_roles(db: Database, prefix: str = "tuna", hosts: tuple[str, ...] = ()) -> None:
+    """Remove the roles again (tests; a farm that is taken down)."""
+    names = [*role_names(prefix).values(), *host_roles(prefix, hosts)]
+    if db.backend == "postgresql":
+        names.append(worker_group(prefix))
     with db.engine.begin() as conn:
         for name in names:
             if db.backend == "postgresql":

@@ -15,12 +15,14 @@ here, and the worker looks them up here on every call).
 
 from mlirtuna.queue.claim import (
     Claimant,
+    GpuHolder,
     Lease,
     NextClaim,
     claim,
     claim_many,
     claimed_with,
     claimed_with_any,
+    gpu_holder,
     new_token,
 )
 from mlirtuna.queue.settle import (
@@ -39,6 +41,7 @@ __all__ = [
     "MAX_BACKOFF_S",
     "AlsoInTransaction",
     "Claimant",
+    "GpuHolder",
     "Lease",
     "NextClaim",
     "claim",
@@ -47,6 +50,7 @@ __all__ = [
     "claimed_with_any",
     "complete",
     "fail",
+    "gpu_holder",
     "heartbeat",
     "new_token",
     "reclaim_expired",

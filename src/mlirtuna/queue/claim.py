@@ -40,11 +40,26 @@ class Lease:
 
 @dataclass(frozen=True)
 class Claimant:
-    """Who claims: recorded on the job and its attempt."""
+    """Who claims: recorded on the job and its attempt. `gpu` is the GPU's key (its unique id,
+    else MACHINE:INDEX; "" without a GPU): no job is claimed on a GPU another worker (another
+    `worker` token) holds a live attempt on. `gpu_perf`: its performance level, where known."""
 
     machine_name: str
     gpu_id: int
     pid: int = os.getpid()
+    gpu: str = ""
+    gpu_perf: str = ""
+    worker: str = field(default_factory=lambda: new_token())
+
+    def params(self) -> dict[str, object]:
+        return {
+            "p_machine": self.machine_name,
+            "p_gpu": self.gpu_id,
+            "p_pid": self.pid,
+            "p_gpu_key": self.gpu,
+            "p_gpu_perf": self.gpu_perf,
+            "p_worker": self.worker,
+        }
 
 
 def new_token() -> str:
@@ -68,9 +83,7 @@ class NextClaim:
             "p_stage": self.stage,
             token_name: self.token,
             "p_lease_s": float(self.lease_s),
-            "p_machine": self.who.machine_name,
-            "p_gpu": self.who.gpu_id,
-            "p_pid": self.who.pid,
+            **self.who.params(),
         }
 
     def lease(self, conn: sa.Connection, taken: Sequence) -> Lease | None:
@@ -115,9 +128,7 @@ def claim(
         "p_stage": stage,
         "p_token": token,
         "p_lease_s": float(lease_s),
-        "p_machine": who.machine_name,
-        "p_gpu": who.gpu_id,
-        "p_pid": who.pid,
+        **who.params(),
     }
     with db.transaction(immediate=True, single=db.backend == "postgresql") as conn:
         row, problem = _take_next(db, conn, params)
@@ -188,9 +199,7 @@ def claim_many(
         "p_stage": stage,
         "p_limit": int(limit),
         "p_lease_s": float(lease_s),
-        "p_machine": who.machine_name,
-        "p_gpu": who.gpu_id,
-        "p_pid": who.pid,
+        **who.params(),
     }
     with db.session(immediate=True) as s:
         conn = s.connection()
@@ -247,3 +256,27 @@ def claimed_with(db: Database, token: str) -> Lease | None:
             return None
         problem = load_problem(s, row.problem_id)
         return Lease(row.id, token, row.session_id, row.problem_id, row.retries, problem, row.stage)
+
+
+class GpuHolder(NamedTuple):
+    """Another worker's live attempt on a GPU: where and who."""
+
+    machine_name: str
+    pid: int
+    session_id: int
+
+    def __str__(self) -> str:
+        return f"worker pid {self.pid} (session {self.session_id}) on {self.machine_name}"
+
+
+def gpu_holder(db: Database, who: Claimant) -> GpuHolder | None:
+    """The worker, other than `who`, holding a live attempt on who's GPU (None: the GPU is
+    free, or `who` has none). The claim itself refuses such a GPU (sql.GPU_HOLDERS); this is
+    what a starting worker asks to say who holds it."""
+    if not who.gpu:
+        return None
+    with db.session() as s:
+        row = s.execute(
+            sql.GPU_HOLDERS.order_by(sa.desc("claimed_at")).limit(1), who.params()
+        ).first()
+    return None if row is None else GpuHolder(row.machine_name, row.pid, row.session_id)

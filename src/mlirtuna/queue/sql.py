@@ -41,6 +41,26 @@ _NOW = db_now()
 _TOKEN = sa.bindparam("p_token", type_=sa.String(32))
 _MACHINE = sa.bindparam("p_machine", type_=sa.String(200))
 _GPU = sa.bindparam("p_gpu", type_=sa.Integer())
+_GPU_KEY = sa.bindparam("p_gpu_key", type_=sa.String(200))
+_WORKER = sa.bindparam("p_worker", type_=sa.String(32))
+# One worker per GPU: a GPU (its key, models.Attempt.gpu) on which another worker holds a live
+# attempt (open, its job running under that attempt's lease, the lease not expired) is not
+# claimed on ("" : a worker without a GPU). Containers with a /tmp of their own share the GPU,
+# not the host's lock file (worker/gpulock.py).
+_HELD = _J.alias("held")
+GPU_HOLDERS = (
+    sa.select(_A.c.machine_name, _A.c.pid, _HELD.c.session_id, _A.c.claimed_at)
+    .join(_HELD, _HELD.c.id == _A.c.job_id)
+    .where(
+        _A.c.gpu == _GPU_KEY,
+        _A.c.ended_at.is_(None),
+        _A.c.worker != _WORKER,
+        _HELD.c.lease_token == _A.c.lease_token,
+        _HELD.c.state == RUNNING,
+        _HELD.c.lease_expires_at > _NOW,
+    )
+)
+_GPU_HELD = sa.exists(GPU_HOLDERS.with_only_columns(_A.c.id))
 # What makes a job claimable: the one place to extend (every backend's claim uses it).
 _CLAIMABLE = sa.and_(
     _J.c.session_id == sa.bindparam("p_session", type_=sa.Integer()),
@@ -49,6 +69,7 @@ _CLAIMABLE = sa.and_(
     # before them, ix_job_claim yields the rows in (priority, id) order and LIMIT 1 stops there.
     _J.c.stage == sa.bindparam("p_stage", type_=sa.String(16)),
     sa.or_(_J.c.not_before.is_(None), _J.c.not_before <= _NOW),
+    sa.or_(_GPU_KEY == "", sa.not_(_GPU_HELD)),
 )
 _TAKE = {
     "state": RUNNING,
@@ -68,6 +89,9 @@ _ATTEMPT = {
     "gpu_id": _GPU,
     "pid": sa.bindparam("p_pid", type_=sa.Integer()),
     "claimed_at": _NOW,
+    "gpu": _GPU_KEY,
+    "gpu_perf": sa.bindparam("p_gpu_perf", type_=sa.String(64)),
+    "worker": _WORKER,
 }
 # A claim sent with a record (record_and_claim) names the next job's token n_token: p_token
 # is the recorded job's, which fences the record.
@@ -106,7 +130,7 @@ CLAIM_SQLITE = Precompiled(
     .values(_TAKE)
     .returning(_J.c.id, _J.c.problem_id, _J.c.retries)
 )
-_JOB_ID = sa.bindparam("p_job", type_=sa.Integer())
+_JOB_ID = sa.bindparam("p_job", type_=sa.BigInteger())  # ids are 64-bit (migration 0019)
 ADD_ATTEMPT = sa.insert(_A).values(job_id=_JOB_ID, **_ATTEMPT)
 _READ_PROBLEM = (
     sa.select(*_PROBLEM_COLUMNS)
@@ -192,11 +216,11 @@ CLAIM_PG = _claim_pg()
 NEXT_MANY = _NEXT.limit(sa.bindparam("p_limit", type_=sa.Integer()))
 PICK_MANY_SKIP_LOCKED = NEXT_MANY.with_for_update(skip_locked=True)
 # Each job of a batch gets its own token: one statement, run once per picked row.
-TAKE_ONE = sa.update(_J).where(_J.c.id == sa.bindparam("p_job"), _J.c.state == NEW).values(_TAKE)
+TAKE_ONE = sa.update(_J).where(_J.c.id == _JOB_ID, _J.c.state == NEW).values(_TAKE)
 
 
 _FENCE = sa.and_(
-    _J.c.id == sa.bindparam("p_job", type_=sa.Integer()),
+    _J.c.id == _JOB_ID,
     _J.c.lease_token == _TOKEN,
     _J.c.state == RUNNING,
 )
@@ -238,7 +262,7 @@ CANDIDATE_TYPES: dict[str, sa.types.TypeEngine[Any]] = {
 _IDS = {
     "session_id": sa.bindparam("p_session", type_=sa.Integer()),
     "problem_id": sa.bindparam("p_problem", type_=sa.Integer()),
-    "job_id": sa.bindparam("p_job", type_=sa.Integer()),
+    "job_id": _JOB_ID,
 }
 _ENDED = {"ended_at": _NOW, "outcome": sa.bindparam("p_outcome", type_=sa.String(16))}
 _ENDED["message"] = sa.bindparam("p_message", type_=sa.Text())

@@ -95,6 +95,10 @@ class BusyWorker:
     lease_left_s: float
     stale: bool  # missed heartbeats, lease still held
     expired: bool  # lease ran out: the next claim takes the job back
+    # The GPU's identity (unique or PCI bus id, else MACHINE:INDEX) and performance level, as
+    # the attempt recorded them ("" where the tools report none).
+    gpu: str = ""
+    gpu_perf: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -275,6 +279,8 @@ def workers(db: Database, session_id: int | None = None) -> list[BusyWorker]:
             Job.machine_name,
             Job.gpu_id,
             Attempt.pid,
+            Attempt.gpu,
+            Attempt.gpu_perf,
             Job.problem_id,
             catalog.label_column().label("test_vector"),  # a fusion: file @function: key
             Job.claimed_at,
@@ -309,6 +315,8 @@ def _busy(row: sa.Row, clock: dt.datetime) -> BusyWorker:
         machine_name=row.machine_name,
         gpu_id=row.gpu_id,
         pid=row.pid or 0,
+        gpu=str(row.gpu or ""),
+        gpu_perf=str(row.gpu_perf or ""),
         problem_id=row.problem_id,
         test_vector=row.test_vector,
         running_s=max((clock - (claimed or clock)).total_seconds(), 0.0),

@@ -4,13 +4,23 @@
 - runner.py: one job's (or one batch's) run and its outcome, `Settled`, recorded or failed;
 - heartbeat.py: the thread that renews the leases of the jobs being run;
 - stages.py: a split session's compile and benchmark stages, on the runner's public API;
+- gpulock.py: one worker per GPU on a host (a flock per GPU);
 - supervisor.py: local worker processes, one per GPU (`mlirtuna worker --gpus`, `mlirtuna run`).
 
 The database's retry policies a worker runs its queue operations under are db/faults.py's.
 """
 
+from mlirtuna.worker import gpulock
 from mlirtuna.worker.heartbeat import Heartbeat
-from mlirtuna.worker.loop import POLL_MAX_S, POLL_MIN_S, SWEEP_S, Worker, role_stage, session_tuner
+from mlirtuna.worker.loop import (
+    POLL_MAX_S,
+    POLL_MIN_S,
+    SWEEP_S,
+    Worker,
+    gpu_holder_of,
+    role_stage,
+    session_tuner,
+)
 from mlirtuna.worker.runner import (
     DEFAULT_JOB_TIMEOUT_S,
     RELEASE,
@@ -38,6 +48,8 @@ __all__ = [
     "WorkerSettings",
     "WorkerStats",
     "foreign_perf_config",
+    "gpu_holder_of",
+    "gpulock",
     "role_stage",
     "session_tuner",
 ]

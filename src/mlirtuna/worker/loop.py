@@ -32,6 +32,7 @@ from mlirtuna.errors import TunerError, UserError
 from mlirtuna.queue import Claimant, Lease, jobs
 from mlirtuna.queue.wakeup import Wakeup
 from mlirtuna.tuners.base import StreamingTuner, Tuner
+from mlirtuna.worker.gpulock import WAIT_POLL_S, GpuHeld, held_message
 from mlirtuna.worker.prefetch import Prefetch
 from mlirtuna.worker.runner import (
     Finish,
@@ -67,7 +68,7 @@ class Worker:
         tuner = tuner or tuners.make(settings.tuner, mlir_build_dir=settings.mlir_build_dir)
         quick_lists = _quick_lists(db, session)
         self.claim_stage = role_stage(session, settings.role)
-        self.claimant = Claimant(settings.machine_name, settings.gpu_id, os.getpid())
+        self.claimant = _claimant(settings)
         self.runner = Runner(db, settings, session, tuner, self.stop_requested, quick_lists)
         self._next_sweep = 0.0
         self.wakeup = Wakeup(db, settings.session_id)
@@ -113,6 +114,8 @@ class Worker:
             self.wakeup.close()
 
     def _run(self) -> WorkerStats:
+        if not self._gpu_is_ours():
+            return self.stats
         try:
             return self._loop()
         finally:
@@ -176,6 +179,29 @@ class Worker:
                 )
             self.runner.work_batch(leases, functools.partial(self._many, prepared=prepared))
         return self.stats
+
+    # -- one worker per GPU ----------------------------------------------------------------------
+    def _gpu_is_ours(self) -> bool:
+        """Whether no other worker holds a live attempt on this worker's GPU (the claim refuses
+        such a GPU anyway: this says who holds it). Held: GpuHeld (exit 2), or with
+        `wait_for_gpu`, or when the holder is a worker of this host that is gone (its leases
+        expire), wait; False when told to stop meanwhile."""
+        said = False
+        while not self.stop_requested.is_set():
+            holder = faults.retrying(
+                lambda: queue.gpu_holder(self.db, self.claimant), self.stop_requested
+            )
+            if holder is None:
+                return True
+            gone = holder.machine_name == self.settings.machine_name and not _alive(holder.pid)
+            message = held_message(f"GPU {self.claimant.gpu}", str(holder))
+            if not (self.settings.wait_for_gpu or gone):
+                raise GpuHeld(message)
+            if not said:
+                log.warning("waiting: %s%s", message, " (gone: its leases expire)" if gone else "")
+                said = True
+            self.stop_requested.wait(WAIT_POLL_S)
+        return False
 
     # -- the benchmark stream (stream.py) ---------------------------------------------------
     def _streaming_tuner(self) -> StreamingTuner | None:
@@ -328,7 +354,7 @@ class Worker:
             )
 
         lease = self.runner.retrying(attempt)
-        return [lease] if lease is not None else []
+        return self._on_our_gpu([lease] if lease is not None else [])
 
     def _claim_full(self, in_flight: int) -> list[Lease]:
         """Up to K jobs. A split session's GPU worker that got fewer while compile jobs are
@@ -379,7 +405,25 @@ class Worker:
                 self.claim_stage,
             )
 
-        return self.runner.retrying(attempt)
+        return self._on_our_gpu(self.runner.retrying(attempt))
+
+    def _on_our_gpu(self, leases: list[Lease]) -> list[Lease]:
+        """One worker per GPU. Two workers claiming in the same instant can both pass the
+        claim's check (each reads before the other commits), so after its commit a worker
+        looks again and gives its jobs back when another worker holds a live attempt on its
+        GPU: of two such claims the later commit always sees the earlier, so at most one
+        keeps its jobs (both may give back; they claim again after a jittered wait). A claim
+        sent with a record (record_and_claim) needs no look: its worker held the GPU all along
+        and the record and the claim commit together."""
+        if not leases or not self.claimant.gpu:
+            return leases
+        holder = self.runner.retrying(lambda: queue.gpu_holder(self.db, self.claimant))
+        if holder is None:
+            return leases
+        gpu = f"GPU {self.claimant.gpu}"
+        log.warning("%s: its jobs given back", held_message(gpu, str(holder)))
+        self.runner.give_back(leases, f"given back: {gpu} held by {holder}")
+        return []
 
     def _batch_size(self) -> int:
         """--batch, where it helps: a BatchTuner only when its build can (rocmlir E3/E4; E2
@@ -402,6 +446,26 @@ def _quick_lists(db: Database, session: sessions.Session) -> QuickLists | None:
     """The stored quick list of a `list:NAME` session, read once per worker (None otherwise)."""
     name = sessions.quick_list_name(session.tuning_space)
     return sessions.load_quick_list(db, name, session.arch) if name is not None else None
+
+
+def _claimant(settings: WorkerSettings) -> Claimant:
+    """Who this worker claims as: with a GPU (role gpu), the GPU's key (its unique or PCI bus
+    id where rocm-smi reports one, else MACHINE:INDEX) and performance level."""
+    if settings.gpu_id < 0 or settings.role != "gpu":
+        return Claimant(settings.machine_name, settings.gpu_id, os.getpid())
+    identity = machine.gpu_identity(settings.gpu_id)
+    key = identity.uid or f"{settings.machine_name}:{settings.gpu_id}"
+    return Claimant(settings.machine_name, settings.gpu_id, os.getpid(), key, identity.perf_level)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
 
 
 def role_stage(session: sessions.Session, role: str) -> str:
@@ -432,3 +496,9 @@ def session_tuner(session: sessions.Session, asked: str | None) -> str:
 
 
 __all__ = ["POLL_MAX_S", "POLL_MIN_S", "SWEEP_S", "Worker", "role_stage", "session_tuner"]
+
+
+def gpu_holder_of(db: Database, settings: WorkerSettings, gpu_id: int) -> queue.GpuHolder | None:
+    """The worker holding a live attempt on GPU `gpu_id` of this machine (`--gpus auto`)."""
+    probe = WorkerSettings(settings.session_id, gpu_id=gpu_id, machine_name=settings.machine_name)
+    return queue.gpu_holder(db, _claimant(probe))

@@ -83,6 +83,9 @@ class WorkerSettings:
     machine_name: str = field(default_factory=machine.machine_name)
     # gpu: one-stage and benchmark jobs; compile: a split session's compile jobs, no GPU.
     role: str = "gpu"
+    # One worker per GPU: a GPU another worker holds is waited for (True) or refused, exit 2.
+    wait_for_gpu: bool = False
+    gpu_lock_dir: str | None = None  # None: MLIRTUNA_GPU_LOCK_DIR, else the default (gpulock.py)
 
     @property
     def heartbeat_s(self) -> float:

@@ -16,8 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mlirtuna import machine, tuners
-from mlirtuna.defaults import DEFAULT_BATCH_WAIT_S, ENV_DB
+from mlirtuna.db import Database
+from mlirtuna.defaults import DEFAULT_BATCH_WAIT_S, ENV_DB, ENV_GPU_LOCK_DIR
 from mlirtuna.errors import UserError
+from mlirtuna.worker import gpulock
+from mlirtuna.worker.loop import gpu_holder_of
 from mlirtuna.worker.runner import WorkerSettings
 
 
@@ -34,7 +37,8 @@ class Slot:
 
 def plan(gpus: str, tuner: str, workers: int = 1) -> list[Slot]:
     """`auto`: every GPU rocminfo lists for a GPU tuner (its TunerKind says), else `workers`
-    CPU workers; or `0,1,…`."""
+    CPU workers; or `0,1,…`: one worker per GPU, always (two benchmarks on one GPU time each
+    other's contention)."""
     if gpus == "auto":
         if tuners.kind(tuner).gpu:
             found = machine.gpus()
@@ -46,9 +50,31 @@ def plan(gpus: str, tuner: str, workers: int = 1) -> list[Slot]:
         ids = [int(x) for x in gpus.split(",") if x.strip()]
     except ValueError:
         raise UserError(f"bad --gpus {gpus!r}: expected auto or a list like 0,1,2") from None
-    if not ids or any(i < 0 for i in ids):
-        raise UserError(f"bad --gpus {gpus!r}: expected auto or a list like 0,1,2")
-    return [Slot(i) for i in ids for _ in range(max(workers, 1))]
+    if not ids or any(i < 0 for i in ids) or len(set(ids)) < len(ids):
+        raise UserError(f"bad --gpus {gpus!r}: expected auto or a list like 0,1,2 (each once)")
+    if workers > 1:
+        raise UserError(f"--workers {workers} with --gpus {gpus}: one worker per GPU, always")
+    return [Slot(i) for i in ids]
+
+
+def free(
+    db: Database, settings: WorkerSettings, slots: list[Slot], say: Callable[[str], None]
+) -> list[Slot]:
+    """`--gpus auto`: the slots whose GPU no worker holds (this host's lock files, and the
+    database's live attempts: a container with a /tmp of its own); each GPU skipped is said."""
+    if all(s.gpu_id < 0 for s in slots):
+        return slots
+    taken = []
+    for slot in slots:
+        here = not gpulock.is_free(slot.gpu_id, gpulock.lock_dir(settings.gpu_lock_dir))
+        holder: object = "a worker here" if here else gpu_holder_of(db, settings, slot.gpu_id)
+        if holder:
+            say(f"GPU {slot.gpu_id} skipped: held by {holder}")
+        else:
+            taken.append(slot)
+    if not taken:
+        raise gpulock.GpuHeld("every GPU of this host is held by a worker: one worker per GPU")
+    return taken
 
 
 def worker_argv(settings: WorkerSettings, slot: Slot) -> list[str]:
@@ -90,6 +116,8 @@ def worker_argv(settings: WorkerSettings, slot: Slot) -> list[str]:
         argv += ["--mlir-build-dir", settings.mlir_build_dir]
     if settings.role != "gpu":
         argv += ["--role", settings.role]
+    if settings.wait_for_gpu:
+        argv.append("--wait-for-gpu")
     return argv
 
 
@@ -98,6 +126,8 @@ def start(db_url: str, settings: WorkerSettings, slots: list[Slot], quiet: bool 
     procs = []
     for slot in slots:
         env = {**os.environ, ENV_DB: db_url}
+        if settings.gpu_lock_dir:
+            env[ENV_GPU_LOCK_DIR] = settings.gpu_lock_dir
         if slot.gpu_id >= 0:
             # Pin at the ROCr level: inside the worker the GPU is device 0 for HIP and rocMLIR.
             env["ROCR_VISIBLE_DEVICES"] = str(slot.gpu_id)

@@ -107,6 +107,8 @@ const SESSION_COLUMNS = [
 const WORKER_COLUMNS = [
   { label: "machine", key: "machine_name" },
   { label: "GPU", html: (w) => esc(w.gpu_id >= 0 ? w.gpu_id : `cpu (pid ${w.pid})`) },
+  { label: "GPU id", html: (w) => esc(w.gpu || "") },
+  { label: "perf level", html: (w) => esc(w.gpu_perf || "") },
   { label: "session", html: (w) => `<a href="/sessions/${esc(w.session_id)}">${esc(w.session_id)}</a>` },
   { label: "problem", html: (w) => `<a href="/problems/${esc(w.problem_id)}?session=${esc(w.session_id)}">${esc(w.test_vector)}</a>`, cls: "vector" },
   { label: "running", html: (w) => duration(w.running_s), cls: "n" },
