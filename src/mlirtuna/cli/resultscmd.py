@@ -267,6 +267,8 @@ COMPARE_CSV = (
 
 def _print_comparison_csv(c: comparing.Comparison) -> None:
     """Kind: the verdict (regression, slower, noise or missing), as the text and JSON say."""
+    from mlirtuna.history import compare as comparing
+
     rows: list[tuple[object, ...]] = [
         (
             r.verdict,
