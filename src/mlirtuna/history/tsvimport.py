@@ -108,9 +108,12 @@ class _Group:
     winners: dict[str, _Winner] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)  # canonical -> the ### line's text
     lines: list[int] = field(default_factory=list)  # line numbers of its rows
+    e4: bool = False  # a gemm row spelled -transO false (rocmlirTriton's E4 keys)
 
     @property
     def key_form(self) -> str:
+        if self.e4:
+            return keys.E4
         split_k = any(keys.split_k_of(w.key_suffix) is not None for w in self.winners.values())
         return keys.SPLIT_K if split_k else keys.PLAIN
 
@@ -330,6 +333,12 @@ class _Parser:
                 group = by_context[context] = _Group(parsed.path, context, sha256)
             group.winners[winner.test_vector] = winner  # a later row wins, as in perfRunner
             group.lines.append(row.lineno)
+            group.e4 = (
+                group.e4
+                or keys.e4_vector(winner.op, winner.test_vector)
+                == (keys.split_key(row.test_vector).plain)
+                != winner.test_vector
+            )
         groups = list(by_context.values())
         for error in parsed.errors:
             self.attach_error(parsed.path, error, groups, report)

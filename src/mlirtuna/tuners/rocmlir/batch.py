@@ -142,9 +142,10 @@ class BatchTail:
     with the same problem columns; a row's candidates are the block whose columns name the row's
     problem (debugfile.matches: the rows name no test vector), never merely the k-th. Row k's
     block is complete once row k+1 was seen before the `.debug` file was read, a block k+1
-    has begun, or the tool has exited. Rows are matched to problems by their key (the plain
-    part: E4 appends -supportsSplitK). Each file is read from where the last poll stopped,
-    whole lines only: a poll costs what the tool wrote since, not the file so far.
+    has begun, or the tool has exited. Rows are matched to problems by their key in the stored
+    form (keys.stored_vector: the plain part, E4's gemm `-transO false` dropped); a row that
+    names no problem of the batch is never recorded. Each file is read from where the last
+    poll stopped, whole lines only: a poll costs what the tool wrote since, not the file so far.
 
     `driver`: E4's driver lines from stderr, in order (TailReader). Which candidates were
     Discarded is read from the lines of the block's own config: the first run of lines, after
@@ -161,7 +162,7 @@ class BatchTail:
     ) -> None:
         self.out, self.debug = out, out.with_name(out.name + ".debug")
         self.problems = problems
-        self._index = {p.canonical(): i for i, p in enumerate(problems)}
+        self._index = {p.canonical(): i for i, p in enumerate(problems)}  # stored form
         self._rows: list[tuple[int | None, tuningdb.TuningRow]] = []
         self._blocks: list[list[DebugRow]] = []
         self._owners: list[int | None] = []  # per block: the problem its columns name
@@ -276,7 +277,9 @@ class BatchTail:
         except InputError:
             return  # a malformed file: its configs end as unfinished, with the tool's status
         for row in rows[len(self._rows) :]:
-            index = self._index.get(keys.split_key(row.test_vector).plain)
+            # The row's key as the tool canonicalized it, back in the stored form: a row for a
+            # config the batch did not ask for (E4's `-transO true` twin) matches no job.
+            index = self._index.get(keys.stored_vector(row.test_vector))
             if index is None:
                 for i in self.missing():  # noted on every job that may have been meant
                     self._notes.setdefault(i, []).append(
@@ -326,7 +329,7 @@ def _config_states(out: Path) -> dict[str, str]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         return {
-            keys.split_key(vector).plain: state
+            keys.stored_vector(vector): state
             for context in data.get("contexts", {}).values()
             for vector, state in context.items()
             if isinstance(state, str)

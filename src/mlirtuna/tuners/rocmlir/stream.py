@@ -23,8 +23,9 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+import mlirtuna.tuners.rocmlir.eras as eras
 import mlirtuna.tuners.rocmlir.process as process
-from mlirtuna import machine
+from mlirtuna import keys, machine
 from mlirtuna.errors import StreamBroken, TunerError, Unsupported
 from mlirtuna.problems import Problem
 from mlirtuna.tuners.base import StreamItem, TuneContext
@@ -44,9 +45,10 @@ class Stream:
 
     def __init__(
         self, argv: list[str], cwd: Path, env: dict[str, str], ctx: TuneContext,
-        two_stage: bool, kill_grace_s: float,
+        two_stage: bool, kill_grace_s: float, key_form: str = keys.PLAIN,
     ) -> None:  # fmt: skip
         self.ctx, self.two_stage, self.kill_grace_s = ctx, two_stage, kill_grace_s
+        self.key_form = key_form  # how each fed config is spelled (eras.tool_vector)
         self.proc = process.popen(argv, cwd, env, fed=True)
         self.tmp = machine.make_temp_dir("stream")
         self.stderr = process.TailReader(
@@ -75,7 +77,7 @@ class Stream:
         request = {
             "id": key,
             "op": problem.op,
-            "config": problem.canonical(),
+            "config": eras.tool_vector(problem, self.key_form),
             "artifacts": str(artifacts),
             "output": str(out),
         }
