@@ -13,9 +13,11 @@ the suffix the row had, so that `export --key-format` can write either form and 
 match an old-format DB against a new-format one.
 
 The E4 form (rocmlirTriton's perfRunner at eb003bed): a gemm key always spells `-transO
-false|true` after -transB (GemmConfiguration.to_command_line), no -supportsSplitK. mlirtuna's
-stored gemm vector spells -transO only when it is true (problems/gemm.py), so `e4_vector` and
-`stored_vector` turn one into the other: the one place that knows where the flag goes.
+false|true` after -transB (GemmConfiguration.to_command_line), no -supportsSplitK; e4-split-k
+(another rocmlirTriton line, the one with lfbo): both, -transO in the vector and the flag
+after. mlirtuna's stored gemm vector spells -transO only when it is true (problems/gemm.py),
+so `e4_vector` and `stored_vector` turn one into the other: the one place that knows where the
+flag goes.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from dataclasses import dataclass
 
 from mlirtuna.errors import InputError
 
-PLAIN, SPLIT_K, E4 = "plain", "split-k", "e4"
-KEY_FORMS = (PLAIN, SPLIT_K, E4)
+PLAIN, SPLIT_K, E4, E4_SPLIT_K = "plain", "split-k", "e4", "e4-split-k"
+KEY_FORMS = (PLAIN, SPLIT_K, E4, E4_SPLIT_K)
 TRANS_O_FLAG = "-transO"
 SPLIT_K_FLAG = "-supportsSplitK"
 _FUSION_RE = re.compile(r"^-(input|output)Fusions=\S*$")
@@ -105,17 +107,25 @@ def with_form(op: str, canonical: str, suffix: str, form: str) -> str:
     plain: the canonical vector alone (what perfRunner before split-K looks up; a stored
     `false` row is then found as the gemm's only tuning, which is what such a perfRunner runs).
     split-k: the vector plus `-supportsSplitK X`, X the row's own value or the plain default.
-    e4: the vector with gemm's -transO always spelled (e4_vector), no split-K flag.
+    e4: the vector with gemm's -transO always spelled (e4_vector), no split-K flag; e4-split-k:
+    that vector and the split-K flag.
     Fusion words are never written: perfRunner strips them before the lookup.
     """
     if form == PLAIN:
         return canonical
-    if form == E4:
-        return e4_vector(op, canonical)
-    if form != SPLIT_K:
+    if form in (E4, E4_SPLIT_K):
+        canonical = e4_vector(op, canonical)
+        if form == E4:
+            return canonical
+    elif form != SPLIT_K:
         raise ValueError(f"unknown key form {form!r}")
     value = effective_split_k(op, split_k_of(suffix))
     return f"{canonical} {SPLIT_K_FLAG} {'true' if value else 'false'}"
+
+
+def spells_trans_o(form: str) -> bool:
+    """Whether keys of this form spell gemm's -transO (the E4 forms)."""
+    return form in (E4, E4_SPLIT_K)
 
 
 def e4_vector(op: str, vector: str) -> str:

@@ -112,9 +112,9 @@ class _Group:
 
     @property
     def key_form(self) -> str:
-        if self.e4:
-            return keys.E4
         split_k = any(keys.split_k_of(w.key_suffix) is not None for w in self.winners.values())
+        if self.e4:
+            return keys.E4_SPLIT_K if split_k else keys.E4
         return keys.SPLIT_K if split_k else keys.PLAIN
 
 

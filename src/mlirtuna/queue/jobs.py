@@ -85,9 +85,9 @@ def load(
 def _trans_o_refusal(sess: sessions.Session) -> str | None:
     """Why this session cannot tune a gemm with `-transO true`, or None. A rocMLIR build read
     when the session was opened (capabilities known) whose perfRunner does not spell gemm keys
-    with -transO (key form other than e4: rocMLIR's own E3 line, whose gemm parser has no
+    with -transO (key form not e4 or e4-split-k: rocMLIR's own E3 line, whose gemm parser has no
     -transO) fails such a line before it tunes anything; CPU and imported sessions can."""
-    if sess.tuner != "rocmlir" or not sess.capabilities or sess.key_form == keys.E4:
+    if sess.tuner != "rocmlir" or not sess.capabilities or keys.spells_trans_o(sess.key_form):
         return None
     return (
         f"session {sess.id}'s build cannot tune gemm -transO true (its perfRunner's gemm keys "
