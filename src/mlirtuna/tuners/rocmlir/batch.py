@@ -239,8 +239,8 @@ class BatchTail:
 
     def _discarded(self, block: list[DebugRow] | None, exited: bool) -> set[str] | None:
         """The block's Discarded perf configs; None: wait, its driver lines may be on the way."""
-        if self._driver is None or not block:
-            return set()
+        if self._driver is None or not block or block[0].status is not None:
+            return set()  # E4's Status column says it per candidate (debug_candidates)
         at = driver_segment(self._driver, self._driver_at, block)
         if at is None:
             moment = time.monotonic()

@@ -142,8 +142,8 @@ class RocmlirTuner:
             f"--output={out}",
             "--debug",
         ]
-        if problem.op == "attention":
-            argv.append("--verify-mode=none")  # see the package docstring
+        if problem.op == "attention" and "--verify-mode" in era.flags:
+            argv.append("--verify-mode=none")  # see the package docstring (E4 has no such flag)
         if not era.has(GPUS):  # E2's way: the environment pins the GPU
             argv += ["--tflops", "--rocmlir_gen_flags=--device=0"]
         else:
