@@ -559,7 +559,9 @@ def fault_for(config: str) -> str:
     """FAKE_TUNINGRUNNER_FAULT, for the configs containing FAKE_TUNINGRUNNER_FAULT_CONFIG only
     when that is set (one bad config among several of one call)."""
     only = os.environ.get("FAKE_TUNINGRUNNER_FAULT_CONFIG")
-    return FAULT if not only or only in config else ""
+    # E4 keys spell `-transO false`; the TEXT may be given without it
+    plain = config.replace(" -transO false", "")
+    return FAULT if not only or only in config or only in plain else ""
 
 
 def maybe_delay() -> None:
