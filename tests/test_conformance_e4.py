@@ -108,7 +108,17 @@ def scripts(tmp_path_factory) -> Path:
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
     subprocess.run([*git, "commit", "-qm", "rocmlirTriton E4 set"], check=True)
+    SCRIPT_REPO[:] = [repo]
     return repo
+
+
+SCRIPT_REPO: list[Path] = []  # the module's scripts repository, once made
+
+
+def commit_of(repo: Path) -> str:
+    run = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    return run.stdout.strip()
 
 
 def tool_env(scripts: Path, workdir: Path, **fake: str) -> dict[str, str]:
@@ -184,6 +194,8 @@ def through(scripts, monkeypatch, tmp_path):
 
 
 def session_of(db, tmp_path, op: str, lines: list[str], split: str | None = None) -> int:
+    """A rocmlir session on the fakes' build whose commit is the scripts' (what the tool
+    writes as commitId and checks a bundle against), its jobs loaded."""
     from mlirtuna import catalog, sessions
     from mlirtuna.problems import ExpandOptions
     from mlirtuna.queue import jobs
@@ -198,7 +210,7 @@ def session_of(db, tmp_path, op: str, lines: list[str], split: str | None = None
     made = sessions.create(
         db,
         sessions.SessionSpec(
-            tuner="rocmlir", tuning_space="full", rocm_v="6.4", mlir_v="c" * 40,
+            tuner="rocmlir", tuning_space="full", rocm_v="6.4", mlir_v=commit_of(SCRIPT_REPO[0]),
             mlir_build_dir=str(BELOW), split=split,
         ),
     )  # fmt: skip
