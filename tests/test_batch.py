@@ -20,8 +20,8 @@ from support.rocmlir import fake_build
 
 from mlirtuna import catalog, queue, sessions
 from mlirtuna.db.models import Attempt, Candidate, Job, Problem, Result
-from mlirtuna.errors import BatchRefused, InputError, Unsupported
-from mlirtuna.problems import ExpandOptions, configlist
+from mlirtuna.errors import BatchRefused, Unsupported
+from mlirtuna.problems import ExpandOptions
 from mlirtuna.queue import Claimant, jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.tuners.process import Run
@@ -443,22 +443,36 @@ REAL = Path(__file__).parent / "data" / "rocmlir-real"
 BAD = "-t f16 -out_datatype f16 -transA false -transB false -transO true -g 1 -m 64 -n 64 -k 64"
 
 
-def test_import_refuses_what_the_real_gemm_parser_refuses(db, db_url, tmp_path):
+def test_import_takes_trans_o_and_jobs_load_refuses_what_the_build_cannot_tune(
+    db, db_url, tmp_path, build, monkeypatch
+):
+    # Issue 33: import stores -transO (one gemm problem, every key form); a session whose build
+    # cannot tune `-transO true` (3fc5be9e's gemm parser has no -transO) refuses those problems
+    # at `jobs load`, in one line, loading nothing.
     path = tmp_path / "configs"
-    path.write_text(f"{gemm_lines(1)[0]}\n{BAD}\n")
-    with pytest.raises(InputError, match=rf"{path}:2: .*-transO true.*Unknown GEMM config"):
-        catalog.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag="x")
-    # -transO false too: 3fc5be9e's parser has no -transO branch at all.
-    path.write_text(f"{gemm_lines(1)[0]}\n{BAD.replace('-transO true', '-transO false')}\n")
-    with pytest.raises(InputError, match=rf"{path}:2: -transO false: .*-transO -> false'\)$"):
-        catalog.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag="x")
-    with db.session() as s:  # nothing half-written
-        assert s.scalar(sa.select(sa.func.count()).select_from(Problem)) == 0
-    refused = cli(db_url, "import", "--op", "gemm", str(path))
-    lines = refused.stderr.strip().splitlines()
-    assert (
-        refused.code == 2 and len(lines) == 1 and f"{path}:2:" in lines[0] and "-transO" in lines[0]
-    )
+    spelled = gemm_lines(1)[0].replace("-transB false", "-transB false -transO false")
+    path.write_text(f"{gemm_lines(1)[0]}\n{spelled}\n{BAD}\n")
+    report = catalog.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag="x")
+    assert (report.lines, report.new) == (3, 2)  # `-transO false` is the line without it
+    with db.session() as s:
+        vectors = set(s.scalars(sa.select(Problem.test_vector)))
+    assert vectors == {gemm_lines(1)[0], BAD}
+    args = ["session", "new", "--tuner", "rocmlir", "--arch-full", ARCH_FULL, "--num-cu", "304",
+            "--num-chiplets", "8", "--tuning-space", "quick", "--mlir-build-dir", str(build),
+            "--json"]  # fmt: skip
+    for era, refused in (("E3", True), ("E4", False)):
+        made = run_cli(db_url, *args, FAKE_TUNINGRUNNER_ERA=era)
+        assert made.code == 0, made.stderr
+        sid = str(json.loads(made.stdout)["id"])
+        loaded = run_cli(db_url, "jobs", "load", "--session", sid, "--tag", "x")
+        if refused:
+            lines = loaded.stderr.strip().splitlines()
+            assert loaded.code == 2 and len(lines) == 1, loaded.stderr
+            assert "cannot tune gemm -transO true" in lines[0] and BAD in lines[0]
+            assert sum(jobs.counts(db, int(sid))[int(sid)].values()) == 0  # nothing loaded
+        else:
+            assert loaded.code == 0, loaded.stderr
+            assert sum(jobs.counts(db, int(sid))[int(sid)].values()) == 2
     # A missing -out_datatype is no error: the canonical form spells it, as the tool's -c does.
     path.write_text("-t f16 -transA false -transB false -g 1 -m 8 -n 8 -k 8\n")
     catalog.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag="y")
@@ -467,15 +481,14 @@ def test_import_refuses_what_the_real_gemm_parser_refuses(db, db_url, tmp_path):
 def test_a_batch_the_tool_refuses_is_tuned_alone_without_a_retry_counted(
     db, tmp_path, build, monkeypatch
 ):
-    # A -transO line that reached the database before import refused it (an older mlirtuna
-    # imported `-transO false`): this tool refuses any -transO, so the batch call fails before
-    # tuning anything, as the real one does.
+    # A -transO true problem in a session whose build was not read when it was opened (so
+    # `jobs load` could not refuse it): this tool refuses any -transO, so the batch call fails
+    # before tuning anything, as the real one does.
     monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E3")
     log = tmp_path / "calls.jsonl"
     monkeypatch.setenv("FAKE_TUNINGRUNNER_LOG", str(log))
     lines = gemm_lines(3)
-    lines[1] = lines[1].replace("-transB false", "-transB false -transO false")
-    monkeypatch.setattr(configlist, "tool_rejects", lambda problem: None)  # the older import
+    lines[1] = lines[1].replace("-transB false", "-transB false -transO true")
     sid = session_of(db, tmp_path, lines)
     w = worker(db, sid, build, batch=3, max_retries=1)
     w.run()

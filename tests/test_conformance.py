@@ -556,15 +556,19 @@ def test_mlirtuna_records_what_the_real_tool_writes_one_stage(db, tmp_path, real
 
 
 def test_a_line_the_real_tool_refuses_fails_only_its_job(db, tmp_path, real_tool, monkeypatch):
-    """A -transO line that reached the database before import refused it: the real tool fails
-    the whole batch call before tuning anything; the good jobs complete, tuned one at a time,
-    and the bad one ends with the tool's own reason."""
+    """A -transO true problem this build cannot tune: `jobs load` refuses it (issue 33); one
+    loaded by an older mlirtuna reaches the real tool, which fails the whole batch call before
+    tuning anything; the good jobs complete, tuned one at a time, and the bad one ends with the
+    tool's own reason."""
     import sqlalchemy as sa
 
     from mlirtuna.db.models import Job
-    from mlirtuna.problems import configlist
+    from mlirtuna.errors import UserError
+    from mlirtuna.queue import jobs
 
-    monkeypatch.setattr(configlist, "tool_rejects", lambda problem: None)  # an older import
+    with pytest.raises(UserError, match="cannot tune gemm -transO true"):
+        through_mlirtuna(db, tmp_path, "gemm", [BAD], completed=0)
+    monkeypatch.setattr(jobs, "_trans_o_refusal", lambda sess: None)  # an older `jobs load`
     sid = through_mlirtuna(db, tmp_path, "gemm", [G1, BAD, G2], batch=3, completed=2)
     with db.session() as s:
         jobs_ = s.execute(sa.select(Job).where(Job.session_id == sid).order_by(Job.id)).scalars()

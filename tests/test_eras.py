@@ -186,12 +186,12 @@ def test_e25_sections_are_sessions_and_errors_failed_jobs(db, db_url) -> None:
 
 def test_e4_keys_keep_their_form_and_export_writes_either(db, tmp_path) -> None:
     (x,) = tsvimport.import_tsv(db, "gemm", [str(ERAS / "e4-splitk.tsv")]).sessions
-    assert x.key_form == "split-k"
-    stored = results_of(db, x.id)
+    assert x.key_form == "e4-split-k"  # gemm keys spell -transO and end -supportsSplitK
+    stored = results_of(db, x.id)  # one gemm problem: `-transO false` is the default
     assert {tv: suffix for tv, (_, _, suffix) in stored.items()} == {
-        with_o(G1): "-supportsSplitK true",
-        with_o(G2): "-supportsSplitK false",
-        with_o(G3): "-inputFusions=add,relu -outputFusions=convert -supportsSplitK true",
+        G1: "-supportsSplitK true",
+        G2: "-supportsSplitK false",
+        G3: "-inputFusions=add,relu -outputFusions=convert -supportsSplitK true",
     }
     # Default: the session's form; perfRunner (PR #2248 reader) finds every key.
     out = tmp_path / "new.tsv"
@@ -202,21 +202,17 @@ def test_e4_keys_keep_their_form_and_export_writes_either(db, tmp_path) -> None:
         (A, 304, 8, f"{with_o(G2)} -supportsSplitK false"),
         (A, 304, 8, f"{with_o(G3)} -supportsSplitK true"),  # fusion words stripped, as perfRunner
     }
-    # For an older perfRunner: plain keys.
+    # For an older perfRunner: plain keys, whose gemm parser has no -transO.
     old = tmp_path / "old.tsv"
     export.export(db, ExportQuery(sessions=(x.id,), key_format="plain"), "v2", str(old))
-    assert {k[3] for k in read_tuning_db(str(old))} == {with_o(G1), with_o(G2), with_o(G3)}
+    assert {k[3] for k in read_tuning_db(str(old))} == {G1, G2, G3}
     # ... which the E2-era perfRunner reader (key (arch, config)) finds too.
-    assert set(read_tuning_db(str(old), version="00267dbf")) == {
-        (A, with_o(G1)),
-        (A, with_o(G2)),
-        (A, with_o(G3)),
-    }
+    assert set(read_tuning_db(str(old), version="00267dbf")) == {(A, G1), (A, G2), (A, G3)}
 
 
 def test_plain_session_exports_split_k_keys_on_request(db, tmp_path) -> None:
     (x,) = tsvimport.import_tsv(db, "gemm", [str(ERAS / "e3.tsv")]).sessions
-    assert x.key_form == "plain"
+    assert x.key_form == "e4"  # its gemm keys spell -transO false, no -supportsSplitK
     out = tmp_path / "for-newest.tsv"
     export.export(db, ExportQuery(sessions=(x.id,), key_format="split-k"), "v3", str(out))
     assert all(k[3].endswith(" -supportsSplitK true") for k in read_tuning_db(str(out)))
@@ -270,7 +266,7 @@ def without_fusions(suffix: str) -> str:
 def test_bad_key_format_is_one_line(db_url) -> None:
     run = cli(db_url, "export", "--arch", "gfx942", "--key-format", "fancy", "-o", "-")
     assert run.code == 2 and run.stderr.strip() == (
-        "error: unknown key format 'fancy' (known: plain, split-k)"
+        "error: unknown key format 'fancy' (known: plain, split-k, e4, e4-split-k)"
     )
 
 

@@ -41,7 +41,7 @@ SPACES = {
     "E2": ("quick", "full", "exhaustive"),
     "E2.5": ("quick", "full", "greedy", "exhaustive"),
     "E3": ("quick", "full", "greedy", "exhaustive"),
-    "E4": ("quick", "full", "exhaustive", "lfbo"),  # rocmlirTriton has no greedy space
+    "E4": ("quick", "full", "exhaustive"),  # rocmlirTriton 520c8752: no greedy, no lfbo
 }
 COMMON = {"--op", "--config", "--tuning-space", "--mlir-build-dir", "--output", "--debug"}
 FLAGS = {
@@ -50,7 +50,7 @@ FLAGS = {
     "E3": COMMON | {"--gpus", "--timeout", "--abort-on-error"},
     "E4": COMMON | {"--gpus", "--timeout", "--abort-on-error"},
 }
-E4_SETTINGS = dict(rep_ms=50, warmup_ms=10, gpu_run_timeout_s=30, lfbo_effort="full")
+E4_SETTINGS = dict(rep_ms=50, warmup_ms=10, gpu_run_timeout_s=30)
 
 
 @pytest.fixture
@@ -78,16 +78,16 @@ def test_each_era_gets_exactly_its_flags(build, monkeypatch, era) -> None:
     settings = E4_SETTINGS if era == "E4" else {}
     t.tune(parse("gemm", GEMM), context(tuning_space="quick", **settings))
     (call,) = tuning_calls(build)
-    want = FLAGS[era] | (
-        {"--rep", "--warmup", "--gpu-run-timeout", "--lfbo-effort"} if settings else set()
-    )
+    want = FLAGS[era] | ({"--rep", "--warmup", "--gpu-run-timeout"} if settings else set())
     if era == "E4":  # it re-measures the session's top k itself (issue 17)
         want |= {"--two-stage-topk"}
     assert flag_names(call["argv"]) == want
     assert flag_names(call["argv"]) <= t.era.flags  # never a flag this version lacks
     if era == "E4":
-        assert {"--rep=50", "--warmup=10", "--gpu-run-timeout=30", "--lfbo-effort=full",
+        assert {"--rep=50", "--warmup=10", "--gpu-run-timeout=30",
                 "--two-stage-topk=3"} <= set(call["argv"])  # fmt: skip
+        # rocmlirTriton canonicalizes a gemm with -transO: mlirtuna's line is already that form
+        assert f"--config={keys.e4_vector('gemm', GEMM)}" in call["argv"]
 
 
 @pytest.mark.parametrize("era", ["E2", "E2.5", "E3"])
@@ -112,14 +112,16 @@ def test_e4_gpu_run_timeout_is_said_so(build, monkeypatch) -> None:
     assert "Exit code: 3" in (info.value.detail or "")
 
 
-def test_e4_candidates_discarded_named_and_split_k(build, monkeypatch) -> None:
+def test_e4_lfbo_variant_candidates_discarded_named_and_split_k(build, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_E4", "lfbo")  # its driver drops some without a top k
     problem = parse("gemm", GEMM)
     outcome = tuner(build, "E4", monkeypatch).tune(problem, context(tuning_space="full"))
     discarded = [c for c in outcome.candidates if c.error == rocmlir.DISCARDED]
     not_applicable = [c for c in outcome.candidates if c.error and "N/A" in c.error]
     assert discarded and not_applicable and len(outcome.candidates) == 40
     assert all(keys.perf_config_family(c.perf_config) == "gemm:named" for c in outcome.candidates)
-    assert outcome.winner.valid and outcome.notes == []  # its "-supportsSplitK true" key matched
+    # its "-transO false ... -supportsSplitK true" key matched
+    assert outcome.winner.valid and outcome.notes == []
 
 
 # --- sessions: spaces and settings against the build ---------------------------------------------
@@ -140,9 +142,10 @@ def spec(build_dir, space="full", **changes) -> SessionSpec:
     return SessionSpec(**values)
 
 
-@pytest.mark.parametrize(("era", "form"), [("E3", "plain"), ("E4", "split-k")])
+@pytest.mark.parametrize(("era", "form"), [("E3", "plain"), ("E4", "e4")])
 def test_session_records_its_build_key_form_and_lfbo(db, build, monkeypatch, era, form) -> None:
     monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", era)
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_E4", "lfbo")  # the E4 line that has the lfbo space
     made = sessions.create(db, spec(build))
     assert made.key_form == form
     if era == "E4":
@@ -307,9 +310,11 @@ def test_capabilities_name_what_the_build_can_do(build, tmp_path, monkeypatch) -
     e4 = tuner(build, "E4", monkeypatch).era
     assert set(e4.capabilities) == {
         "gpus", "batch", "timeout", "gpu-run-timeout", "two-stage", "topk-remeasure",
-        "rep-warmup", "lfbo",
+        "rep-warmup",
     }  # fmt: skip
-    assert "greedy" not in e4.tuning_spaces
+    assert "greedy" not in e4.tuning_spaces and "lfbo" not in e4.tuning_spaces
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_E4", "lfbo")  # the other stored rocmlirTriton line
+    assert "lfbo" in rocmlir.RocmlirTuner(str(build)).era.capabilities
     e2 = tuner(build, "E2", monkeypatch).era
     assert e2.capabilities == () and e2.describe().startswith("E2: one-stage only; spaces quick")
     # What a split on a build without it says: the capability and what the build has, never a
@@ -334,7 +339,7 @@ def test_session_new_names_capabilities_and_refuses_greedy_on_e4(db, db_url, bui
     made = cli(db_url, *args, "--tuning-space", "quick", env=env)
     assert made.code == 0, made.stderr
     assert "tuningRunner.py: E4: gpus, batch, " in made.stderr
-    assert "spaces quick, full, exhaustive, lfbo" in made.stderr
+    assert "spaces quick, full, exhaustive" in made.stderr
     shown = cli(db_url, *args, "--tuning-space", "full", "--json", env=env)
     assert '"capabilities": "E4: gpus, batch, ' in shown.stdout
     # Stored with the session: read back later, without the build, it still names them.

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from mlirtuna import keys
 from mlirtuna.errors import InputError, UserError
 from mlirtuna.problems import (
     AttentionProblem,
@@ -78,12 +79,27 @@ def test_e2_attention_line_gets_newest_form() -> None:
     )
 
 
-def test_gemm_trans_o_printed_only_when_given() -> None:
-    assert parse("gemm", GEMM_LITERAL).trans_o is None
+def test_gemm_trans_o_defaults_false_and_is_spelled_only_when_true() -> None:
+    plain = parse("gemm", GEMM_LITERAL)
+    assert plain.trans_o is False and plain.canonical() == GEMM_LITERAL
+    # `-transO false` names the same problem as no -transO (one gemm problem, every key form)
+    spelled = GEMM_LITERAL.replace("-transB false", "-transB false -transO 0")
+    assert parse("gemm", spelled) == plain
     with_o = GEMM_LITERAL.replace("-transB false", "-transB false -transO TRUE")
     problem = parse("gemm", with_o)
     assert problem.trans_o is True
     assert problem.canonical() == with_o.replace("TRUE", "true")
+
+
+def test_gemm_e4_spelling_round_trips_to_the_stored_vector() -> None:
+    e4 = keys.e4_vector("gemm", GEMM_LITERAL)
+    assert e4 == GEMM_LITERAL.replace("-transB false", "-transB false -transO false")
+    assert keys.stored_vector(e4) == GEMM_LITERAL
+    assert keys.stored_vector(f"{e4} -supportsSplitK true") == GEMM_LITERAL
+    transposed = parse("gemm", e4.replace("-transO false", "-transO true")).canonical()
+    assert keys.e4_vector("gemm", transposed) == transposed == keys.stored_vector(transposed)
+    attention = parse("attention", ATTENTION_LITERAL).canonical()
+    assert keys.e4_vector("attention", attention) == attention  # already spells -transO
 
 
 def test_booleans_any_case_and_digits() -> None:
@@ -274,7 +290,7 @@ def test_gemm_line_without_type_and_transposes() -> None:
         (True, False),
         (True, True),
     }
-    assert all(p.trans_o is None for p in problems)
+    assert not any(p.trans_o for p in problems)  # a line without -transO is -transO false
 
 
 def test_gemm_out_type_follows_the_lines_own_type() -> None:

@@ -11,6 +11,13 @@ A key without the flag (every older DB) matches `-supportsSplitK true` for gemm-
 `false` for attention (PLAIN_SPLIT_K). mlirtuna stores the problem by its plain canonical key and
 the suffix the row had, so that `export --key-format` can write either form and `compare` can
 match an old-format DB against a new-format one.
+
+The E4 form (rocmlirTriton's perfRunner at eb003bed): a gemm key always spells `-transO
+false|true` after -transB (GemmConfiguration.to_command_line), no -supportsSplitK; e4-split-k
+(another rocmlirTriton line, the one with lfbo): both, -transO in the vector and the flag
+after. mlirtuna's stored gemm vector spells -transO only when it is true (problems/gemm.py),
+so `e4_vector` and `stored_vector` turn one into the other: the one place that knows where the
+flag goes.
 """
 
 from __future__ import annotations
@@ -20,8 +27,9 @@ from dataclasses import dataclass
 
 from mlirtuna.errors import InputError
 
-PLAIN, SPLIT_K = "plain", "split-k"
-KEY_FORMS = (PLAIN, SPLIT_K)
+PLAIN, SPLIT_K, E4, E4_SPLIT_K = "plain", "split-k", "e4", "e4-split-k"
+KEY_FORMS = (PLAIN, SPLIT_K, E4, E4_SPLIT_K)
+TRANS_O_FLAG = "-transO"
 SPLIT_K_FLAG = "-supportsSplitK"
 _FUSION_RE = re.compile(r"^-(input|output)Fusions=\S*$")
 
@@ -99,14 +107,50 @@ def with_form(op: str, canonical: str, suffix: str, form: str) -> str:
     plain: the canonical vector alone (what perfRunner before split-K looks up; a stored
     `false` row is then found as the gemm's only tuning, which is what such a perfRunner runs).
     split-k: the vector plus `-supportsSplitK X`, X the row's own value or the plain default.
+    e4: the vector with gemm's -transO always spelled (e4_vector), no split-K flag; e4-split-k:
+    that vector and the split-K flag.
     Fusion words are never written: perfRunner strips them before the lookup.
     """
     if form == PLAIN:
         return canonical
-    if form != SPLIT_K:
+    if form in (E4, E4_SPLIT_K):
+        canonical = e4_vector(op, canonical)
+        if form == E4:
+            return canonical
+    elif form != SPLIT_K:
         raise ValueError(f"unknown key form {form!r}")
     value = effective_split_k(op, split_k_of(suffix))
     return f"{canonical} {SPLIT_K_FLAG} {'true' if value else 'false'}"
+
+
+def spells_trans_o(form: str) -> bool:
+    """Whether keys of this form spell gemm's -transO (the E4 forms)."""
+    return form in (E4, E4_SPLIT_K)
+
+
+def e4_vector(op: str, vector: str) -> str:
+    """A stored test vector as E4's perfRunner spells it: a gemm vector without -transO gets
+    `-transO false` after -transB's value (where GemmConfiguration.to_command_line prints it);
+    every other vector is already in that form."""
+    words = vector.split()
+    if op != "gemm" or TRANS_O_FLAG in words or "-transB" not in words:
+        return vector
+    at = words.index("-transB") + 2
+    return " ".join([*words[:at], TRANS_O_FLAG, "false", *words[at:]])
+
+
+def stored_vector(written: str) -> str:
+    """The stored form of a key as a tool wrote it: the plain vector (split_key), and for a gemm
+    vector (op_of_flags) `-transO false` dropped, the default that mlirtuna's vector leaves
+    out. How a tool's row, `.state` key or index.json testVector is matched back to a job."""
+    plain = split_key(written).plain
+    words = plain.split()
+    if op_of_flags(words) != "gemm" or TRANS_O_FLAG not in words:
+        return plain
+    at = words.index(TRANS_O_FLAG)
+    if at + 1 < len(words) and words[at + 1].lower() in ("false", "0"):
+        return " ".join(words[:at] + words[at + 2 :])
+    return plain
 
 
 def split_k_of(suffix: str) -> bool | None:

@@ -50,7 +50,8 @@ def export(
     key_format: str = typer.Option(
         None,
         "--key-format",
-        help="plain, or split-k (keys end -supportsSplitK true|false) for the newest perfRunner "
+        help="plain, split-k (keys end -supportsSplitK true|false) for rocMLIR's newest "
+        "perfRunner, or e4 (gemm keys spell -transO) for rocmlirTriton's "
         "[the form of the newest session's build].",
     ),
     output: str = typer.Option(

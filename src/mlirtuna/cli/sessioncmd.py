@@ -57,7 +57,9 @@ def new(
     ),
     lfbo_effort: str = typer.Option(None, "--lfbo-effort", help="E4: quick or full (lfbo space)."),
     key_form: str = typer.Option(
-        None, "--key-format", help="plain or split-k: export's default [the build's perfRunner]."
+        None,
+        "--key-format",
+        help="plain, split-k or e4: export's default [the build's perfRunner].",
     ),
     topk: int = typer.Option(
         DEFAULT_TOPK,

@@ -151,8 +151,8 @@ class GemmConfig(Base):
     out_data_type: Mapped[str] = _str()
     trans_a: Mapped[bool] = _bool()
     trans_b: Mapped[bool] = _bool()
-    # None: the config string does not say (older rocMLIR has no -transO).
-    trans_o: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    # -transO (migration 0018: every gemm has one; rows from before it are false).
+    trans_o: Mapped[bool] = _bool()
     group_size: Mapped[int] = _int()
     m: Mapped[int] = _int()
     n: Mapped[int] = _int()

@@ -204,13 +204,12 @@ def _conv(p: Any) -> list[Any]:
 
 
 def _gemm(p: Any) -> list[Any]:
-    trans_o = False if p.trans_o is None else p.trans_o
     return [
         p.data_type,
         p.out_data_type,
         p.trans_a,
         p.trans_b,
-        trans_o,
+        p.trans_o,
         p.group_size,
         p.m,
         p.k,

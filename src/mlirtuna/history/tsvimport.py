@@ -124,9 +124,13 @@ class _Group:
             failed={k: t for k, t in self.failed.items() if op_of(k) not in ops},
         )
 
+    e4: bool = False  # a gemm row spelled -transO false (rocmlirTriton's E4 keys)
+
     @property
     def key_form(self) -> str:
         split_k = any(keys.split_k_of(w.key_suffix) is not None for w in self.winners.values())
+        if self.e4:
+            return keys.E4_SPLIT_K if split_k else keys.E4
         return keys.SPLIT_K if split_k else keys.PLAIN
 
 
@@ -376,6 +380,12 @@ class _Parser:
                 group = by_context[context] = _Group(parsed.path, context, sha256)
             section = bisect.bisect(starts, row.lineno)  # a rerun appends under a new header
             _add_winner(group, winner, parsed.path, row.lineno, section)
+            group.e4 = (
+                group.e4
+                or keys.e4_vector(winner.op, winner.test_vector)
+                == (keys.split_key(row.test_vector).plain)
+                != winner.test_vector
+            )
         groups = list(by_context.values())
         for error in parsed.errors:
             self.attach_error(parsed.path, error, groups, report)

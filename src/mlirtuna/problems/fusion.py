@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import mlirtuna.problems.conv as conv
 import mlirtuna.problems.gemm as gemm
 import mlirtuna.problems.gemm_gemm as gemm_gemm
+from mlirtuna import keys
 from mlirtuna.errors import InputError, UserError
 from mlirtuna.problems.flags import Columns, ExpandOptions
 from mlirtuna.problems.migraphx import Function, Module, Op, read_module
@@ -123,7 +124,10 @@ def parse_key(emitted: str) -> tuple[str, str]:
         return "conv", conv.parse(" ".join(tokens)).canonical()
     if "-gemmO" in tokens:
         return "gemm_gemm", gemm_gemm.parse(" ".join(tokens)).canonical()
-    return "gemm", gemm.parse(" ".join(tokens)).canonical()
+    key = gemm.parse(" ".join(tokens)).canonical()
+    # The key as rocmlir-gen spelled it: a gemm key that gives -transO keeps it (false too),
+    # since the tool's rows for the module are keyed by that very string.
+    return "gemm", keys.e4_vector("gemm", key) if keys.TRANS_O_FLAG in tokens else key
 
 
 def _strip_key_extras(tokens: list[str]) -> list[str]:

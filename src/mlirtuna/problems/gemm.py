@@ -3,23 +3,28 @@
 Follows ROCm/rocMLIR mlir/utils/performance/perfRunner.py (GemmConfiguration and
 get_gemm_configurations), newest stored version and 00267dbf:
 
-- Canonical: E2 perfRunner's to_command_line, which is also the E3 tuningRunner test vector
+- Canonical (the problem's identity, its stored test vector): E2 perfRunner's to_command_line,
+  which is also the E3 tuningRunner test vector
   (`-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 1024 -n 512 -k 769`), with
-  `-transO x` after -transB only when the line gives -transO (`trans_o` None otherwise). The
-  newest perfRunner always prints `-transO false`; a DB written from these strings is still
-  found by it only for lines that spell -transO out.
+  `-transO true` after -transB for a problem whose output is transposed. `-transO false` is the
+  default and is not spelled, so every key written before -transO existed names the same problem.
+- The E4 form (keys.e4_vector): rocmlirTriton's perfRunner (eb003bed) prints `-transO false|true`
+  after -transB in every gemm key (GemmConfiguration.to_command_line), canonicalizes every config
+  through it and looks its tuning DB up by that exact string. Which form a line gets is the
+  build's (keys.E4, read from its perfRunner by tuners/rocmlir/eras.py).
 - `-t`: f32 f16 bf16 i8 fp8 f4E2M1FN (perfRunner's DATA_TYPES_GEMM) and the fp8/bf8 operand
   pairs fp8_fp8 fp8_bf8 bf8_fp8 bf8_bf8 that rocmlir-gen's tuning key prints; matched
   case-insensitively. `-out_datatype` is lower-cased as perfRunner does; when absent it comes
   from perfRunner's OUTPUT_DATA_TYPES_MAP (i8 -> i32, fp8 forms and f4E2M1FN -> f32, else same).
-- Import refuses any `-transO` (tool_rejects): rocMLIR's tuningRunner at 3fc5be9e rejects the
-  line, `false` as well as `true` (its gemm parser has no -transO at all).
+- Import accepts `-transO` (1/0/true/false). rocMLIR's own tuningRunner at 3fc5be9e has no
+  -transO in its gemm parser; a session of such a build refuses `-transO true` problems at
+  `jobs load` (queue/jobs.py), and writes `-transO false` problems without the flag.
 - Booleans: 1/0/true/false in any case (perfRunner reads anything else as false; we refuse it).
 - Scaled GEMM (-scaledGemm, -scale_a_dtype, -scale_b_dtype, -transScaleA, -transScaleB) is
   refused: it needs columns the gemm_config table does not have.
 - Expansion: data types x transA x transB over what the line leaves out. The out type follows
   the line's own -t when it has one (perfRunner pairs it with its loop variable instead). The
-  newest perfRunner also expands -transO; we do not, to keep the E3 test-vector shape. Default
+  newest perfRunner also expands -transO; we do not (a line without it is -transO false). Default
   types: f32 f16 bf16 i8 fp8 (f4E2M1FN only exists on gfx950; perfRunner also drops fp8 on
   gfx908/90a/942/1030/1101 — we do not know the chip here).
 """
@@ -75,7 +80,7 @@ class GemmProblem(Columns):
     out_data_type: str
     trans_a: bool
     trans_b: bool
-    trans_o: bool | None = None
+    trans_o: bool = False
     group_size: int
     m: int
     n: int
@@ -89,8 +94,9 @@ class GemmProblem(Columns):
         check_minimum("kernel_repeats", self.kernel_repeats, 1)
 
     def canonical(self) -> str:
-        """The test vector as perfRunner (E2) / tuningRunner (E3) print it."""
-        trans_o = "" if self.trans_o is None else f" -transO {bool_text(self.trans_o)}"
+        """The test vector as perfRunner (E2) / tuningRunner (E3) print it; -transO only when
+        true (module docstring)."""
+        trans_o = " -transO true" if self.trans_o else ""
         return (
             f"-t {self.data_type} -out_datatype {self.out_data_type} "
             f"-transA {bool_text(self.trans_a)} -transB {bool_text(self.trans_b)}{trans_o} "
@@ -99,23 +105,6 @@ class GemmProblem(Columns):
 
     def flops(self) -> int:
         return 2 * self.group_size * self.m * self.k * self.n
-
-
-def tool_rejects(problem: GemmProblem) -> str | None:
-    """What rocMLIR's tuningRunner refuses in the test vector mlirtuna gives it. Its perfRunner
-    (GemmConfiguration.from_command_line at 3fc5be9e, read there) has no -transO branch: any
-    -transO, `false` as well as `true`, falls to `Unknown GEMM config argument -transO -> X`, a
-    ValueError before any config of the call is tuned. So a line that spells -transO is refused
-    at import (newer perfRunners and rocmlirTriton's take `-transO false`; a build whose tool
-    does is not told apart here). A missing -out_datatype, -transA or -transB is not refused:
-    the canonical form spells them, as the tool's own `-c` expansion does."""
-    if problem.trans_o is not None:
-        value = "true" if problem.trans_o else "false"
-        return (
-            f"-transO {value}: rocMLIR's tuningRunner cannot tune it (perfRunner's gemm parser "
-            f"at 3fc5be9e has no -transO: 'Unknown GEMM config argument -transO -> {value}')"
-        )
-    return None
 
 
 def _split(line: str) -> dict[str, str]:
@@ -142,7 +131,7 @@ def _make(flags: dict[str, str], data_type: str, trans_a: bool, trans_b: bool) -
         out_data_type=out_type,
         trans_a=trans_a,
         trans_b=trans_b,
-        trans_o=None if trans_o is None else bool_value("-transO", trans_o),
+        trans_o=False if trans_o is None else bool_value("-transO", trans_o),
         **SIZE_FLAGS.parse(flags),
     )
 

@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from mlirtuna import catalog, sessions
+from mlirtuna import catalog, keys, sessions
 from mlirtuna.db import Database, db_now, rowcount
 from mlirtuna.db.models import (
     BENCHMARK,
@@ -32,6 +32,7 @@ from mlirtuna.db.models import (
     Attempt,
     Candidate,
     FusionConfig,
+    GemmConfig,
     Job,
     Problem,
     ProblemTag,
@@ -72,11 +73,26 @@ def load(
     if sum(x is not None and x is not False for x in (tag, file, all_problems or None)) != 1:
         raise UserError("choose the problems with exactly one of --tag, --file or --all")
     sess = sessions.get(db, session_id)
+    refused = _trans_o_refusal(sess)
     # Another `jobs load` of the same session may race this one: the loser tries again.
     return db.retrying_conflicts(
         lambda: _load(
-            db, session_id, op, tag, file, all_problems, options, exclude, keep, sess.two_stage
+            db, session_id, op, tag, file, all_problems, options, exclude, keep, sess.two_stage,
+            refused,
         )
+    )  # fmt: skip
+
+
+def _trans_o_refusal(sess: sessions.Session) -> str | None:
+    """Why this session cannot tune a gemm with `-transO true`, or None. A rocMLIR build read
+    when the session was opened (capabilities known) whose perfRunner does not spell gemm keys
+    with -transO (key form not e4 or e4-split-k: rocMLIR's own E3 line, whose gemm parser has no
+    -transO) fails such a line before it tunes anything; CPU and imported sessions can."""
+    if sess.tuner != "rocmlir" or not sess.capabilities or keys.spells_trans_o(sess.key_form):
+        return None
+    return (
+        f"session {sess.id}'s build cannot tune gemm -transO true (its perfRunner's gemm keys "
+        f"have no -transO: key form {sess.key_form}, {sess.capabilities})"
     )
 
 
@@ -100,6 +116,7 @@ def _load(
     exclude,
     keep,
     two_stage: bool = False,
+    refused: str | None = None,
 ) -> LoadReport:
     with db.session(immediate=True) as s:
         selected = _select(s, op=op, tag=tag, file=file, all_problems=all_problems, options=options)
@@ -107,6 +124,8 @@ def _load(
             raise UserError(f"no problems carry the tag {tag!r}: import them with --tag {tag}")
         for pid in exclude:
             selected.pop(pid, None)
+        if refused is not None:
+            _refuse_trans_o(s, selected, refused)
         if keep is not None:
             selected = keep(s, session_id, selected)
         have = set(s.scalars(sa.select(Job.problem_id).where(Job.session_id == session_id)))
@@ -115,6 +134,22 @@ def _load(
         if rows:
             s.execute(sa.insert(Job.__table__), rows)
         return LoadReport(added=len(added), existing=len(selected) - len(added))
+
+
+def _refuse_trans_o(s: Session, selected: dict[int, int], why: str) -> None:
+    """UserError (nothing loaded) when the selection holds gemm -transO true problems."""
+    stmt = (
+        sa.select(Problem.id, Problem.test_vector)
+        .join(GemmConfig, GemmConfig.id == Problem.id)
+        .where(GemmConfig.trans_o.is_(sa.true()))
+    )
+    hits = [(pid, vector) for pid, vector in s.execute(stmt) if pid in selected]
+    if hits:
+        pid, vector = min(hits)
+        raise UserError(
+            f"{why}: {len(hits)} selected problem(s) have it, e.g. problem {pid} ({vector}); "
+            "leave them out (--tag, --file) or open the session on an E4 build"
+        )
 
 
 def _select(s: Session, *, op, tag, file, all_problems, options) -> dict[int, int]:

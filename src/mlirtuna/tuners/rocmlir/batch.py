@@ -150,9 +150,10 @@ class BatchTail:
     with the same problem columns; a row's candidates are the block whose columns name the row's
     problem (debugfile.matches: the rows name no test vector), never merely the k-th. Row k's
     block is complete once row k+1 was seen before the `.debug` file was read, a block k+1
-    has begun, or the tool has exited. Rows are matched to problems by their key (the plain
-    part: E4 appends -supportsSplitK). Each file is read from where the last poll stopped,
-    whole lines only: a poll costs what the tool wrote since, not the file so far.
+    has begun, or the tool has exited. Rows are matched to problems by their key in the stored
+    form (keys.stored_vector: the plain part, E4's gemm `-transO false` dropped); a row that
+    names no problem of the batch is never recorded. Each file is read from where the last
+    poll stopped, whole lines only: a poll costs what the tool wrote since, not the file so far.
 
     `driver`: E4's driver lines from stderr, in order (TailReader). Which candidates were
     Discarded is read from the lines of the block's own config: the first run of lines, after
@@ -169,7 +170,7 @@ class BatchTail:
     ) -> None:
         self.out, self.debug = out, out.with_name(out.name + ".debug")
         self.problems = problems
-        self._index = {p.canonical(): i for i, p in enumerate(problems)}
+        self._index = {p.canonical(): i for i, p in enumerate(problems)}  # stored form
         self._rows: list[tuple[int | None, tuningdb.TuningRow]] = []
         self._blocks: list[list[DebugRow]] = []
         self._owners: list[int | None] = []  # per block: the problem its columns name
@@ -246,8 +247,8 @@ class BatchTail:
 
     def _discarded(self, block: list[DebugRow] | None, exited: bool) -> set[str] | None:
         """The block's Discarded perf configs; None: wait, its driver lines may be on the way."""
-        if self._driver is None or not block:
-            return set()
+        if self._driver is None or not block or block[0].status is not None:
+            return set()  # E4's Status column says it per candidate (debug_candidates)
         at = driver_segment(self._driver, self._driver_at, block)
         if at is None:
             moment = time.monotonic()
@@ -286,7 +287,9 @@ class BatchTail:
         except InputError:
             return  # a malformed file: its configs end as unfinished, with the tool's status
         for row in rows[len(self._rows) :]:
-            index = self._index.get(keys.split_key(row.test_vector).plain)
+            # The row's key as the tool canonicalized it, back in the stored form: a row for a
+            # config the batch did not ask for (E4's `-transO true` twin) matches no job.
+            index = self._index.get(keys.stored_vector(row.test_vector))
             if index is None:
                 for i in self.missing():  # noted on every job that may have been meant
                     self._notes.setdefault(i, []).append(
@@ -336,7 +339,7 @@ def _config_states(out: Path) -> dict[str, str]:
     try:
         data = json.loads(raw or b"{}")
         return {
-            keys.split_key(vector).plain: state
+            keys.stored_vector(vector): state
             for context in data.get("contexts", {}).values()
             for vector, state in context.items()
             if isinstance(state, str)

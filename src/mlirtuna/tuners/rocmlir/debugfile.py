@@ -12,8 +12,16 @@ refuses to append another op's schema) is an error.
   Read into a stats.Spread: its median and min; the IQR taken as 1.349 * stddev (a normal
   distribution's), and the sample count only where the dict gives one (`count`/`n`/`samples`).
   Empty for N/A candidates.
-- `MeasurementsMs`: the stand-in's earlier per-run list in ms (summarized with stats.summarize).
-- `Status` (E4): the driver's verdict; a candidate without TFlops keeps it as its reason.
+  A Stats whose min exceeds its median is a malformed file (TunerError, FILE:LINE).
+- `MeasurementsMs` (rocmlirTriton's E4 with `--debug`, instead of Stats): what
+  rocmlir-tuning-driver `--show-all-measurements` prints, a JSON list of every measured run's
+  hipEventElapsedTime in milliseconds, in the order they ran (rocmlir-tuning-driver.cpp,
+  benchmarkKernels), which tuningRunner stores as the list pandas writes (its repr).
+  Summarized in ns with stats.summarize; empty for N/A and Discarded candidates. Its fastest run
+  can never be slower than the row's time (the driver's median, `--use-median`): outcome.py
+  checks that, a violation is a malformed file.
+- `Status` (E4): `Measured`, `N/A` or `Discarded` (outside the top k of `--two-stage-topk`);
+  a candidate without TFlops keeps it as its reason.
 
 There is no time column: the time is derived from TFlops by the caller. Rows name no test vector:
 a batch tells its configs' blocks apart by the problem columns (`problem`, `matches`).
@@ -63,7 +71,8 @@ _CONV_SIZES = {
 _GEMM = {"G": "group_size", "M": "m", "K": "k", "N": "n", "TransA": "trans_a", "TransB": "trans_b"}
 FIELD_COLUMNS: dict[str, dict[str, str]] = {
     "conv": {"DataType": "data_type", **_CONV_SIZES},
-    "gemm": {"DataType": "data_type", "OutDataType": "out_data_type", **_GEMM},
+    # E4's gemm table_entry has TransO (E3's has none: then no column tells it apart).
+    "gemm": {"DataType": "data_type", "OutDataType": "out_data_type", **_GEMM, "TransO": "trans_o"},
     "attention": {
         "DataType": "data_type",
         **{f"Trans{x}": f"trans_{x.lower()}" for x in "QKVO"},
@@ -115,10 +124,15 @@ class DebugRow:
     perf_config: str
     tflops: float | None
     lineno: int
-    spread: stats.Spread | None = None  # from Stats (or the stand-in's MeasurementsMs)
+    spread: stats.Spread | None = None  # from Stats (E3) or MeasurementsMs (E4)
     status: str | None = None  # E4's Status column, when written
     # The problem's columns as (name, value) pairs: one config's rows share them.
     problem: tuple[tuple[str, str], ...] = ()
+    source: str = ""  # the file it was read from, for FILE:LINE errors
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}:{self.lineno}"
 
     def _replace_problem(self, problem: tuple[tuple[str, str], ...]) -> DebugRow:
         return dataclasses.replace(self, problem=problem)
@@ -177,16 +191,17 @@ def _debug_row(
         raise TunerError(f"{path}:{lineno}: empty PerfConfig")
     spread = None
     if "Stats" in named:
-        spread = parse_stats(fields[named["Stats"]])
+        spread = parse_stats(fields[named["Stats"]], f"{path}:{lineno}")
     elif "MeasurementsMs" in named:
         spread = _measurements(fields[named["MeasurementsMs"]])
     status = fields[named["Status"]].strip() or None if "Status" in named else None
-    return DebugRow(fields[pc_col], tflops, lineno, spread, status)
+    return DebugRow(fields[pc_col], tflops, lineno, spread, status, source=str(path))
 
 
-def parse_stats(text: str) -> stats.Spread | None:
+def parse_stats(text: str, where: str = "Stats") -> stats.Spread | None:
     """A Stats cell (module docstring); None when empty or unreadable: the statistics are
-    extra, a candidate without them is still a candidate."""
+    extra, a candidate without them is still a candidate. A min above the median is no
+    measurement at all: TunerError naming `where` (FILE:LINE)."""
     if not text.strip():
         return None
     try:
@@ -202,6 +217,10 @@ def parse_stats(text: str) -> stats.Spread | None:
     stddev = _number(value.get("stddev"))
     if median is None or median <= 0:
         return None
+    if low is not None and low > median:
+        raise TunerError(
+            f"{where}: Stats min {low:g} exceeds its median {median:g} (a malformed .debug file)"
+        )
     count = next((value[k] for k in ("count", "n", "samples") if k in value), None)
     samples = (
         count
@@ -210,7 +229,7 @@ def parse_stats(text: str) -> stats.Spread | None:
     )
     return stats.Spread(
         median=median,
-        min=low if low is not None and 0 < low <= median else median,
+        min=low if low is not None and low > 0 else median,
         iqr=IQR_PER_STDDEV * stddev if stddev is not None and stddev >= 0 else 0.0,
         samples=samples,
     )

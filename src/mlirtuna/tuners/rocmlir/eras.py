@@ -16,6 +16,7 @@ from pathlib import Path
 
 from mlirtuna import keys
 from mlirtuna.errors import TunerError, Unsupported
+from mlirtuna.problems import Problem
 from mlirtuna.tuners.base import TuneContext
 
 _FLAG_RE = re.compile(r"(?<![\w-])--[A-Za-z][\w-]*")
@@ -105,14 +106,38 @@ def detect_era(help_text: str) -> Era:
 
 
 def build_key_form(script_dir: Path, era: Era) -> str:
-    """The key form the build's perfRunner reads: split-k where its perfRunner.py (beside the
-    tuningRunner.py that runs) knows -supportsSplitK (or, without one to read, for E4, whose
-    keys carry it), else plain."""
+    """The key form the build's perfRunner reads, from its perfRunner.py beside the
+    tuningRunner.py that runs (how it parses and prints a line): -transO spelled (e4) where its
+    gemm parser knows -transO (rocmlirTriton's GemmConfiguration always prints it, and its
+    tuning-DB lookup is by that exact string), -supportsSplitK appended where it knows that flag
+    (split-k; both: e4-split-k), else plain. Without a perfRunner.py to read: e4 for an E4
+    build (rocmlirTriton's), else plain."""
     perf_runner = script_dir / "perfRunner.py"
-    if perf_runner.is_file():
-        text = perf_runner.read_text(encoding="utf-8", errors="replace")
-        return keys.SPLIT_K if keys.SPLIT_K_FLAG in text else keys.PLAIN
-    return keys.SPLIT_K if era.name == "E4" else keys.PLAIN
+    if not perf_runner.is_file():
+        return keys.E4 if era.name == "E4" else keys.PLAIN
+    text = perf_runner.read_text(encoding="utf-8", errors="replace")
+    trans_o = keys.TRANS_O_FLAG in _class_text(text, "GemmConfiguration")
+    split_k = keys.SPLIT_K_FLAG in text
+    if trans_o:
+        return keys.E4_SPLIT_K if split_k else keys.E4
+    return keys.SPLIT_K if split_k else keys.PLAIN
+
+
+def _class_text(source: str, name: str) -> str:
+    """The text of one top-level class of a Python source (up to the next top-level line)."""
+    start = source.find(f"\nclass {name}(")
+    if start < 0:
+        return ""
+    end = re.search(r"\n(?=[^\s#])", source[start + 1 :])
+    return source[start : start + 1 + end.start()] if end else source[start:]
+
+
+def tool_vector(problem: Problem, key_form: str) -> str:
+    """A problem's line as this build's tuningRunner canonicalizes it (so its rows, `.state`
+    and index.json come back in the same spelling, and E4's gemm loader does not add a
+    `-transO true` twin to a line without -transO)."""
+    vector = problem.canonical()
+    return keys.e4_vector(problem.op, vector) if keys.spells_trans_o(key_form) else vector
 
 
 def lacks_split(script: Path, era: Era) -> str:

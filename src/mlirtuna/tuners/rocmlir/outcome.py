@@ -145,7 +145,7 @@ def result_row(problem: Problem, out: Path, run: Run) -> tuple[tuningdb.TuningRo
     if not rows:
         raise no_result
     row, notes = rows[-1], []
-    expected, written = problem.canonical(), keys.split_key(row.test_vector).plain
+    expected, written = problem.canonical(), keys.stored_vector(row.test_vector)
     if isinstance(problem, FusionProblem):  # the row is keyed by the module's tuning key
         expected = problem.tuning_key
         with contextlib.suppress(InputError):
@@ -303,6 +303,7 @@ def debug_candidates(
         if row.tflops is None and is_discarded:
             cand = Candidate(row.perf_config, error=DISCARDED)
         else:
+            _check_fastest(row, flops)
             cand = tflops_candidate(
                 row.perf_config, row.tflops, flops, row.spread, two_stage, row.status
             )
@@ -310,6 +311,23 @@ def debug_candidates(
         if prev is None or (cand.valid and (not prev.valid or _tflops(cand) > _tflops(prev))):
             best[row.perf_config] = cand
     return list(best.values())
+
+
+# How far a run may read faster than the row's time: the driver prints both with %e's six digits.
+_PRINT_SLACK = 1e-5
+
+
+def _check_fastest(row: DebugRow, flops: float) -> None:
+    """TunerError (FILE:LINE) when the row's fastest run is slower than its time: the time is
+    the driver's median of those very runs (E4's --use-median), so it is a malformed file."""
+    if row.spread is None or row.tflops is None or row.tflops <= 0:
+        return
+    ns = flops / (row.tflops * 1e3)
+    if row.spread.min > ns * (1 + _PRINT_SLACK):
+        raise TunerError(
+            f"{row.where}: the fastest run of {row.perf_config} ({row.spread.min:.6g} ns) is "
+            f"slower than its time ({ns:.6g} ns, the median of its runs): a malformed .debug file"
+        )
 
 
 def _tflops(c: Candidate) -> float:

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import cast
 
 import mlirtuna.tuners.process as process
-from mlirtuna import machine, textinput
+import mlirtuna.tuners.rocmlir.eras as eras
+from mlirtuna import keys, machine, textinput
 from mlirtuna.errors import StreamBroken, TunerError, Unsupported
 from mlirtuna.problems import Problem
 from mlirtuna.tuners.base import StreamItem, TuneContext, TuneOutcome
@@ -48,9 +49,10 @@ class Stream:
 
     def __init__(
         self, argv: list[str], cwd: Path, env: dict[str, str], ctx: TuneContext,
-        two_stage: bool, kill_grace_s: float,
+        two_stage: bool, kill_grace_s: float, key_form: str = keys.PLAIN,
     ) -> None:  # fmt: skip
         self.ctx, self.two_stage, self.kill_grace_s = ctx, two_stage, kill_grace_s
+        self.key_form = key_form  # how each fed config is spelled (eras.tool_vector)
         self.proc = process.popen(argv, cwd, env, fed=True)
         self.tmp = machine.make_temp_dir("stream")
         self.stderr = process.TailReader(
@@ -78,7 +80,7 @@ class Stream:
         request = {
             "id": key,
             "op": problem.op,
-            "config": problem.canonical(),
+            "config": eras.tool_vector(problem, self.key_form),
             "artifacts": str(artifacts),
             "output": str(out),
         }

@@ -102,6 +102,15 @@ class RocmlirTuner:
             self._era = detect_era(run.stdout)
         return self._era
 
+    @functools.cached_property
+    def key_form(self) -> str:
+        """How this build's perfRunner spells a key (eras.build_key_form)."""
+        return eras.build_key_form(self.script.parent, self.era)
+
+    def line(self, problem: Problem) -> str:
+        """A problem's config line as this build canonicalizes it (eras.tool_vector)."""
+        return eras.tool_vector(problem, self.key_form)
+
     # -- tuning ---------------------------------------------------------------------------
 
     def tune(self, problem: Problem, ctx: TuneContext) -> TuneOutcome:
@@ -133,8 +142,8 @@ class RocmlirTuner:
             f"--output={out}",
             "--debug",
         ]
-        if problem.op == "attention":
-            argv.append("--verify-mode=none")  # see the package docstring
+        if problem.op == "attention" and "--verify-mode" in era.flags:
+            argv.append("--verify-mode=none")  # see the package docstring (E4 has no such flag)
         if not era.has(GPUS):  # E2's way: the environment pins the GPU
             argv += ["--tflops", "--rocmlir_gen_flags=--device=0"]
         else:
@@ -158,7 +167,7 @@ class RocmlirTuner:
         if batch:
             config = "--configs-file=-"
         elif not isinstance(problem, FusionProblem):
-            config = f"--config={problem.canonical()}"
+            config = f"--config={self.line(problem)}"
         else:  # the directory holding only this job's module (E2 spells it --test_dir)
             flag = "--test-dir" if "--test-dir" in self.era.flags else "--test_dir"
             config = f"{flag}={module_path(out, problem).parent}"
@@ -206,8 +215,10 @@ class RocmlirTuner:
     ) -> list[Compiled | None]:
         """One `--compile-only` call for several problems of one op (`-c -`, the configs on
         stdin), its directory split into one bundle directory per problem (`dest`-0, -1, ...).
-        TunerError when the call fails (E4 writes DIR only once every config compiled); None
-        for a problem its index lacks. The caller compiles those alone."""
+        E4 compiles problem by problem: one that fails is discarded (no folder, no index
+        entry), the others stay and the call exits 1. So a failed call still hands out what it
+        compiled; None for a problem its index lacks (the caller compiles those alone, and a
+        failure there is that problem's own); TunerError only when it wrote no index at all."""
         self.check_split()
         eras.check_space(ctx, self.era)
         ops = {p.op for p in problems}
@@ -219,14 +230,14 @@ class RocmlirTuner:
             f"--compile-only={whole}",
             *target_flags(ctx),
         ]
-        configs = "".join(f"{p.canonical()}\n" for p in problems)
+        configs = "".join(f"{self.line(p)}\n" for p in problems)
         timeout = ctx.timeout_s * len(problems) if ctx.timeout_s else None
         env = process.scrubbed_env()
         run = process.run(argv, self.build_dir, env, timeout, self.kill_grace_s, configs)
-        if run.returncode != 0:
+        if run.returncode != 0 and not (whole / INDEX).is_file():
             raise failure(run)
         dests = [dest.parent / f"{dest.name}-{i}" for i in range(len(problems))]
-        found = split_artifacts(whole, [p.canonical() for p in problems], dests)
+        found = split_artifacts(whole, [self.line(p) for p in problems], dests)
         out: list[Compiled | None] = []
         for directory, ok in zip(dests, found, strict=True):
             commits = index_commits(directory) if ok else set()
@@ -298,7 +309,9 @@ class RocmlirTuner:
         env = self._env(ctx, era)
         # A stream is benchmark mode: one pass, nothing re-measured (as --benchmark-artifacts).
         remeasured = self.two_stage(ctx, benchmark=True)
-        return stream.Stream(argv, self.build_dir, env, ctx, remeasured, self.kill_grace_s)
+        return stream.Stream(
+            argv, self.build_dir, env, ctx, remeasured, self.kill_grace_s, self.key_form
+        )
 
     def two_stage(self, ctx: TuneContext, *, benchmark: bool = False) -> bool:
         """Whether the tool re-measures the top k itself (E4's --two-stage-topk). Never in a
@@ -376,7 +389,7 @@ class RocmlirTuner:
             out = Path(tmp) / "tuning.tsv"
             argv = [*self.command(problems[0], ctx, out, batch=True, benchmark=benchmark)]
             argv += extra
-            configs = "".join(f"{p.canonical()}\n" for p in problems)
+            configs = "".join(f"{self.line(p)}\n" for p in problems)
             start = process.now()
             # Only a driver that re-measures the top k prints Discarded (the candidates left
             # out of it); its lines are matched to each config's rows.

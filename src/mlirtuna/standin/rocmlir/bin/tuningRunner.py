@@ -61,6 +61,7 @@ Standard library only (the real tool needs numpy/pandas/tqdm; tests must not).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import hashlib
 import json
@@ -161,6 +162,7 @@ def e3_parser(
     spaces: list[str] | None = None,
     retry_states: tuple[str, ...] = ("failed", "timed_out", "crashed"),
     required: bool = True,
+    e4: bool = False,
 ) -> argparse.ArgumentParser:
     """E3's flags, choices and defaults (help texts are the stand-in's own words); E4 passes
     its own prog, spaces and retry states and adds its flags (e4_parser). `required` False:
@@ -184,8 +186,9 @@ def e3_parser(
     logging_group = p.add_mutually_exclusive_group()
     logging_group.add_argument("-q", "--quiet", action="store_true", default=False, help="quiet")
     logging_group.add_argument("-v", "--verbose", action="store_true", default=False, help="loud")
-    add("--verify-mode", default="gpu", choices=VERIFY_MODES, help="how the winner is verified")
-    add("--verify-perf-configs", action="store_true", default=False, help="verify every one")
+    if not e4:  # rocmlirTriton has --verify-winning-config / --verify-all-perfconfigs instead
+        add("--verify-mode", default="gpu", choices=VERIFY_MODES, help="how the winner is verified")
+        add("--verify-perf-configs", action="store_true", default=False, help="verify every one")
     add("--data-type", nargs="+", choices=E3_TYPES, default=["f32", "f16", "i8"], metavar="TYPE")
     add("--scale-type", nargs="+", choices=["f32", "f8E8M0FNU"], default=None, metavar="TYPE")
     add("--tflops", action="store_true", default=False, help="deprecated: always written")
@@ -200,7 +203,8 @@ def e3_parser(
         help="retry configs in these states",
     )
     add("--timeout", type=int, default=None, metavar="SECONDS", help="per config")
-    add("--verify-timeout", type=int, default=None, metavar="SECONDS", help="per verification")
+    if not e4 or E4_VARIANT == "lfbo":
+        add("--verify-timeout", type=int, default=None, metavar="S", help="per verification")
     add(
         "--gpus",
         type=int,
@@ -469,7 +473,9 @@ def tune(
         measured = FAULT != "none" and pc not in not_compiled
         ns = candidate_time_ns(config, pc, flops) if measured else None
         # E4's driver gives up on some candidates (over their time budget): "Discarded".
-        discarded = era == "E4" and ns is not None and e4_discarded(config, pc)
+        discarded = (
+            era == "E4" and E4_VARIANT == "lfbo" and ns is not None and e4_discarded(config, pc)
+        )
         if i > 0 and i % 100 == 0:
             progress(i, result)
         shown = "Discarded" if discarded else ("N/A" if ns is None else repr(ns))
@@ -479,11 +485,13 @@ def tune(
         if "LDSBankConflict" in debug_columns(op, BASE_ERA[era]):
             entry["LDSBankConflict"] = "NaN"  # perfRunner's value when rocprof metrics are absent
         entry["TFlops"] = math.nan if discarded else compute_tflops(flops, ns)
-        if BASE_ERA[era] == "E3" and debug:
+        if era == "E4" and op == "gemm":
+            entry = e4_gemm_entry(entry)
+        if era == "E4" and debug:
+            e4_debug_cells(entry, config, pc, ns, discarded)
+        elif BASE_ERA[era] == "E3" and debug:
             measured = ns is not None and not discarded
             entry["Stats"] = driver_stats(measurements_ms(config, pc, ns)) if measured else None
-            if era == "E4":
-                entry["Status"] = "Discarded" if discarded else ("ok" if measured else "N/A")
         result.entries.append(entry)
         if not math.isnan(entry["TFlops"]) and entry["TFlops"] > result.max_tflops:
             result.max_tflops, result.winner = entry["TFlops"], pc
@@ -551,7 +559,9 @@ def fault_for(config: str) -> str:
     """FAKE_TUNINGRUNNER_FAULT, for the configs containing FAKE_TUNINGRUNNER_FAULT_CONFIG only
     when that is set (one bad config among several of one call)."""
     only = os.environ.get("FAKE_TUNINGRUNNER_FAULT_CONFIG")
-    return FAULT if not only or only in config else ""
+    # E4 keys spell `-transO false`; the TEXT may be given without it
+    plain = config.replace(" -transO false", "")
+    return FAULT if not only or only in config or only in plain else ""
 
 
 def maybe_delay() -> None:
@@ -938,14 +948,16 @@ def two_stage(result: Result, config: str, k: int) -> None:
             e["TFlops"] = math.nan
             if "Stats" in e:
                 e["Stats"] = None
-            if e.get("Status") == "ok":  # measured in the first pass only
-                e["Status"] = "Discarded"
+            if e.get("Status") == "Measured":  # measured in the coarse pass only
+                e["Status"], e["MeasurementsMs"] = "Discarded", None
             continue
         factor = 0.97 + 0.06 * _unit("precise", config, e["PerfConfig"])
         e["TFlops"] /= factor
         if e.get("Stats"):
             stats = e["Stats"]
             e["Stats"] = {k: v if k == "cv" else round(v * factor, 1) for k, v in stats.items()}
+        if e.get("MeasurementsMs"):
+            e["MeasurementsMs"] = [float(f"{m * factor:e}") for m in e["MeasurementsMs"]]
         if e["TFlops"] > result.max_tflops:
             result.max_tflops, result.winner = e["TFlops"], e["PerfConfig"]
 
@@ -1067,13 +1079,21 @@ def commit_id() -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# E4 (rocmlirTriton, 2026): E3's ten columns and .state, plus its own flags (time budgets, GPU
-# run timeout, lfbo, cross compilation), named perf configs, test vectors canonicalized with
-# "-supportsSplitK", the driver's "Discarded" candidates, and driver exit status 3 (the GPU run
-# timed out) recorded as state gpu_timed_out (FAKE_TUNINGRUNNER_FAULT=gpu_timeout).
+# E4 (rocmlirTriton's tuningRunner 520c8752 with perfRunner eb003bed, the set the conformance
+# tier runs): E3's ten columns and .state, plus its own flags (time budgets, GPU run timeout,
+# two-stage top k, cross compilation), named perf configs, every config canonicalized as its
+# perfRunner prints it (gemm: `-transO false|true` after -transB, no -supportsSplitK); `-c`
+# lines without -transO expanded to both values, as get_gemm_configurations does; with --debug,
+# `MeasurementsMs` (every run's time in ms, the driver's --show-all-measurements) and `Status`
+# (Measured, N/A, Discarded: outside the top k); driver exit status 3 (the GPU run timed out)
+# recorded as state gpu_timed_out (FAKE_TUNINGRUNNER_FAULT=gpu_timeout).
+# FAKE_TUNINGRUNNER_E4=lfbo: the other stored rocmlirTriton tuningRunner (the lfbo space,
+# --lfbo-effort, --verify-timeout), whose keys also end `-supportsSplitK` and whose driver
+# drops some candidates over their time budget ("Discarded" without a top k, its lines logged).
 # ---------------------------------------------------------------------------------------------
 
-E4_SPACES = ["quick", "full", "exhaustive", "lfbo"]  # rocmlirTriton has no greedy space
+E4_VARIANT = os.environ.get("FAKE_TUNINGRUNNER_E4", "")
+E4_SPACES = ["quick", "full", "exhaustive"] + (["lfbo"] if E4_VARIANT == "lfbo" else [])
 E4_RETRY_STATES = ("failed", "timed_out", "gpu_timed_out", "crashed")
 GPU_TIMEOUT_EXIT_CODE = 3
 # The stand-in's names for rocmlirTriton's named fields (19 for gemm, as the real form has).
@@ -1130,7 +1150,7 @@ def e4_discarded(config: str, perf_config: str) -> bool:
 
 def e4_parser(available_gpus: list[int]) -> argparse.ArgumentParser:
     p = e3_parser(
-        available_gpus, "rocmlirTriton tuning runner", E4_SPACES, E4_RETRY_STATES, required=False
+        available_gpus, "rocmlirTriton tuning runner", E4_SPACES, E4_RETRY_STATES, False, True
     )
     p.description = "Stand-in for the E4 rocmlirTriton tuning runner (conv, gemm, attention)"
     add = p.add_argument
@@ -1150,7 +1170,8 @@ def e4_parser(available_gpus: list[int]) -> argparse.ArgumentParser:
     add("--perf-config-timeout", type=int, default=None, metavar="S", help="per candidate")
     add("--rep", type=int, default=100, metavar="MS", help="benchmark time budget")
     add("--warmup", type=int, default=25, metavar="MS", help="warm-up time budget")
-    add("--lfbo-effort", choices=["quick", "full"], default="quick", help="lfbo search effort")
+    if E4_VARIANT == "lfbo":
+        add("--lfbo-effort", choices=["quick", "full"], default="quick", help="lfbo effort")
     add("--two-stage", action="store_true", default=False, help="re-measure the best")
     add("--two-stage-topk", type=int, default=0, metavar="K", help="how many to re-measure")
     add("--verify-winning-config", action="store_true", default=False, help="verify the winner")
@@ -1159,11 +1180,98 @@ def e4_parser(available_gpus: list[int]) -> argparse.ArgumentParser:
     return p
 
 
+E4_GEMM_VALUE_FLAGS = ("-t", "-out_datatype", "-transA", "-transB", "-transO", "-g", "-m")
+E4_GEMM_VALUE_FLAGS += ("-n", "-k")
+
+
+def e4_gemm_canonical(config: str) -> str:
+    """perfRunner eb003bed's GemmConfiguration.from_command_line then to_command_line: -transO
+    false unless given, always printed after -transB; ValueError as the real parser raises."""
+    tokens = config.split()
+    values: dict[str, str] = {}
+    i = 0
+    while i < len(tokens):
+        if i + 1 >= len(tokens):
+            raise ValueError(f"Missing value for argument {tokens[i]}")
+        opt, val = tokens[i], tokens[i + 1]
+        if opt == "-supportsSplitK" and E4_VARIANT == "lfbo":  # its keys' own suffix
+            i += 2
+            continue
+        if opt not in E4_GEMM_VALUE_FLAGS and opt != "-perf_config":
+            raise ValueError(f"Unknown GEMM config argument {opt} -> {val}")
+        values[opt] = val
+        i += 2
+    if any(f not in values for f in E4_GEMM_VALUE_FLAGS if f != "-transO"):
+        raise ValueError("Incomplete GEMM configuration")
+
+    def b(flag: str) -> str:
+        return "true" if values.get(flag, "false").lower() in ("1", "true") else "false"
+
+    return (
+        f"-t {values['-t']} -out_datatype {values['-out_datatype'].lower()} "
+        f"-transA {b('-transA')} -transB {b('-transB')} -transO {b('-transO')} "
+        f"-g {int(values['-g'])} -m {int(values['-m'])} -n {int(values['-n'])} "
+        f"-k {int(values['-k'])}"
+    )
+
+
 def e4_key(op: str, config: str) -> str:
-    """The newest canonical key: the vector with -supportsSplitK (false for attention)."""
-    if "-supportsSplitK" in config.split():
+    """The key the tool canonicalizes a config to (its perfRunner's to_command_line): gemm in
+    perfRunner's own form; the stand-in trusts the other ops' lines to be canonical already.
+    The lfbo variant appends -supportsSplitK (false for attention)."""
+    if op == "gemm":
+        # kept verbatim when it cannot be parsed, as canonicalize_configs does: it fails later
+        with contextlib.suppress(ValueError):
+            config = e4_gemm_canonical(config)
+    if E4_VARIANT != "lfbo" or "-supportsSplitK" in config.split():
         return config
     return f"{config} -supportsSplitK {'false' if op == 'attention' else 'true'}"
+
+
+def e4_expand_gemm(lines: list[str]) -> list[str]:
+    """get_gemm_configurations for lines that give -t, -out_datatype, -transA and -transB: a
+    line without `-transO ` becomes two configs, -transO false and -transO true (after the
+    line's other flags are in; order: -transO false's of every line, then true's)."""
+    configs: list[str] = []
+    for trans_o in ("false", "true"):
+        for line in lines:
+            one = line if "-transO " in line else f"-transO {trans_o} {line}"
+            if one not in configs:
+                configs.append(one)
+    return configs
+
+
+def e4_gemm_entry(entry: dict) -> dict:
+    """GEMM_TEST_PARAMETERS of reportUtils 046da074: TransO after TransB."""
+    out = {}
+    for name, value in entry.items():
+        out[name] = value
+        if name == "TransB":
+            out["TransO"] = entry.get("TransO", False)
+    return out
+
+
+def e4_measurements(config: str, perf_config: str, ns: float) -> list[float]:
+    """--show-all-measurements: every run's hipEventElapsedTime in ms, in the order run, as
+    llvm::raw_ostream prints a double (%e) and json.loads reads it back. Eleven runs whose
+    median is the candidate's time (the driver's --use-median): five faster, five slower."""
+    ms = ns * 1e-6
+    below = [ms * (1 - 0.02 * _unit(f"lo{i}", config, perf_config)) for i in range(5)]
+    above = [ms * (1 + 0.02 * _unit(f"hi{i}", config, perf_config)) for i in range(5)]
+    runs = [ms, *below, *above]
+    order = sorted(range(11), key=lambda i: _unit(f"order{i}", config, perf_config))
+    return [float(f"{runs[i]:e}") for i in order]
+
+
+def e4_debug_cells(entry: dict, config: str, pc: str, ns: float | None, discarded: bool) -> None:
+    """find_best_perfconfig with --debug: MeasurementsMs (None unless measured) and Status."""
+    measured = ns is not None and not discarded
+    if measured:
+        entry["MeasurementsMs"] = e4_measurements(config, pc, ns)
+        entry["Status"] = "Measured"
+    else:
+        entry["MeasurementsMs"] = None
+        entry["Status"] = "Discarded" if discarded else "N/A"
 
 
 def e4_main(argv: list[str]) -> int:
@@ -1189,6 +1297,9 @@ def e4_main(argv: list[str]) -> int:
             "--compile-only or --benchmark-artifacts"
         )
     configs = [args.config] if args.config else read_configs_file(args.configs_file)
+    if args.op == "gemm" and not args.config:
+        configs = e4_expand_gemm(configs)  # perfRunner.get_gemm_configurations
+    configs = [e4_key(args.op, c) for c in configs]  # canonicalize_configs
     if args.compile_only:
         return e4_compile_only(args, configs, log)
     gpu = Gpu()
@@ -1199,6 +1310,8 @@ def e4_main(argv: list[str]) -> int:
         measure = e4_bundle_benchmark(args, gpu, gpu_id, configs, log)
         if measure is None:
             return 1
+        if isinstance(measure, int):
+            return measure
     log.info(f"Using 1 GPU(s)\nGPU {gpu_id}: rep {args.rep} ms, warmup {args.warmup} ms")
     return e4_tune_all(args, gpu, gpu_id, configs, measure, log)
 
@@ -1218,11 +1331,14 @@ def e4_tune_all(args, gpu: Gpu, gpu_id: int, configs: list[str], measure, log: L
     failed state), its row written and flushed at once, `.debug` appended, `.state` at the end."""
     context = f"{gpu.chip}/{gpu.num_cu}/{gpu.num_chiplets}/{args.tuning_space}"
     failed: dict[str, str] = {}
+    bundle_faults = 0
     header_written = False
     debug_path = None if args.output == "-" else f"{args.output}.debug"
     with open_output(args.output) as out:
         for config in configs:
             key = e4_key(args.op, config)
+            if args.op == "gemm":
+                e4_parse_or_crash(args, context, failed, key)
             start = time.time()
             stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             maybe_delay()
@@ -1237,13 +1353,16 @@ def e4_tune_all(args, gpu: Gpu, gpu_id: int, configs: list[str], measure, log: L
                 failed[key] = state
                 continue
             result = measure(config)
+            if result is None:  # a bundle fault: the next run retries it
+                bundle_faults += 1
+                continue
             if isinstance(result, str):
                 failed[key] = result
                 continue
             if args.two_stage_topk and not args.benchmark_artifacts:
                 # rocmlirTriton benchmarks a bundle in one precise pass: no top k there
                 two_stage(result, config, args.two_stage_topk)
-            if args.debug:
+            if args.debug and E4_VARIANT == "lfbo":  # 520c8752 keeps the driver's lines
                 for line in result.driver_lines:
                     log.info(f"[GPU {gpu_id}] {line}")
             if result.winner == "None":
@@ -1264,7 +1383,22 @@ def e4_tune_all(args, gpu: Gpu, gpu_id: int, configs: list[str], measure, log: L
         e3_write_state(args.output, context, failed)
         log.error("Encountered errors during tuning")
         return 1
-    return 0
+    return 1 if bundle_faults else 0
+
+
+def e4_parse_or_crash(args, context: str, failed: dict, key: str) -> None:
+    """tune_config's from_command_line raises ValueError for a line canonicalize_configs kept
+    verbatim: it escapes the worker thread and ends the run (traceback, exit 1); the config it
+    was on is left `interrupted` in `.state` (finalize_interrupted), rows already written stay."""
+    try:
+        e4_gemm_canonical(key)
+    except ValueError as e:
+        failed[key] = "interrupted"
+        e3_write_state(args.output, context, failed)
+        print("Traceback (most recent call last):", file=sys.stderr)
+        print('  File "tuningRunner.py", line 1310, in tune_config', file=sys.stderr)
+        print(f"ValueError: {e}", file=sys.stderr)
+        sys.exit(1)
 
 
 def usage_error(message: str) -> int:
@@ -1307,51 +1441,55 @@ class Target:
 
 
 def e4_compile_only(args, configs: list[str], log: Log) -> int:
-    """Compile every candidate of every config for the target; write DIR.tmp, then rename it
-    to DIR (keeping the previous DIR as DIR.old). Problems already in DIR are kept."""
+    """run_compile_only: for each config, its bundle into DIR/problems/<hash>/ and its entry
+    merged into DIR/index.json (no rocmlirGenFlags). A config that fails to compile is
+    discarded (no folder, no entry), the others stay; any failure makes the exit status 1.
+    Already compiled at this commit (index entry and manifest there): skipped unless --retune."""
     flags = (args.target_arch, args.target_num_cu, args.target_num_chiplets)
     if any(v is None for v in flags):
+        missing = [
+            n
+            for n, v in zip(
+                ("--target-arch", "--target-num-cu", "--target-num-chiplets"), flags, strict=True
+            )
+            if v is None
+        ]
         return usage_error(
-            "--compile-only needs --target-arch, --target-num-cu and --target-num-chiplets"
-        )
-    # A config that fails to compile fails the call: DIR is written only at the end.
-    for config in configs:
-        if fault_for(config) == "fail":
+            "argument --compile-only: requires " + ", ".join(missing) + " (the compile host is "
+            "GPU-less; target identity cannot be auto-discovered)"
+        )  # fmt: skip
+    target = Target(*flags)
+    root = args.compile_only
+    os.makedirs(os.path.join(root, "problems"), exist_ok=True)
+    run_id = hashlib.sha1(f"{time.time()}{os.getpid()}".encode()).hexdigest()
+    failed = 0
+    for position, key in enumerate(configs, start=1):
+        progress = f"[{position}/{len(configs)}]"
+        digest = problem_hash(target.arch, target.num_cu, target.num_chiplets,
+                              args.tuning_space, args.rocmlir_gen_flags, key)  # fmt: skip
+        problem_dir = os.path.join(root, "problems", digest)
+        entry = e4_index(root, target, args)["problems"].get(digest, {})
+        done = os.path.isfile(os.path.join(problem_dir, "manifest.json.z"))
+        if not args.retune and entry.get("commitId") == commit_id() and done:
+            log.info(f"{progress} Skipping already-compiled problem {digest}")
+            e4_merge_index(root, target, args, digest, key, run_id)
+            continue
+        maybe_delay()
+        if fault_for(key) == "fail":
+            shutil.rmtree(problem_dir, ignore_errors=True)
+            e4_remove_from_index(root, digest)
             log.error(
-                f"[compile] Tuning pipeline failed for '{e4_key(args.op, config)}'\n"
+                f"{progress} compile-only kernel bundle failed for '{key}' (problem {digest})\n"
                 "Exit code: 1\nCompilation failed"
             )
-            return 1
-    target = Target(*flags)
-    dest = args.compile_only.rstrip("/")
-    tmp, old = f"{dest}.tmp", f"{dest}.old"
-    shutil.rmtree(tmp, ignore_errors=True)
-    if os.path.isdir(dest):
-        shutil.copytree(dest, tmp)
-    index = e4_index(tmp, target, args)
-    index["lastRunId"] += 1
-    for config in configs:
-        maybe_delay()
-        key = e4_key(args.op, config)
-        digest = problem_hash(
-            target.arch,
-            target.num_cu,
-            target.num_chiplets,
-            args.tuning_space,
-            args.rocmlir_gen_flags,
-            key,
-        )
-        e4_compile_problem(args, config, target, os.path.join(tmp, "problems", digest))
-        entry = {"testVector": key, "commitId": commit_id(), "runId": index["lastRunId"]}
-        index["problems"][digest] = entry
-        log.info(f"Compiled '{key}' for {target.arch} ({digest})")
-    with open(os.path.join(tmp, "index.json"), "w") as f:
-        json.dump(index, f, indent=2)
-    if os.path.isdir(dest):
-        shutil.rmtree(old, ignore_errors=True)
-        os.rename(dest, old)
-    os.rename(tmp, dest)
-    return 0
+            failed += 1
+            continue
+        e4_compile_problem(args, key, target, problem_dir)
+        e4_merge_index(root, target, args, digest, key, run_id)
+        log.info(f"{progress} Compiled problem {digest}")
+    log.info(f"Compile phase: {len(configs) - failed} compiled, {failed} failed, "
+             f"of {len(configs)} problem(s)")  # fmt: skip
+    return 1 if failed else 0
 
 
 def e4_index(directory: str, target: Target, args) -> dict:
@@ -1359,16 +1497,37 @@ def e4_index(directory: str, target: Target, args) -> dict:
     if os.path.exists(path):
         with open(path) as f:
             return json.load(f)
-    os.makedirs(directory)
-    return {
-        "arch": target.arch,
-        "numCUs": target.num_cu,
-        "numChiplets": target.num_chiplets,
-        "tuningSpace": args.tuning_space,
-        "rocmlirGenFlags": args.rocmlir_gen_flags,
-        "lastRunId": 0,
-        "problems": {},
-    }
+    return {"problems": {}}
+
+
+def e4_write_index(directory: str, index: dict) -> None:
+    path = os.path.join(directory, "index.json")
+    with open(f"{path}.tmp", "w") as f:
+        json.dump(index, f, indent=2)
+        f.write("\n")
+    os.replace(f"{path}.tmp", path)
+
+
+def e4_merge_index(directory: str, target: Target, args, digest: str, key: str, run: str) -> None:
+    """_merge_index_json: the header from this call, this problem's entry, the others kept."""
+    index = e4_index(directory, target, args)
+    index.update(arch=target.arch, numCUs=target.num_cu, numChiplets=target.num_chiplets,
+                 tuningSpace=args.tuning_space, lastRunId=run)  # fmt: skip
+    index.setdefault("problems", {})[digest] = {
+        "testVector": key, "commitId": commit_id(), "runId": run,
+    }  # fmt: skip
+    e4_write_index(directory, index)
+
+
+def e4_remove_from_index(directory: str, digest: str) -> None:
+    path = os.path.join(directory, "index.json")
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        index = json.load(f)
+    if digest in index.get("problems", {}):
+        del index["problems"][digest]
+        e4_write_index(directory, index)
 
 
 def e4_compile_problem(args, config: str, target: Target, directory: str) -> None:
@@ -1413,6 +1572,11 @@ def e4_bundle_benchmark(args, gpu: Gpu, gpu_id: int, configs: list[str], log: Lo
         "numChiplets": (args.target_num_chiplets or gpu.num_chiplets, "--target-num-chiplets"),
         "tuningSpace": (args.tuning_space, "--tuning-space"),
     }
+    missing = [name for name in resolved if name not in index]
+    if missing:
+        log.error(f"artifact index {os.path.join(directory, 'index.json')} is missing required "
+                  f"field{'s' if len(missing) != 1 else ''}: {', '.join(missing)}")  # fmt: skip
+        return None
     differences = [
         f"artifacts compiled for {name} {index[name]!r} but this host resolved {local!r}; "
         f"pass {option}={index[name]}"
@@ -1429,15 +1593,9 @@ def e4_bundle_benchmark(args, gpu: Gpu, gpu_id: int, configs: list[str], log: Lo
             f"{gpu_id} is {gpu.chip}/{gpu.num_cu} CUs/{gpu.num_chiplets} chiplets"
         )
         return None
-    for digest, entry in index["problems"].items():
-        if entry["commitId"] != commit_id() and not args.allow_commit_mismatch:
-            log.error(
-                f"Commit mismatch: bundle {digest} was compiled at {entry['commitId']}, this "
-                f"build is {commit_id()} (--allow-commit-mismatch to benchmark it anyway)"
-            )
-            return None
 
-    def measure(config: str) -> Result | str:
+    def measure(config: str) -> Result | str | None:
+        """A Result, a failed state, or None: a bundle fault (nothing in .state, exit 1)."""
         key = e4_key(args.op, config)
         digest = problem_hash(
             index["arch"],
@@ -1447,10 +1605,17 @@ def e4_bundle_benchmark(args, gpu: Gpu, gpu_id: int, configs: list[str], log: Lo
             args.rocmlir_gen_flags,
             key,
         )
-        if digest not in index["problems"]:
-            log.error(f"[GPU {gpu_id}] '{key}' is not in the bundle {directory} ({digest})")
-            return "failed"
         problem_dir = os.path.join(directory, "problems", digest)
+        if not os.path.isdir(problem_dir):
+            log.error(f"[GPU {gpu_id}] no artifacts for '{key}' (problem {digest}) in "
+                      f"{problem_dir}; the bundle is incomplete for this target")  # fmt: skip
+            return None
+        compiled_at = index["problems"].get(digest, {}).get("commitId")
+        if compiled_at != commit_id() and not args.allow_commit_mismatch:
+            log.error(f"[GPU {gpu_id}] build-commit mismatch for problem {digest}: artifacts "
+                      f"compiled at '{compiled_at}' but benchmarking from '{commit_id()}'; pass "
+                      "--allow-commit-mismatch to override")  # fmt: skip
+            return None
         manifest = json.loads(read_framed(os.path.join(problem_dir, "manifest.json.z")))
         compiled = [c for c in manifest["configs"] if c["status"] == "success"]
         for c in compiled:  # a candidate is run from its code object

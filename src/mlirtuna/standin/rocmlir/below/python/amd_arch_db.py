@@ -60,3 +60,10 @@ def lookup_arch_info(name: str) -> AmdArchInfo:
         chip = props.gcnArchName.decode().split(":")[0]
         return _static(chip, props.multiProcessorCount, fake_gpu.current().chiplets)
     return _static(name.split(":")[0])
+
+
+def infer_num_chiplets(chip: str, num_cu: int) -> int:
+    """rocmlirTriton's binding (its tuningRunner 520c8752 calls it): the chiplets of a chip with
+    this many CUs. The fake answers for the GPU it pretends to be, else 1."""
+    gpu = fake_gpu.current()
+    return gpu.chiplets if chip == gpu.chip and num_cu == gpu.hip_cu else 1

@@ -103,3 +103,19 @@ def matches(env_var: str, problem: str) -> bool:
     """Failure injection: the env var holds '|'-separated substrings of problems."""
     subs = [s for s in os.environ.get(env_var, "").split("|") if s]
     return any(s in problem for s in subs)
+
+
+def measurements_ms(problem: str, perf_config: str, ns: float) -> list[float]:
+    """rocmlirTriton's --show-all-measurements: every run's time in ms, in the order run; eleven
+    runs whose median is the candidate's time (its --use-median time): five faster, five slower
+    by up to FAKE_ROCMLIR_NOISE."""
+    noise = float(os.environ.get("FAKE_ROCMLIR_NOISE", "0.02"))
+    ms = ns * 1e-6
+
+    def u(tag: str) -> float:
+        return (_h(tag, problem, perf_config) % 1000 + 1) / 1001
+
+    runs = [ms, *(ms * (1 - noise * u(f"lo{i}")) for i in range(5))]
+    runs += [ms * (1 + noise * u(f"hi{i}")) for i in range(5)]
+    order = sorted(range(len(runs)), key=lambda i: _h("order", str(i), problem, perf_config))
+    return [runs[i] for i in order]
