@@ -132,7 +132,7 @@ def _gemm_configs(size: Size) -> Iterator[tuple]:
         f = gemm_vector(i).split()
         v = dict(zip(f[0::2], f[1::2], strict=True))
         yield (
-            i + 1, v["-t"], v["-out_datatype"], False, v["-transB"] == "true", None,
+            i + 1, v["-t"], v["-out_datatype"], False, v["-transB"] == "true", False,
             1, int(v["-m"]), int(v["-n"]), int(v["-k"]), 0,
         )  # fmt: skip
 

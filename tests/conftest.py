@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.testdbs import BACKENDS, TestDatabases
 
 from mlirtuna.db import Database
-from tests.support.testdbs import BACKENDS, TestDatabases
 
 HERE = Path(__file__).parent
 DATA = HERE / "data"

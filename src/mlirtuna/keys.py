@@ -162,7 +162,8 @@ def match_key(op: str | None, written: str, canonical_of=None) -> str:
     canonical vector when its split-K value is what a plain key stands for (so an old-format row
     meets the new-format row perfRunner would take for it), else the vector with the flag."""
     key = split_key(written)
-    plain = canonical_of(key.plain) if canonical_of else key.plain
+    stored = stored_vector(written)  # gemm's `-transO false` (E4 keys) is the plain vector's
+    plain = canonical_of(stored) if canonical_of else stored
     if key.split_k is None or key.split_k == plain_split_k(op or guess_op(plain)):
         return plain
     return f"{plain} {SPLIT_K_FLAG} {'true' if key.split_k else 'false'}"
