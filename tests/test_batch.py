@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 from support.clitools import cli, mlirtuna_argv, run_cli, subprocess_env
 from support.rocmlir import fake_build
+from support.workers import wait_for
 
 from mlirtuna import catalog, queue, sessions
 from mlirtuna.db.models import Attempt, Candidate, Job, Problem, Result
@@ -404,9 +405,15 @@ def test_first_signal_finishes_the_batch_second_gives_it_back(db, db_url, tmp_pa
     def start() -> subprocess.Popen:
         with open(errlog, "w") as err:
             proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
-        deadline = time.monotonic() + 60
-        while states(db, sid).get("running", 0) < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        # Begun: four jobs held and the tool called on them (a signal between the claim and the
+        # call gives the jobs back, never begun: the worker looks at its GPU in between).
+        wait_for(
+            lambda: (
+                states(db, sid).get("running", 0) >= 4
+                and "problems in one call" in errlog.read_text()
+            ),
+            timeout=60,
+        )
         return proc
 
     w = start()
