@@ -252,6 +252,7 @@ def test_a_config_the_tool_fails_fails_only_its_job(
     ("fault", "message"),
     [("hang", "timeout"), ("crash_partial", "exited with status 139")],
 )
+@pytest.mark.slow  # signals and timeouts
 def test_a_tool_stopped_mid_batch_keeps_what_it_recorded(
     db, tmp_path, build, monkeypatch, fault, message
 ):
@@ -391,6 +392,7 @@ def test_cli_workers_pass_batch_on(db, db_url, tmp_path, build, monkeypatch):
     assert len(calls) == 2 and all("--configs-file=-" in c["argv"] for c in calls)
 
 
+@pytest.mark.slow  # signals and timeouts
 def test_first_signal_finishes_the_batch_second_gives_it_back(db, db_url, tmp_path, build):
     sid = session_of(db, tmp_path, gemm_lines(8))
     argv = mlirtuna_argv(

@@ -212,6 +212,7 @@ def test_run_op_fusion_on_the_example(db_url, tmp_path, monkeypatch):
     assert len(written) == 1 and len(summary["notes"]) == 1  # two mixr-gemm modules, one key
 
 
+@pytest.mark.slow  # four `run`s
 def test_the_plain_tuning_db_run_writes_does_not_depend_on_run_order(
     db, db_url, tmp_path, monkeypatch
 ):

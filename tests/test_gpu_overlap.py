@@ -92,6 +92,7 @@ def when_second_batch_claimed(db, sid: int, then: Callable[[int], None]) -> thre
     return thread
 
 
+@pytest.mark.slow  # times a stand-in's benchmark calls
 def test_a_gpu_worker_waits_for_a_full_batch_while_compiles_run(db, tmp_path, build, monkeypatch):
     problems(db, tmp_path, 4)
     sid = session(db, build)
@@ -104,6 +105,7 @@ def test_a_gpu_worker_waits_for_a_full_batch_while_compiles_run(db, tmp_path, bu
     assert len(stretches(tmp_path)) == 4
 
 
+@pytest.mark.slow  # times a stand-in's benchmark calls
 def test_without_the_wait_a_call_takes_what_is_ready(db, tmp_path, build, monkeypatch):
     """The contrast: --batch-wait 0 starts a call with the first bundle ready."""
     problems(db, tmp_path, 4)
@@ -114,6 +116,7 @@ def test_without_the_wait_a_call_takes_what_is_ready(db, tmp_path, build, monkey
     assert len(benchmark_calls(tmp_path)) > 1
 
 
+@pytest.mark.slow  # times a stand-in's benchmark calls
 def test_the_next_batch_is_unpacked_while_the_current_call_benchmarks(
     db, tmp_path, build, monkeypatch, caplog
 ):
@@ -136,6 +139,7 @@ def test_the_next_batch_is_unpacked_while_the_current_call_benchmarks(
     assert count(db, Bundle) == 0
 
 
+@pytest.mark.slow  # times a stand-in's benchmark calls
 def test_a_prefetched_job_whose_lease_is_lost_is_dropped_before_it_runs(
     db, tmp_path, build, monkeypatch
 ):
@@ -161,6 +165,7 @@ def test_a_prefetched_job_whose_lease_is_lost_is_dropped_before_it_runs(
     assert count(db, Result, Result.problem_id == job.problem_id, Result.session_id == sid) == 0
 
 
+@pytest.mark.slow  # times a stand-in's benchmark calls
 def test_a_stopping_worker_gives_its_prefetched_jobs_back(db, tmp_path, build, monkeypatch):
     problems(db, tmp_path, 8)
     sid = session(db, build)

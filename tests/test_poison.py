@@ -105,6 +105,7 @@ def test_a_gigabyte_of_stderr_keeps_worker_memory_bounded(build, tmp_path, monke
     assert peak_mb - before_mb < 200, f"peak RSS {peak_mb:.0f} MB, {before_mb:.0f} MB before"
 
 
+@pytest.mark.slow  # waits out a timeout
 def test_a_tuner_that_ignores_the_timeout_is_stopped_by_the_worker(db, db_url, tmp_path):
     from support.workers import job_states, make_session, start_worker, stderr_of
 

@@ -106,6 +106,7 @@ def _machine() -> str:
     return platform.machine()
 
 
+@pytest.mark.slow  # signals
 def test_run_interrupted_then_resumed(db_url, tmp_path):
     """The session remembers what run was asked: `run --session N` alone resumes exactly that
     (the expansion flags included: no jobs for data types the user left out)."""

@@ -69,6 +69,7 @@ def test_a_read_only_database_is_one_line(tmp_path):
         _one_line(cli(url, "import", "--op", "gemm", str(configs)), str(ro / "m.db"))
 
 
+@pytest.mark.slow  # a full disk, waited out
 def test_a_worker_whose_disk_fills_keeps_its_result_then_stops_cleanly(tmp_path):
     """The database's disk fills while a job is tuned: the worker keeps the result and retries
     recording until there is room; filled again, two signals stop it at once (the job it held

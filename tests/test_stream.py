@@ -183,6 +183,7 @@ def test_a_stream_killed_mid_job_retries_that_job_and_loses_nothing(
     assert gpu.stats.released >= 1  # the ones fed behind it went back, no retry counted
 
 
+@pytest.mark.slow  # waits out a timeout
 def test_a_hung_stream_is_stopped_at_the_job_timeout_and_started_again(
     db, tmp_path, build, monkeypatch
 ):

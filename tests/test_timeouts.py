@@ -87,6 +87,7 @@ def test_a_tool_timeout_kills_a_child_that_left_the_group(build, monkeypatch, tm
     assert gone(*(int(p.read_text()) for p in pids))
 
 
+@pytest.mark.slow  # waits out a timeout
 def test_the_worker_kills_a_stubborn_tool_under_a_short_job_timeout(db, db_url, tmp_path, build):
     pids = tmp_path / "tool.pid", tmp_path / "child.pid"
     sid = rocmlir_session(db, tmp_path, "gemm")

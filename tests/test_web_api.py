@@ -39,6 +39,9 @@ from mlirtuna.web import explore
 from mlirtuna.web.app import create_app, open_read_only
 from mlirtuna.worker import Worker, WorkerSettings
 
+# Each test's farm is made by real tuning (tests/support/webfarm.py): slow.
+pytestmark = pytest.mark.slow
+
 PAGES = ("/", "/sessions/{a}", "/problems/{p}?session={g}", "/jobs/{j}", "/compare?a={a}&b={b}")
 
 

@@ -16,6 +16,9 @@ from support.webfarm import Farm, make
 from mlirtuna.db import Database
 from mlirtuna.web.app import MAX_INT, create_app, open_read_only
 
+# Each test's farm is made by real tuning (tests/support/webfarm.py): slow.
+pytestmark = pytest.mark.slow
+
 TEMPLATES = Path(__file__).parent.parent / "src" / "mlirtuna" / "web" / "templates"
 
 

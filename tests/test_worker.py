@@ -34,6 +34,7 @@ from mlirtuna.db.models import Attempt, Job
 from mlirtuna.queue import jobs
 
 
+@pytest.mark.slow  # worker processes: chaos, signals, pauses
 def test_four_workers_drain_500_jobs_exactly_once(db, db_url, tmp_path):
     sid = make_session(db, tmp_path, 500)
     log = tmp_path / "claims.log"
@@ -53,6 +54,7 @@ BATCHES = [1, pytest.param(4, marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.slow  # worker processes: chaos, signals, pauses
 def test_chaos_sigkill_and_restart_loses_nothing(db, db_url, tmp_path, batch):
     n = 150
     sid = make_session(db, tmp_path, n)
@@ -94,6 +96,7 @@ def test_chaos_sigkill_and_restart_loses_nothing(db, db_url, tmp_path, batch):
     assert expired >= 1  # kills hit held jobs, which came back through their leases
 
 
+@pytest.mark.slow  # worker processes: chaos, signals, pauses
 def test_paused_worker_records_nothing_after_takeover(db, db_url, tmp_path):
     sid = make_session(db, tmp_path, 1)
     log = tmp_path / "claims.log"
@@ -115,6 +118,7 @@ def test_paused_worker_records_nothing_after_takeover(db, db_url, tmp_path):
     assert "lease lost" in stderr_of(a)  # A says why it recorded nothing
 
 
+@pytest.mark.slow  # worker processes: chaos, signals, pauses
 def test_first_signal_finishes_the_job_second_gives_it_back(db, db_url, tmp_path):
     sid = make_session(db, tmp_path, 3)
     log = tmp_path / "claims.log"
@@ -156,6 +160,7 @@ def test_failing_tuner_retries_with_backoff_then_errors(db, db_url, tmp_path):
 
 
 @pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.slow  # worker processes: chaos, signals, pauses
 def test_workers_survive_killed_connections(db, db_url, tmp_path, batch):
     if db.is_sqlite:
         pytest.skip("SQLite has no server connection to lose")
@@ -240,6 +245,7 @@ def _holding(db: Database, sid: int) -> set[int]:
         )
 
 
+@pytest.mark.slow  # worker processes: chaos, signals, pauses
 def test_a_worker_without_until_empty_says_once_that_it_is_idle(db, db_url, tmp_path):
     sid = make_session(db, tmp_path, 1)
     w = start_worker(db_url, sid, tmp_path / "claims.log")
