@@ -82,6 +82,7 @@ def _in_process_worker(db, sid, seconds=0.2, **kw) -> Worker:
     return Worker(db, settings, tuner=SleepTuner(seconds))
 
 
+@pytest.mark.slow  # holds a lock for seconds
 def test_sqlite_lock_past_the_busy_timeout_is_waited_out(tmp_path, monkeypatch, caplog):
     """A foreign transaction holds SQLite's write lock far past the busy timeout while a worker
     wants to record: the worker keeps its tuned result, waits, and records it."""

@@ -153,6 +153,7 @@ def test_a_fed_job_whose_lease_is_lost_is_not_recorded(db, tmp_path, build, monk
     assert count(db, Result, Result.problem_id == target.problem_id, Result.session_id == sid) == 0
 
 
+@pytest.mark.slow  # kills and signals a worker's stream
 def test_a_stream_killed_mid_job_retries_that_job_and_loses_nothing(
     db, tmp_path, build, monkeypatch
 ):
@@ -209,6 +210,7 @@ def test_a_request_the_stream_fails_fails_only_its_job(db, tmp_path, build, monk
     assert bad.state == "error" and "GPU run timed out" in bad.result
 
 
+@pytest.mark.slow  # kills and signals a worker's stream
 def test_a_stopping_stream_worker_gives_back_what_it_did_not_feed(db, tmp_path, build, monkeypatch):
     sid = compiled_session(db, tmp_path, build, 8)
     monkeypatch.setenv("FAKE_TUNINGRUNNER_BENCH_MS", BENCH_MS)

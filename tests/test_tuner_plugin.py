@@ -13,6 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 from support.clitools import mlirtuna_argv, run_cli, subprocess_env
 from support.rocmlir import pid_alive
@@ -82,6 +83,7 @@ def test_the_registry_knows_the_plugin(db_url):
     assert without.code == 2 and "unknown tuner 'toy'" in without.stderr
 
 
+@pytest.mark.slow  # a worker paused past its lease
 def test_a_worker_that_lost_its_lease_kills_the_plugins_tool(db, db_url, tmp_path):
     sid = toy_session(db, db_url, tmp_path)
     pidfile = tmp_path / "tool.pid"
