@@ -26,6 +26,10 @@ DATA = HERE / "data"
 
 # The stand-in tool reads FAKE_* variables; the tool's environment is an allowlist.
 os.environ.setdefault("MLIRTUNA_TOOL_ENV", "FAKE_*")
+# The tests start hundreds of Python processes (workers, the CLI, the stand-in's tools) on the
+# source tree: with PYTHONDONTWRITEBYTECODE set (some images set it) each compiled every module
+# it imports again; cached bytecode (__pycache__, ignored by git) spares that CPU.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 DB_FIXTURES = ("db_url", "empty_db_url", "module_db_url")
 
