@@ -21,6 +21,10 @@ HOSTS = ("a", "b")
 BIG = 2**31 + 10  # past every 32-bit id
 
 
+# Roles are the servers' (SQLite has no users).
+pytestmark = pytest.mark.backends("postgresql", "mysql")
+
+
 @pytest.fixture
 def server_db(db):
     if db.is_sqlite:
