@@ -8,6 +8,8 @@ Each test gets a database of its own at the schema's head, made cheaply from one
 per test process (tests/support/testdbs.py): a file copy on SQLite, a template on PostgreSQL, a
 reset of a reused database on MariaDB. A test file that needs fewer backends says so with
 `pytestmark = pytest.mark.backends("sqlite")`; without the mark a test runs on all three.
+`backends(..., fast=("sqlite",))`: the other backends' runs carry the `slow` mark, so the quick
+loop (`-m "not slow"`) runs such a test once and `.ci/run` on every backend named.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ DB_FIXTURES = ("db_url", "empty_db_url", "module_db_url")
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        "backends(*names): the database backends a test runs on (sqlite, postgresql, mysql); "
-        "without it, all three",
+        "backends(*names, fast=names): the database backends a test runs on (sqlite, "
+        "postgresql, mysql; without the mark, all three); runs on a backend not in `fast` are "
+        "slow",
     )
 
 
@@ -51,14 +54,16 @@ def pytest_xdist_auto_num_workers(config):
 def pytest_generate_tests(metafunc):
     """Parametrize each database fixture over the backends the test (or its file) asks for."""
     marker = metafunc.definition.get_closest_marker("backends")
-    backends = list(marker.args) if marker else list(BACKENDS)
-    unknown = set(backends) - set(BACKENDS)
+    backends = list(marker.args) if marker and marker.args else list(BACKENDS)
+    fast = set(marker.kwargs.get("fast", backends)) if marker else set(backends)
+    unknown = (set(backends) | fast) - set(BACKENDS)
     if unknown:
         raise pytest.UsageError(f"{metafunc.definition.nodeid}: unknown backends {unknown}")
+    params = [pytest.param(b, marks=() if b in fast else pytest.mark.slow) for b in backends]
     for name in DB_FIXTURES:
         if name in metafunc.fixturenames:
             scope = "module" if name == "module_db_url" else "function"
-            metafunc.parametrize(name, backends, indirect=True, scope=scope)
+            metafunc.parametrize(name, params, indirect=True, scope=scope)
 
 
 @pytest.fixture(scope="session")

@@ -30,6 +30,10 @@ from mlirtuna.tuners.rocmlir import outcome, parse_debug_lines
 from mlirtuna.tuners.rocmlir.batch import driver_segment
 from mlirtuna.worker import Worker, WorkerSettings
 
+# The flow over whole workers: each backend in .ci/run, SQLite in the quick loop (the
+# queue, claim and settle SQL it runs is tested on all three there too).
+pytestmark = pytest.mark.backends(fast=("sqlite",))
+
 ARCH_FULL = "gfx942:sramecc+:xnack-"
 
 

@@ -36,6 +36,10 @@ from mlirtuna.problems import parse
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.tuners import rocmlir
 
+# The flow over whole workers: each backend in .ci/run, SQLite in the quick loop (the
+# queue, claim and settle SQL it runs is tested on all three there too).
+pytestmark = pytest.mark.backends(fast=("sqlite",))
+
 ALL_ERAS = ["E2", "E2.5", "E3", "E4"]
 SPACES = {
     "E2": ("quick", "full", "exhaustive"),

@@ -21,6 +21,10 @@ from mlirtuna.tuners.base import TuneContext
 from mlirtuna.tuners.cpu import CpuTuner
 from mlirtuna.worker import Worker, WorkerSettings
 
+# The flow over whole workers: each backend in .ci/run, SQLite in the quick loop (the
+# queue, claim and settle SQL it runs is tested on all three there too).
+pytestmark = pytest.mark.backends(fast=("sqlite",))
+
 DATA = Path(__file__).parent / "data"
 FUSION = DATA / "fusion"
 MODULES = sorted(FUSION.glob("*/*.mlir"))

@@ -18,6 +18,10 @@ from mlirtuna.db.models import Bundle, BundleChunk
 from mlirtuna.queue import bundles, jobs
 from mlirtuna.tuners.rocmlir.tuner import RocmlirTuner
 
+# The flow over whole workers: each backend in .ci/run, SQLite in the quick loop (the
+# queue, claim and settle SQL it runs is tested on all three there too).
+pytestmark = pytest.mark.backends(fast=("sqlite",))
+
 HOSTILE_NAMES = ["../../escape", "/etc", "x" * 300, "h\u202eabc", "a\nb"]
 
 

@@ -31,6 +31,10 @@ from mlirtuna.queue import bundles, jobs
 from mlirtuna.tuners.rocmlir import RocmlirTuner
 from mlirtuna.worker import Worker, WorkerSettings, supervisor
 
+# The flow over whole workers: each backend in .ci/run, SQLite in the quick loop (the
+# queue, claim and settle SQL it runs is tested on all three there too).
+pytestmark = pytest.mark.backends(fast=("sqlite",))
+
 BENCH_MS = "50"  # per candidate; `quick` has 8 in the stand-in: 0.4 s per bundle
 
 

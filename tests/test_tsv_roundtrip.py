@@ -3,7 +3,12 @@ GEMMs, convolutions and a gemm_gemm, its .tsv imported back, compared: the same 
 
 from __future__ import annotations
 
+import pytest
 from support.clitools import cli, run_cli
+
+# The flow over whole workers: each backend in .ci/run, SQLite in the quick loop (the
+# queue, claim and settle SQL it runs is tested on all three there too).
+pytestmark = pytest.mark.backends(fast=("sqlite",))
 
 GEMM = "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 32 -n 32 -k 16\n"
 CONV = (

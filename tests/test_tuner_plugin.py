@@ -24,6 +24,10 @@ from mlirtuna.db.models import Attempt, Job, Result
 from mlirtuna.problems import ExpandOptions
 from mlirtuna.queue import Claimant, jobs
 
+# The flow over whole workers: each backend in .ci/run, SQLite in the quick loop (the
+# queue, claim and settle SQL it runs is tested on all three there too).
+pytestmark = pytest.mark.backends(fast=("sqlite",))
+
 TESTS = Path(__file__).resolve().parent
 PLUGIN_PATH = TESTS / "plugin_dist"
 FAKE_BIN = standin.BUILD / "below" / "bin"  # rocminfo: one gfx942

@@ -23,6 +23,10 @@ from mlirtuna import queue, sessions
 from mlirtuna.db.models import Attempt, Bundle, BundleChunk, Candidate, Job, Result
 from mlirtuna.queue import Claimant, bundles, jobs
 
+# The flow over whole workers: each backend in .ci/run, SQLite in the quick loop (the
+# queue, claim and settle SQL it runs is tested on all three there too).
+pytestmark = pytest.mark.backends(fast=("sqlite",))
+
 
 @pytest.fixture
 def build(tmp_path, monkeypatch):

@@ -33,6 +33,10 @@ from mlirtuna.db import Database
 from mlirtuna.db.models import Attempt, Job
 from mlirtuna.queue import jobs
 
+# The flow over whole workers: each backend in .ci/run, SQLite in the quick loop (the
+# queue, claim and settle SQL it runs is tested on all three there too).
+pytestmark = pytest.mark.backends(fast=("sqlite",))
+
 
 @pytest.mark.slow  # worker processes: chaos, signals, pauses
 def test_four_workers_drain_500_jobs_exactly_once(db, db_url, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -9,7 +10,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from typer.testing import CliRunner
+import click
+import typer
+from click.testing import CliRunner
 
 from mlirtuna.cli import app
 
@@ -28,8 +31,15 @@ class Run:
 
 def cli(db_url: str, *args: str, env: dict[str, str] | None = None) -> Run:
     """`mlirtuna --db URL ARGS…` in-process; stdout and stderr kept apart."""
-    result = CliRunner().invoke(app, ["--db", db_url, *args], env=env, catch_exceptions=False)
+    result = CliRunner().invoke(command(), ["--db", db_url, *args], env=env, catch_exceptions=False)
     return Run(result.exit_code, result.stdout, result.stderr)
+
+
+@functools.cache
+def command() -> click.Command:
+    """The app as Click sees it, made once per test process: Typer's CliRunner remakes it from
+    the annotations on every call (27 ms, 80 % of a refused command's time in-process)."""
+    return typer.main.get_command(app)
 
 
 def subprocess_env(db_url: str, **extra: str) -> dict[str, str]:

@@ -13,11 +13,15 @@ def as_role(db: Database, user: str) -> Database:
     return Database(db.url.set(username=user, password=None))
 
 
-def refused(db: Database, statement: str) -> bool:
-    """Whether the server refuses `statement` for this login."""
-    try:
-        with db.engine.begin() as conn:
+def refused(db: Database, statement: str, *, commit: bool = True) -> bool:
+    """Whether the server refuses `statement` for this login. `commit=False`: what it did is
+    rolled back where the server can (not DDL on MariaDB), for tests that share a database."""
+    with db.engine.connect() as conn:
+        transaction = conn.begin()
+        try:
             conn.exec_driver_sql(statement)
-    except sa.exc.DBAPIError:
-        return True
+        except sa.exc.DBAPIError:
+            transaction.rollback()
+            return True
+        transaction.commit() if commit else transaction.rollback()
     return False

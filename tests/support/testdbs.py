@@ -2,11 +2,12 @@
 a fresh database at head.
 
 - SQLite: one migrated file, copied for each test (a copy is ~1 ms; 17 migrations are 0.3 s).
-- PostgreSQL: one migrated template database; each test gets `CREATE DATABASE … TEMPLATE`.
-- MariaDB/MySQL has no templates: each test process keeps one migrated database and empties it
-  between tests (TRUNCATE, which also resets AUTO_INCREMENT), so a test sees ids from 1 as in a
-  new database. A test that changed the schema itself (a downgrade, a table of its own) leaves a
-  database that is not reused: it is dropped and the next test gets a new one.
+- PostgreSQL and MariaDB/MySQL: each test process keeps one migrated database per server and
+  empties it between tests (TRUNCATE of the tables the test wrote, which also puts their id
+  counters back at 1), so a test sees ids from 1 as in a new database. A test that changed the
+  schema itself (a downgrade, a table of its own) leaves a database that is not reused: it is
+  dropped and the next test gets a new one. (A PostgreSQL DROP DATABASE forces a checkpoint:
+  seconds under load, so nothing is dropped that need not be.)
 
 Names carry the process id, so parallel test processes (pytest-xdist) never share a database.
 """
@@ -158,12 +159,12 @@ class TestDatabases:
         """Empty every table, if the schema is still as migrated; False: give the database up."""
         engine = sa.create_engine(resolve_url(url), poolclass=sa.NullPool)
         try:
-            if fingerprint(url) != self._fingerprints[_family(engine)]:
-                return False
             with engine.begin() as conn:
+                if _schema(conn) != self._fingerprints[_family(engine)]:
+                    return False
                 _end_other_connections(conn)
                 tables = [t for t in sa.inspect(conn).get_table_names() if t != "alembic_version"]
-                _empty(conn, tables)
+                _empty(conn, _written(conn, tables))
         except sa.exc.DBAPIError:
             return False  # a lock the test left behind: a new database is cheaper than waiting
         finally:
@@ -226,8 +227,36 @@ def _end_other_connections(conn: sa.Connection) -> None:
             conn.exec_driver_sql(f"KILL CONNECTION {int(connection_id)}")
 
 
+def _written(conn: sa.Connection, tables: list[str]) -> list[str]:
+    """The tables a test wrote: rows in them, or an id counter moved (a rolled-back insert
+    moves it too). Truncating only these halves a reset (a TRUNCATE makes new files)."""
+    q, dual = ('"', "") if conn.dialect.name == "postgresql" else ("`", " FROM DUAL")
+    with_rows = conn.exec_driver_sql(
+        " UNION ALL ".join(
+            f"SELECT '{t}'{dual} WHERE EXISTS (SELECT 1 FROM {q}{t}{q})" for t in tables
+        )
+    ).scalars()
+    if conn.dialect.name == "postgresql":
+        counted = conn.exec_driver_sql(
+            "SELECT d.refobjid::regclass::text FROM pg_sequences s "
+            "JOIN pg_class c ON c.relname = s.sequencename "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = s.schemaname "
+            "JOIN pg_depend d ON d.objid = c.oid AND d.refclassid = 'pg_class'::regclass "
+            "WHERE s.schemaname = current_schema() AND s.last_value IS NOT NULL"
+        ).scalars()
+    else:
+        counted = conn.exec_driver_sql(
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = DATABASE() AND auto_increment > 1"
+        ).scalars()
+    written = set(with_rows) | {t.strip('"') for t in counted}
+    return [t for t in tables if t in written]
+
+
 def _empty(conn: sa.Connection, tables: list[str]) -> None:
     """Every table emptied and its id counter back at 1, as in a new database."""
+    if not tables:
+        return
     if conn.dialect.name == "postgresql":
         conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{RESET_LOCK_WAIT_S}s'")
         names = ", ".join(f'"{t}"' for t in tables)
@@ -273,15 +302,21 @@ def fingerprint(url: str) -> tuple:
     engine = sa.create_engine(resolve_url(url), poolclass=sa.NullPool)
     try:
         with engine.connect() as conn:
-            parts = [
-                tuple(sorted(tuple(map(str, row)) for row in conn.exec_driver_sql(query)))
-                for query in _SCHEMA_QUERIES[_family(engine)]
-            ]
-            try:
-                version = conn.exec_driver_sql("SELECT version_num FROM alembic_version").all()
-            except sa.exc.DBAPIError:
-                version = []
-            parts.append(tuple(map(tuple, version)))
-            return tuple(parts)
+            return _schema(conn)
     finally:
         engine.dispose()
+
+
+def _schema(conn: sa.Connection) -> tuple:
+    family = "postgresql" if conn.dialect.name == "postgresql" else "mysql"
+    parts = [
+        tuple(sorted(tuple(map(str, row)) for row in conn.exec_driver_sql(query)))
+        for query in _SCHEMA_QUERIES[family]
+    ]
+    try:
+        with conn.begin_nested():  # a database without the table: the revision is empty
+            version = conn.exec_driver_sql("SELECT version_num FROM alembic_version").all()
+    except sa.exc.DBAPIError:
+        version = []
+    parts.append(tuple(map(tuple, version)))
+    return tuple(parts)

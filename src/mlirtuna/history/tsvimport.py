@@ -215,9 +215,9 @@ def import_tsv(
     if op is not None:
         problems.problem_class(op)  # an unknown op is a UserError before any file is read
     report = TsvImportReport(files=len(paths))
-    hashes = {path: file_sha256(path) for path in paths}
     # Every file is read and checked before any database is opened (FILE:LINE on a bad row).
-    read = {path: _read(path, op, fill, hashes[path]) for path in paths}
+    read = {path: _read(path, op, fill) for path in paths}
+    hashes = {path: file.sha256 for path, file in read.items()}
     if not any(g.winners for file in read.values() for g in file.groups):
         raise UserError(
             f"nothing to import: no tuning rows with a perf config in {', '.join(paths)}"
@@ -272,14 +272,18 @@ class _File:
     groups: list[_Group]
     report: TsvImportReport
     problems: dict[str, dict[str, problems.Problem]]
+    sha256: str
 
 
-def _read(path: str, op: str | None, fill: Fill, sha256: str) -> _File:
+def _read(path: str, op: str | None, fill: Fill) -> _File:
     parsed = read_file(path)
+    # Hashed once it parsed: a hostile file (1 GiB of NUL) is refused at its first line, not
+    # read whole for its hash first.
+    sha256 = file_sha256(path)
     counts = TsvImportReport(rows=len(parsed.rows))
     parser = _Parser(op, fill)
     groups = parser.groups(parsed, counts, sha256)
-    return _File(groups, counts, parser.problems)
+    return _File(groups, counts, parser.problems, sha256)
 
 
 def file_sha256(path: str) -> str:
