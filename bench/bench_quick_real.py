@@ -18,7 +18,10 @@ List makers, all on the same inputs and k:
   docs/quick-tuning.md.
 
 Prints the machine, the table per kernel x GPU x k, per list built from all --train GPUs its
-leave-one-out loss on each training GPU, and last the line
+leave-one-out loss on each training GPU, the transfer ceiling (from the data alone: per kernel x
+test GPU, how its near-best configs rank and how many configs dominate them on the training
+GPUs; the best a list of k that holds every config dominating one it holds, overall or within
+its switch family, can reach there; the one config for every GPU), and last the line
 `goal: k=1 AA.A %, k=10 BB.B % (geomean of best-in-list / true best on the test GPUs)`.
 
     python bench/bench_quick_real.py --train ../shared/data/real-tuning/kernel-tuner-hub --goal
@@ -39,6 +42,7 @@ from pathlib import Path
 
 import common
 import kerneltuner as kt
+import numpy as np
 
 from mlirtuna.history import quick
 
@@ -46,6 +50,12 @@ PEERS = Path("/tmp/peers")
 GOAL = {1: 0.90, 10: 0.99}
 MAKERS = ("mlirtuna", "baseline")
 QTG = "quickTuningGen"
+#: The transfer ceiling's levels (the goal's: within 10 % and 1 % of the best) and its lists:
+#: closed = holding every config that dominates one it holds on the training GPUs; in-family =
+#: every one of the same switch family (quick.families) that does.
+NEAR = (0.90, 0.99)
+CEILINGS = ("closed", "in-family")
+TOL = 1e-9
 
 
 def main() -> int:
@@ -63,16 +73,18 @@ def main() -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     peer = Peer(args.peers, args.peer_python)
-    rows, lists = [], {}
+    rows, ceil, lists, single = [], [], {}, {}
     for kernel in sorted(train):
-        rows += evaluate_kernel(kernel, train[kernel], (test or {}).get(kernel), args.k, peer)
+        got = evaluate_kernel(kernel, train[kernel], (test or {}).get(kernel), args.k, peer)
+        rows, ceil = rows + got[0], ceil + got[1]
         lists[kernel] = final_lists(train[kernel], args.k)
+        single[kernel] = one_for_every_gpu(every_gpu(train[kernel], (test or {}).get(kernel)))
     if args.lists_out:
         out = {
             kernel: {str(k): v["mlirtuna"][str(k)] for k in args.k} for kernel, v in lists.items()
         }
         args.lists_out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
-    text = report(args, rows, lists, peer, load, time.monotonic() - t0)
+    text = report(args, rows, (ceil, single), lists, peer, load, time.monotonic() - t0)
     common.emit(text, args.out)
     return 0
 
@@ -99,34 +111,119 @@ def parse_args() -> argparse.Namespace:
 
 
 def evaluate_kernel(kernel, train, test, ks, peer):
-    """[(kernel, test GPU, k, {maker: best-in-list / best on the test GPU})]."""
+    """([(kernel, test GPU, k, {maker: best-in-list / best on the test GPU})], [ceiling row])."""
     if test is None and len(train) < 2:
         common.status(f"{kernel}: one GPU only, nothing to leave out: skipped")
-        return []
-    if test is None:  # leave one GPU out
-        splits = [
-            ({g: c for g, c in train.items() if g != gpu}, {gpu: train[gpu]}) for gpu in train
-        ]
-    else:
-        splits = [(train, test)]
-    out = []
-    for tr, te in splits:
+        return [], []
+    out, ceil = [], []
+    for tr, te in splits(train, test):
         m = kt.matrix(tr)
         made = {
             name: quick.MAKERS[key](m, max(ks))
             for name, key in (("mlirtuna", "across"), ("baseline", "baseline"))
         }
         made[QTG] = peer.quick_tuning_gen(tr)
+        made = {name: lst for name, lst in made.items() if isinstance(lst, list)}
+        view = training_view(m)
         for gpu in sorted(te):
             tm = kt.matrix({gpu: te[gpu]}, m.configs)
             for k in ks:
                 scores = {
-                    name: float(quick.best_in_list(tm, lst[:k])[0])
-                    for name, lst in made.items()
-                    if isinstance(lst, list)
+                    name: float(quick.best_in_list(tm, lst[:k])[0]) for name, lst in made.items()
                 }
                 out.append((kernel, gpu, k, scores))
+            ceil.append(ceiling_row(kernel, gpu, tm.ratios()[0], view, made, ks))
+    return out, ceil
+
+
+def splits(train, test):
+    """[(training caches, test caches)]: each GPU left out in turn, or all --train vs --test."""
+    if test is not None:
+        return [(train, test)]
+    return [({g: c for g, c in train.items() if g != gpu}, {gpu: train[gpu]}) for gpu in train]
+
+
+# -- the transfer ceiling: computed from the data, no timing in it ------------------------------
+
+
+def training_view(m):
+    """What the training GPUs say of each config of m: its rank in the baseline's order (1 =
+    the best mean log ratio), how many configs dominate it, how many of its own family do."""
+    index = {c: j for j, c in enumerate(m.configs)}
+    order = [index[c] for c in quick.baseline_list(m, len(m.configs))]
+    rank = np.empty(len(m.configs), dtype=int)
+    rank[order] = np.arange(1, len(order) + 1)
+    r = m.ratios()
+    return {
+        "index": index,
+        "rank": rank,
+        "closed": dominators(r),
+        "in-family": dominators(r, quick.families(m.configs)),
+    }
+
+
+def dominators(r, groups=None, chunk=256):
+    """Per column of r (rows = GPUs, best/time: higher is better): how many columns of its
+    group dominate it (at least as good on every row and better on one; an equal is not)."""
+    n = r.shape[1]
+    groups = np.zeros(n, dtype=int) if groups is None else np.asarray(groups)
+    out = np.zeros(n, dtype=int)
+    for s in range(0, n, chunk):
+        them, me = r[:, None, :], r[:, s : s + chunk, None]  # (rows, 1, n), (rows, chunk, 1)
+        dom = (them >= me).all(axis=0) & (them > me).any(axis=0)
+        out[s : s + chunk] = (dom & (groups[None, :] == groups[s : s + chunk, None])).sum(axis=1)
     return out
+
+
+def near_best(got, view, level):
+    """The configs within `level` x best on the test GPU (`got`: best/time per config): how
+    many; the best baseline rank among them; the fewest (in-family) dominators one has."""
+    idx = np.flatnonzero(got >= level - TOL)
+    if not len(idx):
+        return (0, None, None, None)
+    return (len(idx), *(int(view[key][idx].min()) for key in ("rank", "closed", "in-family")))
+
+
+def ceiling(got, view, key, k):
+    """The best that a list of k holding every (in-family) dominator of each config it holds
+    can reach on the test GPU: the best config there with at most k - 1 dominators."""
+    return float(got[view[key] <= k - 1].max())
+
+
+def ceiling_row(kernel, gpu, got, view, made, ks):
+    """The transfer ceiling on one test GPU, and which makers' lists it bounds: a list whose
+    every config has at most k - 1 (in-family) dominators scores at most the ceiling."""
+    return {
+        "kernel": kernel,
+        "gpu": gpu,
+        "near": {level: near_best(got, view, level) for level in NEAR},
+        "ceiling": {(key, k): ceiling(got, view, key, k) for key in CEILINGS for k in ks},
+        "bounds": {
+            (n, key): bounded(view, lst, key, ks) for n, lst in made.items() for key in CEILINGS
+        },
+    }
+
+
+def bounded(view, lst, key, ks):
+    """Whether each lst[:k] holds only configs with at most k - 1 (in-family) dominators."""
+    cols = [view["index"][c] for c in lst if c in view["index"]]
+    return all(view[key][cols[:k]].max(initial=0) <= k - 1 for k in ks)
+
+
+def every_gpu(train, test):
+    """The matrix of every GPU of a kernel, --test ones too, over the --train configs."""
+    caches = {**train, **{f"{g} (test)": c for g, c in (test or {}).items()}}
+    return kt.matrix(caches, kt.matrix(train).configs)
+
+
+def one_for_every_gpu(m):
+    """The config with the best geomean of best/time over every GPU (row) of m, test GPUs too:
+    (config, that geomean, its worst GPU's ratio, the best worst-GPU ratio of any config, GPUs)."""
+    r = m.ratios()
+    with np.errstate(divide="ignore"):
+        geo = np.exp(np.log(r).mean(axis=0))
+    j = int(np.argmax(geo))
+    return m.configs[j], float(geo[j]), float(r[:, j].min()), float(r.min(axis=0).max()), len(r)
 
 
 def final_lists(caches, ks):
@@ -186,7 +283,7 @@ def geomean(values):
     return quick.geomean(values) or 0.0
 
 
-def report(args, rows, lists, peer, load, seconds) -> str:
+def report(args, rows, transfer, lists, peer, load, seconds) -> str:
     names = [*MAKERS] + ([QTG] if not peer.why_not else [])
     mode = (
         f"trained on {args.train}, tested on {args.test}"
@@ -242,6 +339,7 @@ def report(args, rows, lists, peer, load, seconds) -> str:
         for k in args.k
     ]
     parts += [common.table(["kernel", "k", *gpus], loo_rows), ""]
+    parts += ceiling_lines(rows, *transfer, args.k, names)
     if args.goal:
         parts += goal_lines(rows, names, args.k)
     parts.append(f"Ran in {seconds:.1f} s.")
@@ -256,6 +354,121 @@ def report(args, rows, lists, peer, load, seconds) -> str:
 def rows_geo(rows, k, name) -> float:
     values = [s[name] for _, _, kk, s in rows if kk == k and name in s]
     return geomean(values) if values else math.nan
+
+
+def ceiling_lines(rows, ceil, single, ks, names) -> list[str]:
+    """The transfer ceiling section: near-best configs, ceilings per k, what they bound."""
+    near = [
+        (c["kernel"], c["gpu"], *(slashed(c["near"][lv][i] for lv in NEAR) for i in range(4)))
+        for c in ceil
+    ]
+    scores = {(kn, g, k): s for kn, g, k, s in rows}
+    per_k = [
+        (
+            c["kernel"],
+            c["gpu"],
+            k,
+            *(f"{c['ceiling'][key, k]:.3f}" for key in CEILINGS),
+            *(f"{scores[c['kernel'], c['gpu'], k][n]:.3f}" for n in names),
+        )
+        for c in ceil
+        for k in ks
+    ]
+    geo = [(k, *(f"{ceiling_geo(ceil, key, k):.4f}" for key in CEILINGS)) for k in ks]
+    levels = " / ".join(f"{lv:.2f}" for lv in NEAR)
+    return [
+        "Transfer ceiling (computed from the data: no timing in it). Per kernel x test GPU, the "
+        f"configs within {levels} x the test GPU's best as the training GPUs see them: how many "
+        "there are; the best rank one of them has in the baseline's order (mean log(best/time) "
+        "over the training GPUs: how long a baseline list must be to hold one); the fewest "
+        "configs dominating one of them on the training GPUs (as good on each, better on one), "
+        "of all configs and of its own switch family.",
+        "",
+        common.table(
+            [
+                "kernel",
+                "test GPU",
+                f"configs >= {levels}",
+                "baseline rank",
+                "dominated by",
+                "in family by",
+            ],
+            near,
+        ),
+        "",
+        "Ceilings: the best on the test GPU of a list of k that holds, with each config, every "
+        "config dominating it on the training GPUs (closed: so is a top k by any score that "
+        "strictly rises with each training GPU's ratio), or every one of its own family that "
+        "does (in-family): the best config there with at most k - 1 such dominators.",
+        "",
+        common.table(["kernel", "test GPU", "k", *CEILINGS, *names], per_k),
+        "",
+        "Geometric mean of the ceilings over the kernels x test GPUs:",
+        "",
+        common.table(["k", *CEILINGS], geo),
+        "",
+        *ceiling_verdicts(ceil, rows, names, ks),
+        *single_lines(single),
+        "",
+    ]
+
+
+def slashed(values) -> str:
+    return " / ".join("-" if v is None else str(v) for v in values)
+
+
+def ceiling_geo(ceil, key, k) -> float:
+    return geomean([c["ceiling"][key, k] for c in ceil]) if ceil else math.nan
+
+
+def ceiling_verdicts(ceil, rows, names, ks) -> list[str]:
+    """The goal against the ceilings; which makers they bound; scores above a ceiling."""
+    out = []
+    for k, target in GOAL.items():
+        got = {key: ceiling_geo(ceil, key, k) for key in CEILINGS}
+        out.append(
+            f"- k={k}, goal {target}: "
+            + ", ".join(
+                f"{key} ceiling {v:.4f} {'below' if v < target else 'not below'} it"
+                for key, v in got.items()
+            )
+        )
+    for key in CEILINGS:
+        held = [n for n in names if ceil and all(c["bounds"][n, key] for c in ceil)]
+        out.append(
+            f"- the {key} ceiling bounds (each list of k held only configs with at most k - 1 "
+            f"such dominators, in every fold): {', '.join(held) or 'none of the lists'}"
+        )
+    bound = {(c["kernel"], c["gpu"]): c["ceiling"] for c in ceil}
+    above = [
+        f"{n} on {kn} {g} k={k} {s[n]:.3f} > {key} {bound[kn, g][key, k]:.3f}"
+        for kn, g, k, s in rows
+        for n in names
+        for key in CEILINGS
+        if s[n] > bound[kn, g][key, k] + TOL
+    ]
+    out.append(f"- above a ceiling: {'; '.join(above) or 'none'}")
+    return out
+
+
+def single_lines(single) -> list[str]:
+    """The one config for every GPU: what one config, chosen knowing every GPU, reaches."""
+    parts = [
+        f"{kernel} `{cfg}` {geo:.4f} (worst GPU {worst:.3f}; no config is above {maximin:.3f} "
+        "on every GPU)"
+        for kernel, (cfg, geo, worst, maximin, _) in single.items()
+    ]
+    n = sum(v[4] for v in single.values())
+    logs = sum(v[4] * math.log(v[1]) for v in single.values() if v[1] > 0)
+    overall = math.exp(logs / n) if n and all(v[1] > 0 for v in single.values()) else 0.0
+    return [
+        "- one config for every GPU (per kernel the config with the best geomean over all its "
+        "GPUs, test ones included: the same whichever GPU is left out): "
+        + "; ".join(parts)
+        + f"; over the kernels x GPUs {overall:.4f}. A ceiling on k=1 only for a rule that "
+        "picks one config per kernel for every GPU; a rule that picks per fold is bounded by "
+        "the closed ceiling instead, if it picks no dominated config."
+    ]
 
 
 def goal_lines(rows, names, ks) -> list[str]:

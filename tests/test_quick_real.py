@@ -19,6 +19,7 @@ from mlirtuna.history import quick
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 sys.path.insert(0, str(BENCH))
+import bench_quick_real as bqr  # noqa: E402
 import kerneltuner as kt  # noqa: E402  (bench/ is not a package)
 
 REAL = ROOT.parent / "shared" / "data" / "real-tuning" / "kernel-tuner-hub"
@@ -203,6 +204,52 @@ def test_matrix_of_the_farm_history_uses_every_arch_as_a_unit():
     assert set(quick.leave_one_out(m, 1)) == {"gfx90a", "gfx942"}
 
 
+# --- the transfer ceiling (bench/bench_quick_real.py) -------------------------------------------
+
+
+def test_dominators_count_strict_dominance_within_a_group():
+    # two GPUs; `2,0` (.5,.5) is below all; `4,1` (.7,.7) below `1,0` and `3,1`; `5,1` (.6,.9)
+    # only below `1,0` (1,1); an equal column does not dominate
+    r = np.array([[1.0, 0.5, 0.8, 0.7, 0.6, 0.6], [1.0, 0.5, 0.8, 0.7, 0.9, 0.9]])
+    assert bqr.dominators(r).tolist() == [0, 5, 1, 2, 1, 1]
+    fam = [0, 0, 1, 1, 1, 1]  # within families: `2,0` below `1,0` only, `4,1` below `3,1`
+    assert bqr.dominators(r, fam).tolist() == [0, 1, 0, 1, 0, 0]
+    assert bqr.dominators(r, chunk=4).tolist() == [0, 5, 1, 2, 1, 1]  # chunks change nothing
+
+
+def test_the_ceiling_of_a_held_out_gpu_by_hand():
+    # small() trained on g1, g2 (ratios `8,0` (1,.5), `16,0` (.5,1), `8,1` (.3,.3), `32,0`
+    # (.9,.9), `64,1` (0,.95)) and tested on g3 (.4, .4, 1, .9, .95)
+    m = small()
+    view = bqr.training_view(m.take([0, 1]))
+    # baseline order: `32,0`, then `8,0` and `16,0` (equal: stable), `8,1`, `64,1` (failed)
+    assert view["rank"].tolist() == [2, 3, 4, 1, 5]
+    # `8,1` is below `8,0`, `16,0`, `32,0`; `64,1` below `16,0`; families `x,0` and `x,1`:
+    # `8,1` and `64,1` do not dominate each other
+    assert view["closed"].tolist() == [0, 0, 3, 0, 1]
+    assert view["in-family"].tolist() == [0, 0, 0, 0, 0]
+    got = m.take([2]).ratios()[0]
+    # >= 0.90 on g3: `8,1`, `32,0` (rank 1, undominated), `64,1`; >= 0.99: `8,1` alone
+    assert bqr.near_best(got, view, 0.90) == (3, 1, 0, 0)
+    assert bqr.near_best(got, view, 0.99) == (1, 4, 3, 0)
+    closed = [bqr.ceiling(got, view, "closed", k) for k in (1, 2, 3, 4)]
+    assert closed == pytest.approx([0.9, 0.95, 0.95, 1.0])
+    assert bqr.ceiling(got, view, "in-family", 1) == 1.0
+    # a list holding `8,1` at k=2 leaves out two of its three dominators: not closed
+    assert not bqr.bounded(view, ["32,0", "8,1"], "closed", [1, 2])
+    assert bqr.bounded(view, ["32,0", "8,1"], "in-family", [1, 2])
+    assert bqr.bounded(view, ["32,0", "64,1"], "closed", [1, 2])
+
+
+def test_one_config_for_every_gpu_is_the_best_geomean_not_the_best_worst_case():
+    # `a` (1, .6) geomean .775, `b` (.65, .65) the best worst GPU, `c` (.5, 1) geomean .707
+    r = np.array([[1.0, 0.65, 0.5], [0.6, 0.65, 1.0]])
+    m = quick.Matrix(["g1", "g2"], ["a", "b", "c"], 1 / r)
+    cfg, geo, worst, maximin, n = bqr.one_for_every_gpu(m)
+    assert (cfg, n) == ("a", 2)
+    assert (geo, worst, maximin) == pytest.approx((0.6**0.5, 0.6, 0.65))
+
+
 # --- the bench --------------------------------------------------------------------------------
 
 
@@ -248,6 +295,12 @@ def test_bench_leave_one_gpu_out_prints_the_table_lists_and_goal_line(tmp_path):
     assert lines[-1].startswith("goal: k=1 ") and "k=10" in lines[-1]
     assert "| kern | G1 | 1 |" in run.stdout and "| kern | G3 | 2 |" in run.stdout
     assert "quickTuningGen: not run: no " in run.stdout
+    # the transfer ceiling on G3 (train G1, G2): only `3,1` is within 0.90 of its best there,
+    # last in the baseline's order, below the three others on G1 and G2 and below `4,1` in its
+    # family; so a closed list reaches 1/1.2 at k=1 and k=2, one closed in family 1 at k=2
+    assert "| kern | G3 | 1 / 1 | 4 / 4 | 3 / 3 | 1 / 1 |" in run.stdout
+    assert "| kern | G3 | 2 | 0.833 | 1.000 | 0.833 | 0.833 |" in run.stdout
+    assert "- above a ceiling: none" in run.stdout
     lists = json.loads(out.read_text())
     assert set(lists) == {"kern"} and set(lists["kern"]) == {"1", "2", "10"}
     # `4,1` is 0.9 of the best on every GPU: the robust single pick
