@@ -11,7 +11,7 @@ import io
 from collections.abc import Iterator
 
 import pytest
-from support.browser import CHROMIUM, Page, sync_api
+from support.browser import Page, fixture_browser  # noqa: F401 (the browser fixture)
 from support.clitools import cli
 from support.results import cand, gemm, new_session, record
 from support.webserve import serving
@@ -70,14 +70,6 @@ def test_the_gate_fails_on_what_it_labels_failing(db, db_url, tmp_path):
     for verdict in ("regression:", "slower:", "noise:", "missing:"):
         assert verdict in text
     assert "noise, not tuning" not in text and human.code == 1
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture

@@ -28,20 +28,18 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from support.conformance import BELOW, PYTHON, assert_same_row, open_session, recorded, tier_marks
 
 from mlirtuna import standin
 from mlirtuna.defaults import ENV_ROCMLIR_PYTHON, ENV_ROCMLIR_SCRIPT_DIR, ENV_TOOL_ENV
 
 ROCMLIR_COMMIT = "3fc5be9e52def9925a3d464748ef221c3a845e01"
 SCRIPTS = os.environ.get("MLIRTUNA_ROCMLIR_SCRIPTS", "")
-PYTHON = os.environ.get("MLIRTUNA_ROCMLIR_PYTHON", sys.executable)
 TESTS = Path(__file__).parent
-BELOW = standin.BUILD / "below"
 STAND_IN = standin.BUILD / "bin" / "tuningRunner.py"
 FUSION = TESTS / "data" / "fusion"
 
@@ -52,24 +50,7 @@ HOW = (
     "never commit them"
 )
 
-
-def _missing_modules() -> str:
-    if not SCRIPTS:
-        return ""
-    probe = "import numpy, pandas, tqdm"
-    run = subprocess.run([PYTHON, "-c", probe], capture_output=True, text=True, check=False)
-    return "" if run.returncode == 0 else run.stderr.strip().splitlines()[-1]
-
-
-pytestmark = [
-    pytest.mark.conformance,
-    pytest.mark.skipif(not SCRIPTS, reason=HOW),
-    pytest.mark.skipif(
-        bool(SCRIPTS) and bool(_missing_modules()),
-        reason="the real tuningRunner.py needs numpy, pandas and tqdm: install them or set "
-        "MLIRTUNA_ROCMLIR_PYTHON to an interpreter that has them",
-    ),
-]
+pytestmark = tier_marks(SCRIPTS, HOW, "the real tuningRunner.py", ("numpy", "pandas", "tqdm"))
 
 V3_HEADER = (
     "# arch\tnumCUs\tnumChiplets\ttestVector\tperfConfig\tTFlops\ttuningSpace\tcommitId"
@@ -132,6 +113,34 @@ def _batch(*lines: str) -> str:
     return "".join(line + "\n" for line in lines)
 
 
+def _second_of_two_fails(
+    name: str, fault: str, state: str, stderr: tuple[str, ...], *args: str
+) -> Case:
+    """G1 and G2 in one batch, the fakes' `fault` set on G2 (-m 1024): G1's row written, G2
+    left in `state` in the .state file, exit status 1."""
+    return Case(
+        name,
+        ("--op", "gemm", "-c", "-", *args),
+        stdin=_batch(G1, G2),
+        env={fault: "-m 1024"},
+        rc=1,
+        rows=1,
+        states={"-m 1024": state},
+        stderr=stderr,
+    )
+
+
+SECOND_OF_TWO_FAILS = [
+    _second_of_two_fails("gemm-crash", "FAKE_ROCMLIR_CRASH", "failed",
+                         ("Tuning pipeline failed", "Exit code: -6")),
+    _second_of_two_fails("gemm-timeout", "FAKE_ROCMLIR_HANG", "timed_out",
+                         ("Tuning timed out after 2s",), "--timeout", "2"),
+    _second_of_two_fails("gemm-gpu-timeout", "FAKE_ROCMLIR_HANG", "gpu_timed_out",
+                         ("GPU run hung (exceeded --gpu-run-timeout=1s)",),
+                         "--gpu-run-timeout", "1"),
+]  # fmt: skip
+
+
 CASES = [
     Case("gemm", ("--op", "gemm", "--config", G1, "-d"), rows=1, debug_rows=8, stats=True),
     Case(
@@ -173,36 +182,7 @@ CASES = [
         stderr=("Tuning pipeline failed", "failed to compile perf config"),
         stats=True,
     ),
-    Case(
-        "gemm-crash",
-        ("--op", "gemm", "-c", "-"),
-        stdin=_batch(G1, G2),
-        env={"FAKE_ROCMLIR_CRASH": "-m 1024"},
-        rc=1,
-        rows=1,
-        states={"-m 1024": "failed"},
-        stderr=("Tuning pipeline failed", "Exit code: -6"),
-    ),
-    Case(
-        "gemm-timeout",
-        ("--op", "gemm", "-c", "-", "--timeout", "2"),
-        stdin=_batch(G1, G2),
-        env={"FAKE_ROCMLIR_HANG": "-m 1024"},
-        rc=1,
-        rows=1,
-        states={"-m 1024": "timed_out"},
-        stderr=("Tuning timed out after 2s",),
-    ),
-    Case(
-        "gemm-gpu-timeout",
-        ("--op", "gemm", "-c", "-", "--gpu-run-timeout", "1"),
-        stdin=_batch(G1, G2),
-        env={"FAKE_ROCMLIR_HANG": "-m 1024"},
-        rc=1,
-        rows=1,
-        states={"-m 1024": "gpu_timed_out"},
-        stderr=("GPU run hung (exceeded --gpu-run-timeout=1s)",),
-    ),
+    *SECOND_OF_TWO_FAILS,
     Case(
         "gemm-no-valid-config",
         ("--op", "gemm", "--config", G1),
@@ -455,53 +435,10 @@ def through_mlirtuna(
     the commit), and drain it with one in-process worker on GPU 0."""
     from support.rocmlir import work
 
-    from mlirtuna import catalog, sessions
-    from mlirtuna.problems import ExpandOptions
-    from mlirtuna.queue import jobs
-
-    tag = f"{op}-{len(lines)}"
-    if op == "fusion":
-        catalog.import_modules(db, lines, tag=tag)
-    else:
-        path = tmp_path / f"{tag}-configs"
-        path.write_text("".join(f"{line}\n" for line in lines))
-        catalog.import_files(db, op, [str(path)], ExpandOptions(expand=False), tag=tag)
-    session = sessions.create(
-        db,
-        sessions.SessionSpec(
-            tuner="rocmlir", tuning_space="full", rocm_v="6.4", mlir_v="c" * 40,
-            mlir_build_dir=str(BELOW), **spec,
-        ),
-    )  # fmt: skip
-    jobs.load(db, session.id, tag=tag)
-    worker = work(db, session.id, BELOW, batch=batch, job_timeout_s=120)
+    sid = open_session(db, tmp_path, op, lines, f"{op}-{len(lines)}", mlir_v="c" * 40, **spec)
+    worker = work(db, sid, BELOW, batch=batch, job_timeout_s=120)
     assert worker.stats.completed == (len(lines) if completed is None else completed)
-    return session.id
-
-
-def recorded(db, sid) -> dict[str, tuple[str, float, dict[str, tuple]]]:
-    """{tuned key: (winner, TFlops, {perf config: (TFlops, median ns)})} of a session."""
-    import sqlalchemy as sa
-
-    from mlirtuna.db.models import Candidate, Problem, Result
-
-    out: dict[str, tuple[str, float, dict[str, tuple]]] = {}
-    with db.session() as s:
-        for result, problem in s.execute(
-            sa.select(Result, Problem).join(Problem, Problem.id == Result.problem_id)
-            .where(Result.session_id == sid)
-        ):  # fmt: skip
-            cands = s.execute(
-                sa.select(Candidate).where(
-                    Candidate.session_id == sid, Candidate.problem_id == problem.id
-                )
-            ).scalars()
-            out[problem.test_vector] = (
-                result.perf_config,
-                result.tflops,
-                {c.perf_config: (c.tflops, c.kernel_time) for c in cands},
-            )
-    return out
+    return sid
 
 
 def tool_blocks(workdir: Path) -> dict[str, tuple[str, float, dict[str, tuple]]]:
@@ -528,18 +465,10 @@ def assert_same(db_side: dict, tool_side: dict) -> None:
     """Winners, TFlops and every candidate equal, row by row (float noise of a text round trip
     aside), each job's candidates exactly its own block."""
     assert len(db_side) == len(tool_side)
-    for key, (winner, tflops, cands) in tool_side.items():
+    for key, want in tool_side.items():
         match = [k for k in db_side if k in key or key.startswith(k)]
         assert match, f"{key} not recorded: {sorted(db_side)}"
-        got_winner, got_tflops, got = db_side[match[0]]
-        assert got_winner == winner and got_tflops == pytest.approx(tflops, rel=1e-9)
-        assert set(got) == set(cands)
-        for pc, (want_tflops, want_median) in cands.items():
-            have_tflops, have_median = got[pc]
-            assert (have_tflops is None) == (want_tflops is None), pc
-            if want_tflops is not None:
-                assert have_tflops == pytest.approx(want_tflops, rel=1e-6), pc
-                assert have_median == pytest.approx(want_median, rel=1e-6), pc
+        assert_same_row(db_side[match[0]], want, median_rel=1e-6)
 
 
 ONE_STAGE = {"gemm": G1, "conv": C1, "attention": ATTN, "gemm_gemm": GG, "conv_gemm": CG}

@@ -24,18 +24,16 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.conformance import BELOW, PYTHON, assert_same_row, open_session, recorded, tier_marks
 
-from mlirtuna import keys, standin
+from mlirtuna import keys
 from mlirtuna.defaults import ENV_ROCMLIR_PYTHON, ENV_ROCMLIR_SCRIPT_DIR, ENV_TOOL_ENV
 
 SCRIPTS = os.environ.get("MLIRTUNA_ROCMLIR_E4_SCRIPTS", "")
-PYTHON = os.environ.get("MLIRTUNA_ROCMLIR_PYTHON", sys.executable)
 TESTS = Path(__file__).parent
-BELOW = standin.BUILD / "below"
 FUSION = TESTS / "data" / "fusion"
 # file -> (ROCm/rocmlirTriton commit, characters): the set the reference page names
 E4_SET = {
@@ -51,24 +49,9 @@ HOW = (
     E4_SET.items()) + "; never commit them"
 )  # fmt: skip
 
-
-def _missing_modules() -> str:
-    if not SCRIPTS:
-        return ""
-    probe = "import numpy, pandas, tqdm, scipy"
-    run = subprocess.run([PYTHON, "-c", probe], capture_output=True, text=True, check=False)
-    return "" if run.returncode == 0 else run.stderr.strip().splitlines()[-1]
-
-
-pytestmark = [
-    pytest.mark.conformance,
-    pytest.mark.skipif(not SCRIPTS, reason=HOW),
-    pytest.mark.skipif(
-        bool(SCRIPTS) and bool(_missing_modules()),
-        reason="rocmlirTriton's tuningRunner.py needs numpy, pandas, tqdm and scipy: install "
-        "them or set MLIRTUNA_ROCMLIR_PYTHON to an interpreter that has them",
-    ),
-]
+pytestmark = tier_marks(
+    SCRIPTS, HOW, "rocmlirTriton's tuningRunner.py", ("numpy", "pandas", "tqdm", "scipy")
+)
 
 ARCH = "gfx942:sramecc+:xnack-"
 G = [
@@ -197,26 +180,8 @@ def through(scripts, monkeypatch, tmp_path):
 def session_of(db, tmp_path, op: str, lines: list[str], split: str | None = None) -> int:
     """A rocmlir session on the fakes' build whose commit is the scripts' (what the tool
     writes as commitId and checks a bundle against), its jobs loaded."""
-    from mlirtuna import catalog, sessions
-    from mlirtuna.problems import ExpandOptions
-    from mlirtuna.queue import jobs
-
     tag = f"{op}-{len(lines)}-{split or 'one'}"
-    if op == "fusion":
-        catalog.import_modules(db, lines, tag=tag)
-    else:
-        path = tmp_path / f"{tag}-configs"
-        path.write_text("".join(f"{line}\n" for line in lines))
-        catalog.import_files(db, op, [str(path)], ExpandOptions(expand=False), tag=tag)
-    made = sessions.create(
-        db,
-        sessions.SessionSpec(
-            tuner="rocmlir", tuning_space="full", rocm_v="6.4", mlir_v=commit_of(SCRIPT_REPO[0]),
-            mlir_build_dir=str(BELOW), split=split,
-        ),
-    )  # fmt: skip
-    jobs.load(db, made.id, tag=tag)
-    return made.id
+    return open_session(db, tmp_path, op, lines, tag, mlir_v=commit_of(SCRIPT_REPO[0]), split=split)
 
 
 def drain(db, sid: int, role: str = "gpu", batch: int = 1):
@@ -225,45 +190,12 @@ def drain(db, sid: int, role: str = "gpu", batch: int = 1):
     return work(db, sid, BELOW, role, batch=batch, job_timeout_s=120, max_retries=0)
 
 
-def recorded(db, sid) -> dict[str, tuple[str, float, dict[str, tuple]]]:
-    import sqlalchemy as sa
-
-    from mlirtuna.db.models import Candidate, Problem, Result
-
-    out: dict[str, tuple[str, float, dict[str, tuple]]] = {}
-    with db.session() as s:
-        pairs = s.execute(
-            sa.select(Result, Problem).join(Problem, Problem.id == Result.problem_id)
-            .where(Result.session_id == sid)
-        ).all()  # fmt: skip
-        for result, problem in pairs:
-            cands = s.execute(
-                sa.select(Candidate).where(
-                    Candidate.session_id == sid, Candidate.problem_id == problem.id
-                )
-            ).scalars()
-            out[problem.test_vector] = (
-                result.perf_config,
-                result.tflops,
-                {c.perf_config: (c.tflops, c.kernel_time) for c in cands},
-            )
-    return out
-
-
 def assert_same(db_side: dict, tool_side: dict) -> None:
     """Winners, TFlops and every candidate equal row by row; a measured candidate's stored time
     is the median of its MeasurementsMs in ns (the unit read right)."""
     assert set(db_side) == set(tool_side)
-    for key, (winner, tflops, cands) in tool_side.items():
-        got_winner, got_tflops, got = db_side[key]
-        assert got_winner == winner and got_tflops == pytest.approx(tflops, rel=1e-9)
-        assert set(got) == set(cands)
-        for pc, (want_tflops, want_median) in cands.items():
-            have_tflops, have_time = got[pc]
-            assert (have_tflops is None) == (want_tflops is None), pc
-            if want_tflops is not None:
-                assert have_tflops == pytest.approx(want_tflops, rel=1e-6), pc
-                assert have_time == pytest.approx(want_median, rel=1e-5), pc
+    for key, want in tool_side.items():
+        assert_same_row(db_side[key], want, median_rel=1e-5)
 
 
 def jobs_of(db, sid) -> list[tuple[str, str, int, str]]:

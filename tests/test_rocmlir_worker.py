@@ -15,6 +15,7 @@ from support.rocmlir import (  # noqa: F401 (quiet_build is the build fixture)
     quiet_build,
     rocmlir_session,
     work,
+    worker_args,
 )
 
 from mlirtuna.db.models import Candidate, Job, Result
@@ -100,16 +101,7 @@ def test_cli_worker_with_rocmlir_tuner(db, db_url, tmp_path, build):
     sid = rocmlir_session(db, tmp_path, "gemm")
     run = run_cli(
         db_url,
-        "worker",
-        "--session",
-        str(sid),
-        "--tuner",
-        "rocmlir",
-        "--gpus",
-        "0",
-        "--mlir-build-dir",
-        str(build),
-        "--until-empty",
+        *worker_args(sid, "--mlir-build-dir", str(build), "--until-empty"),
         MLIRTUNA_ROCMLIR_PYTHON=sys.executable,
     )
     assert run.code == 0, run.stderr
@@ -119,17 +111,7 @@ def test_cli_worker_with_rocmlir_tuner(db, db_url, tmp_path, build):
 def test_cli_rocmlir_without_build_dir_names_flag_and_env(db, db_url, tmp_path, monkeypatch):
     monkeypatch.delenv("MLIRTUNA_ROCMLIR_BUILD", raising=False)
     sid = rocmlir_session(db, tmp_path, "gemm")
-    run = run_cli(
-        db_url,
-        "worker",
-        "--session",
-        str(sid),
-        "--tuner",
-        "rocmlir",
-        "--gpus",
-        "0",
-        "--until-empty",
-    )
+    run = run_cli(db_url, *worker_args(sid, "--until-empty"))
     assert run.code == 2
     line = run.stderr.strip()
     assert "--mlir-build-dir" in line and "MLIRTUNA_ROCMLIR_BUILD" in line and "\n" not in line

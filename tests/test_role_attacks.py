@@ -5,12 +5,10 @@ bits. Each one stopped every worker before; now each is refused or harmless."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 import sqlalchemy as sa
 from support.clitools import cli
-from support.dbroles import as_role
+from support.dbroles import as_role, fixture_server_db, role_prefix  # noqa: F401 (the server_db fixture)
 from support.workers import job_states, make_session
 
 from mlirtuna.db import Database, roles
@@ -26,22 +24,14 @@ pytestmark = pytest.mark.backends("postgresql", "mysql")
 
 
 @pytest.fixture
-def server_db(db):
-    if db.is_sqlite:
-        pytest.skip("SQLite has no users")
-    return db
-
-
-@pytest.fixture
 def prefix(server_db):
-    name = f"t{uuid.uuid4().hex[:10]}"
-    roles.apply_roles(server_db, name, hosts=HOSTS)
-    yield name
-    if server_db.backend == "postgresql":  # the attacks' settings, undone before DROP ROLE
-        with server_db.engine.begin() as conn:
-            for role in (f"{name}_worker", *roles.host_roles(name, HOSTS)):
-                conn.exec_driver_sql(f'ALTER ROLE "{role}" RESET ALL')
-    roles.drop_roles(server_db, name, hosts=HOSTS)
+    with role_prefix(server_db, hosts=HOSTS) as name:
+        roles.apply_roles(server_db, name, hosts=HOSTS)
+        yield name
+        if server_db.backend == "postgresql":  # the attacks' settings, undone before DROP ROLE
+            with server_db.engine.begin() as conn:
+                for role in (f"{name}_worker", *roles.host_roles(name, HOSTS)):
+                    conn.exec_driver_sql(f'ALTER ROLE "{role}" RESET ALL')
 
 
 def tune(worker_db: Database, sid: int) -> int:

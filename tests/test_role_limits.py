@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 
 import pytest
 import sqlalchemy as sa
-from support.dbroles import as_role, refused
+from support.dbroles import as_role, fixture_server_db, refused, role_prefix  # noqa: F401 (the server_db fixture)
 from support.rocmlir import fake_build, work
 from support.twostage import problems, session
 from support.workers import job_states, make_session
@@ -28,19 +27,11 @@ pytestmark = pytest.mark.backends("postgresql", "mysql")
 
 
 @pytest.fixture
-def server_db(db):
-    if db.is_sqlite:
-        pytest.skip("SQLite has no users")
-    return db
-
-
-@pytest.fixture
 def prefix(server_db):
-    name = f"t{uuid.uuid4().hex[:10]}"
-    roles.apply_roles(server_db, name)
-    roles.apply_roles(server_db, name)  # again (after `db upgrade`): the same grants, no error
-    yield name
-    roles.drop_roles(server_db, name)
+    with role_prefix(server_db) as name:
+        roles.apply_roles(server_db, name)
+        roles.apply_roles(server_db, name)  # again (after `db upgrade`): the same grants, no error
+        yield name
 
 
 def changed(db: Database, statement: str) -> int:
@@ -100,16 +91,15 @@ def worked(module_db_url, tmp_path_factory):
     """As `done`, once per backend for the module: the refusals below change nothing (a
     statement that is not refused is rolled back where the server can), so they share it."""
     db = Database(module_db_url)
-    name = f"t{uuid.uuid4().hex[:10]}"
-    roles.apply_roles(db, name)
-    sid = make_session(db, tmp_path_factory.mktemp("worked"), 3, tuner="sleep")
-    worker_db = as_role(db, f"{name}_worker")
-    w = Worker(worker_db, WorkerSettings(session_id=sid, tuner="sleep", until_empty=True),
-               tuner=SleepTuner(0))  # fmt: skip
-    assert w.run().completed == 3
-    yield worker_db
-    worker_db.dispose()
-    roles.drop_roles(db, name)
+    with role_prefix(db) as name:
+        roles.apply_roles(db, name)
+        sid = make_session(db, tmp_path_factory.mktemp("worked"), 3, tuner="sleep")
+        worker_db = as_role(db, f"{name}_worker")
+        w = Worker(worker_db, WorkerSettings(session_id=sid, tuner="sleep", until_empty=True),
+                   tuner=SleepTuner(0))  # fmt: skip
+        assert w.run().completed == 3
+        yield worker_db
+        worker_db.dispose()
     db.dispose()
 
 

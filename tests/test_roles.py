@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 import sqlalchemy as sa
 from support.clitools import cli
-from support.dbroles import as_role, refused
+from support.dbroles import as_role, fixture_server_db, refused, role_prefix  # noqa: F401 (the server_db fixture)
 from support.workers import job_states, make_session
 
-from mlirtuna.db import Database, roles
+from mlirtuna.db import Database
 from mlirtuna.tuners.sleep import SleepTuner
 from mlirtuna.worker import Worker, WorkerSettings
 
@@ -19,17 +17,9 @@ pytestmark = pytest.mark.backends("postgresql", "mysql")
 
 
 @pytest.fixture
-def server_db(db):
-    if db.is_sqlite:
-        pytest.skip("SQLite has no users")
-    return db
-
-
-@pytest.fixture
 def prefix(server_db):
-    name = f"t{uuid.uuid4().hex[:10]}"
-    yield name
-    roles.drop_roles(server_db, name)
+    with role_prefix(server_db) as name:
+        yield name
 
 
 def test_roles_prints_the_sql_and_applies_it(server_db, prefix, tmp_path):

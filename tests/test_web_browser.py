@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from support.browser import CHROMIUM, Page, sync_api
+from support.browser import Page, fixture_browser  # noqa: F401 (the browser fixture)
 from support.clitools import mlirtuna_argv, run_cli, subprocess_env
 from support.webfarm import Farm, make
 from support.webserve import serving
@@ -62,14 +62,6 @@ def site(module_db_url, tmp_path_factory) -> Iterator[Site]:
             yield Site(url, db, db_url, run.json()["session"], farm)
     finally:
         db.dispose()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture

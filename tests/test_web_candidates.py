@@ -6,14 +6,12 @@ history of the tuning (order tried, best so far) and the session's EDF."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
 import sqlalchemy as sa
-from support.browser import CHROMIUM, VIEWPORT, Page, sync_api
+from support.browser import VIEWPORT, fixture_browser, served_page  # noqa: F401 (the browser and page fixtures)
 from support.results import cand, gemm, new_session, record
-from support.webserve import serving
 
 from mlirtuna.db.models import Candidate, Problem
 from mlirtuna.problems import parse
@@ -55,22 +53,6 @@ def farm(db, tmp_path) -> tuple[int, dict[str, int]]:
     with db.session() as s:
         ids = dict(s.execute(sa.select(Problem.test_vector, Problem.id)).all())
     return sid, {"v4": ids[tv4], "v3": ids[tv3], "attn:v3": ids[ATTENTION]}
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture
-def page(browser, db_url, farm) -> Iterator[Page]:
-    with serving(db_url) as url:
-        tab = Page(browser, url)
-        yield tab
-        tab.close()
 
 
 def us(ns: float | None) -> str:

@@ -8,15 +8,13 @@ from __future__ import annotations
 import csv
 import io
 import random
-from collections.abc import Iterator
 
 import httpx
 import pytest
 import sqlalchemy as sa
-from support.browser import CHROMIUM, VIEWPORT, Page, sync_api
+from support.browser import VIEWPORT, fixture_browser, served_page  # noqa: F401 (the browser and page fixtures)
 from support.clitools import cli
 from support.results import cand, gemm, new_session, put_results, record
-from support.webserve import serving
 
 from mlirtuna import sessions
 from mlirtuna.db.models import TuningSession
@@ -46,22 +44,6 @@ def farm(db, db_url, tmp_path) -> dict[str, int]:
         newest = s.scalar(sa.select(sa.func.max(TuningSession.id)))
     assert sessions.get(db, newest).tuner == "imported"
     return {"a": a, "b": b, "imported": newest}
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture
-def page(browser, db_url, farm) -> Iterator[Page]:
-    with serving(db_url) as url:
-        tab = Page(browser, url)
-        yield tab
-        tab.close()
 
 
 def test_farm_page_imported_sessions_width_and_search(page, farm):

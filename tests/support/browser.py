@@ -1,13 +1,20 @@
 """The dashboard's browser tests: Debian's Chromium driven by Playwright's Python API (no browser
-download). Importing this skips the importing test module when either is missing."""
+download). Importing this skips the importing test module when either is missing.
+
+Two fixtures a test module imports when it wants them: `browser` (fixture_browser), one
+Chromium for the module; `page` (served_page), a tab on `mlirtuna serve` over the test's database
+once the module's own `farm` fixture has filled it."""
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from support.webserve import serving
 
 CHROMIUM = (
     os.environ.get("MLIRTUNA_TEST_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
@@ -83,3 +90,22 @@ class Page:
     def close(self) -> None:
         assert self.errors == [], self.errors
         self.tab.close()
+
+
+@pytest.fixture(scope="module", name="browser")
+def fixture_browser():
+    """One Chromium for the test module; each test opens its own tabs (Page)."""
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(name="page")
+def served_page(browser, db_url, farm) -> Iterator[Page]:
+    """A tab on `mlirtuna serve` over the test's database, started after the test module's
+    `farm` fixture has filled it; closing it checks the console stayed clean."""
+    with serving(db_url) as url:
+        tab = Page(browser, url)
+        yield tab
+        tab.close()

@@ -148,6 +148,12 @@ def rocmlir_session(db, tmp_path, op: str, space: str = "quick") -> int:
     return sess.id
 
 
+def worker_args(sid: int, *more: str) -> list[str]:
+    """`mlirtuna worker`'s arguments for the rocmlir tuner on GPU 0 over session `sid`, then
+    `more` (for run_cli and mlirtuna_argv)."""
+    return ["worker", "--session", str(sid), "--tuner", "rocmlir", "--gpus", "0", *more]
+
+
 def work(db, sid, build, role: str = "gpu", **changes) -> Worker:
     """Run one in-process worker of `role` over the session until it is empty."""
     worker = Worker(db, worker_settings(sid, build, role, **changes))
