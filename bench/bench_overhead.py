@@ -69,7 +69,14 @@ OVERHEAD_HEADERS = (
     "mlirtuna CPU ms/job", "Optuna CPU ms/trial", "Optuna / mlirtuna CPU",
 )  # fmt: skip
 PROBE_COMMITS = 200
-PARTS = ("reclaim_expired", "claim + problem", "heartbeat hold", "record", "record + claim next")
+PARTS = (
+    "reclaim_expired", "claim + problem", "heartbeat hold", "record", "record + claim next",
+    "GPU worker: claim + problem + look", "GPU worker: record + claim next",
+)  # fmt: skip
+#: A GPU worker's claim also checks that no other worker holds a live attempt on its GPU, and
+#: after a fresh claim (not one chained to a record) the worker looks again (issue 34): the GPU
+#: columns time both beside the CPU worker's claims.
+GPU_WHO = Claimant("bench", 0, gpu="GPU-bench-0")
 COUNTS = (
     "claim statements", "claim round trips", "record statements", "record round trips",
     "record + claim next statements", "record + claim next round trips",
@@ -265,7 +272,36 @@ def breakdown(db: Database, n: int) -> dict[str, float]:
         for key, a, b in zip(PARTS[:4], (t0, t1, t2, t3), (t1, t2, t3, t4), strict=True):
             parts[key].append((b - a) * 1e3)
     # The worker's own path, one job at a time: each record claims the next job in its commit.
-    combined = [0, 0]
+    parts["record + claim next"], counts["record + claim next"] = _chained(db, sid, who, n, clock)
+    gpu_sid = common.make_session(db, 2 * n + 3)
+    for i in range(n + 1):
+        t0 = time.perf_counter()
+        lease = queue.claim(db, gpu_sid, GPU_WHO, 120.0)
+        if queue.gpu_holder(db, GPU_WHO) is not None:  # the worker's look after a fresh claim
+            raise RuntimeError("another holder of the bench's GPU")
+        elapsed = time.perf_counter() - t0
+        if lease is None or lease.problem is None:
+            raise RuntimeError("no job to claim")
+        _record(db, lease, tuner.tune(lease.problem, ctx))
+        if i:
+            parts["GPU worker: claim + problem + look"].append(elapsed * 1e3)
+    parts["GPU worker: record + claim next"], _ = _chained(db, gpu_sid, GPU_WHO, n, clock)
+    out = {k: common.median(v) for k, v in parts.items()}
+    for key in ("claim", "record", "record + claim next"):
+        out[f"{key} statements"] = counts[key][0] / n
+        out[f"{key} round trips"] = counts[key][1] / n if not db.is_sqlite else float("nan")
+    out["in driver"] = driver_s / n * 1e3
+    return out
+
+
+def _chained(
+    db: Database, sid: int, who: Claimant, n: int, clock: DriverClock
+) -> tuple[list[float], list[int]]:
+    """n jobs as the worker runs them (after one to warm up): each record claims the next job
+    in its commit. The ms of each record + claim, and the statements and round trips sent."""
+    times, counts = [], [0, 0]
+    tuner, ctx = SleepTuner(0.0), TuneContext("cpu", "cpu", 1, 1, "full", gpu_id=who.gpu_id)
+    beat = Heartbeat(db, 120.0, 40.0)
     lease = queue.claim(db, sid, who, 120.0)
     for i in range(n + 1):
         if lease is None or lease.problem is None:
@@ -282,15 +318,11 @@ def breakdown(db: Database, n: int) -> dict[str, float]:
         if not recorded:
             raise RuntimeError("lease lost in a single-worker benchmark")
         if i:
-            parts["record + claim next"].append(elapsed * 1e3)
-            combined = [a + b for a, b in zip(combined, taken, strict=True)]
-    counts["record + claim next"] = combined
-    out = {k: common.median(v) for k, v in parts.items()}
-    for key in ("claim", "record", "record + claim next"):
-        out[f"{key} statements"] = counts[key][0] / n
-        out[f"{key} round trips"] = counts[key][1] / n if not db.is_sqlite else float("nan")
-    out["in driver"] = driver_s / n * 1e3
-    return out
+            times.append(elapsed * 1e3)
+            counts = [a + b for a, b in zip(counts, taken, strict=True)]
+    if lease is not None:  # the job claimed last goes back for the next user of the session
+        queue.release(db, lease)
+    return times, counts
 
 
 def _record(db: Database, lease: Lease, outcome) -> None:
