@@ -39,7 +39,9 @@ from mlirtuna.web import explore
 from mlirtuna.web.app import create_app, open_read_only
 from mlirtuna.worker import Worker, WorkerSettings
 
-# Each test's farm is made by real tuning (tests/support/webfarm.py): slow.
+# The farm is tuned for real once per test process and backend, then copied
+# (tests/support/webfarm.py); still slow for the quick loop: each of its processes tunes one
+# (the quick loop measured 2 min 45 s with the dashboard API in, 2 min 11 s without).
 pytestmark = pytest.mark.slow
 
 PAGES = ("/", "/sessions/{a}", "/problems/{p}?session={g}", "/jobs/{j}", "/compare?a={a}&b={b}")
