@@ -5,9 +5,10 @@ runs and the summary says which backends were skipped. With MLIRTUNA_TEST_REQUIR
 missing or unreachable server is a failure, not a skip.
 
 Each test gets a database of its own at the schema's head, made cheaply from one migrated once
-per test process (tests/support/testdbs.py): a file copy on SQLite, a template on PostgreSQL, a
-reset of a reused database on MariaDB. A test file that needs fewer backends says so with
-`pytestmark = pytest.mark.backends("sqlite")`; without the mark a test runs on all three.
+per test process (tests/support/testdbs.py): a file copy on SQLite, a reset of a reused database
+(the tables the test wrote truncated) on PostgreSQL and MariaDB. A test file that needs fewer
+backends says so with `pytestmark = pytest.mark.backends("sqlite")`; without the mark a test
+runs on all three.
 `backends(..., fast=("sqlite",))`: the other backends' runs carry the `slow` mark, so the quick
 loop (`-m "not slow"`) runs such a test once and `.ci/run` on every backend named.
 """

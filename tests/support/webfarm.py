@@ -81,7 +81,7 @@ def _insert(db: Database, rows: Rows) -> None:
         for table, some in rows:
             if some:
                 conn.execute(table.insert(), some)
-        if db.backend == "postgresql":  # explicit ids do not move a sequence: the next id must
+        if db.backend == "postgresql":  # explicit ids do not move a sequence: move it past them
             for table, some in rows:
                 if some and "id" in table.c:
                     conn.exec_driver_sql(
