@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.scheduling import SharedDatabaseScheduling, shared_id
 from support.testdbs import BACKENDS, TestDatabases
 
 from mlirtuna.db import Database
@@ -52,6 +53,18 @@ def pytest_xdist_auto_num_workers(config):
     return 2 * (os.cpu_count() or 1)
 
 
+def pytest_xdist_make_scheduler(config, log):
+    """`-n auto` hands out tests as support/scheduling.py says: a module's shared database (one
+    per backend) set up once, the slow tests first."""
+    return SharedDatabaseScheduling(config, log)
+
+
+def pytest_collection_modifyitems(items):
+    """The slow tests first, so that the longest ones do not start last and leave the other test
+    processes idle at the end. The sort is stable: a module's tests stay together."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_generate_tests(metafunc):
     """Parametrize each database fixture over the backends the test (or its file) asks for."""
     marker = metafunc.definition.get_closest_marker("backends")
@@ -60,10 +73,16 @@ def pytest_generate_tests(metafunc):
     unknown = (set(backends) | fast) - set(BACKENDS)
     if unknown:
         raise pytest.UsageError(f"{metafunc.definition.nodeid}: unknown backends {unknown}")
-    params = [pytest.param(b, marks=() if b in fast else pytest.mark.slow) for b in backends]
     for name in DB_FIXTURES:
         if name in metafunc.fixturenames:
-            scope = "module" if name == "module_db_url" else "function"
+            shared = name == "module_db_url"
+            params = [
+                pytest.param(
+                    b, marks=() if b in fast else pytest.mark.slow, id=shared_id(b) if shared else b
+                )
+                for b in backends
+            ]
+            scope = "module" if shared else "function"
             metafunc.parametrize(name, params, indirect=True, scope=scope)
 
 
