@@ -268,7 +268,7 @@ def test_a_tool_stopped_mid_batch_keeps_what_it_recorded(
     log = tmp_path / "calls.jsonl"
     monkeypatch.setenv("FAKE_TUNINGRUNNER_LOG", str(log))
     sid = session_of(db, tmp_path, gemm_lines(4))
-    w = worker(db, sid, build, batch=4, max_retries=1, job_timeout_s=1.5)
+    w = worker(db, sid, build, batch=4, max_retries=1, job_timeout_s=1.0)
     w.tuner.kill_grace_s = 0.5
     w.run()
     rows = job_rows(db, sid)
@@ -429,7 +429,7 @@ def test_first_signal_finishes_the_batch_second_gives_it_back(db, db_url, tmp_pa
 
     w = start()
     w.send_signal(signal.SIGINT)
-    time.sleep(0.2)
+    wait_for(lambda: "signal again" in errlog.read_text())  # the first is handled
     w.send_signal(signal.SIGINT)  # every job of the batch not recorded yet goes back now
     assert w.wait(timeout=60) == 0, errlog.read_text()
     rows = job_rows(db, sid)
@@ -474,10 +474,10 @@ def test_import_takes_trans_o_and_jobs_load_refuses_what_the_build_cannot_tune(
             "--num-chiplets", "8", "--tuning-space", "quick", "--mlir-build-dir", str(build),
             "--json"]  # fmt: skip
     for era, refused in (("E3", True), ("E4", False)):
-        made = run_cli(db_url, *args, FAKE_TUNINGRUNNER_ERA=era)
+        made = cli(db_url, *args, env={"FAKE_TUNINGRUNNER_ERA": era})
         assert made.code == 0, made.stderr
-        sid = str(json.loads(made.stdout)["id"])
-        loaded = run_cli(db_url, "jobs", "load", "--session", sid, "--tag", "x")
+        sid = str(made.json()["id"])
+        loaded = cli(db_url, "jobs", "load", "--session", sid, "--tag", "x")
         if refused:
             lines = loaded.stderr.strip().splitlines()
             assert loaded.code == 2 and len(lines) == 1, loaded.stderr

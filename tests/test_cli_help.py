@@ -66,7 +66,7 @@ def _rendered_help(path: str) -> str:
 
 def test_every_help_page_renders_as_written_with_its_defaults():
     """Brackets in help (`[detected]`, `[/opt/rocm/.info/version]`) are text, never Rich markup,
-    and every option's default is shown."""
+    and every option's default is shown (after its environment variable, where it reads one)."""
     root = typer.main.get_command(app)
     pages = {"": root, **dict(_commands(root))}
     for path, cmd in pages.items():
@@ -77,7 +77,9 @@ def test_every_help_page_renders_as_written_with_its_defaults():
             for bracketed in re.findall(r"\[[^\]]*\]", param.help or ""):
                 assert bracketed in page, f"`mlirtuna {path} --help` lost {bracketed}"
             if param.show_default and param.default not in (None, False, "") and not param.is_flag:
-                shown = f"[default: {param.default}]"
+                # An option that reads an environment variable names it first, in the brackets.
+                envvar = f"env var: {param.envvar}; " if param.show_envvar and param.envvar else ""
+                shown = f"[{envvar}default: {param.default}]"
                 assert shown in page, f"`mlirtuna {path} --help` lacks {shown}"
 
 

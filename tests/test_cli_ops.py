@@ -14,6 +14,7 @@ from support.queueing import two_job_session
 from support.results import gemm, new_session, tune
 
 from mlirtuna import catalog, queue
+from mlirtuna.defaults import ENV_MAX_RETRIES, ENV_RETRY_BACKOFF
 from mlirtuna.problems import ExpandOptions
 from mlirtuna.queue import jobs
 from mlirtuna.tuners.base import Candidate, TuneOutcome
@@ -92,6 +93,31 @@ def test_wait_exit_codes_and_json(db, db_url, tmp_path):
     queue.record(db, queue.claim(db, sid, who, 60), TuneOutcome([win], win))
     done = cli(db_url, "wait", "--session", str(sid), "--json")
     assert done.code == 0 and done.json()["counts"]["completed"] == 2
+
+
+def test_worker_retries_come_from_the_environment_and_a_flag_beats_it(
+    db, db_url, tmp_path, monkeypatch
+):
+    """MLIRTUNA_MAX_RETRIES and MLIRTUNA_RETRY_BACKOFF set `worker`'s --max-retries and
+    --retry-backoff, and so its worker processes' argv; a flag given beats them."""
+    from mlirtuna.worker import supervisor
+
+    sid = two_job_session(db, tmp_path)
+    started = []  # the settings each `worker --gpus 0,1` would start its processes with
+
+    def start(_url, settings, _slots, quiet=False):
+        started.append(settings)
+        return []
+
+    monkeypatch.setattr(supervisor, "start", start)
+    env = {ENV_MAX_RETRIES: "7", ENV_RETRY_BACKOFF: "0.25"}
+    two_gpus = ("worker", "--session", str(sid), "--gpus", "0,1")
+    assert cli(db_url, *two_gpus, env=env).code == 0
+    assert cli(db_url, *two_gpus, "--max-retries", "2", "--retry-backoff", "4", env=env).code == 0
+    assert [(s.max_retries, s.backoff_s) for s in started] == [(7, 0.25), (2, 4.0)]
+    argv = supervisor.worker_argv(started[0], supervisor.Slot(0))
+    assert argv[argv.index("--max-retries") + 1] == "7"
+    assert argv[argv.index("--retry-backoff") + 1] == "0.25"
 
 
 def test_cancel_of_a_whole_session_needs_all(db, db_url, tmp_path):

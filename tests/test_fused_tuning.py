@@ -199,14 +199,11 @@ def test_cli_bad_input_is_one_line_and_exit_2(db, db_url, tmp_path):
 
 
 def test_run_op_fusion_on_the_example(db_url, tmp_path, monkeypatch):
-    from support.clitools import run_cli
+    from support.clitools import cli
 
     monkeypatch.chdir(tmp_path)  # where run writes its tuning DB
     example = Path(__file__).parent.parent / "examples" / "fusion-small"
-    run = run_cli(
-        db_url, "run", "--op", "fusion", "--tuning-space", "quick", "--json", str(example),
-        timeout=600,
-    )  # fmt: skip
+    run = cli(db_url, "run", "--op", "fusion", "--tuning-space", "quick", "--json", str(example))
     assert run.code == 0, run.stderr
     summary = run.json()
     assert summary["counts"]["completed"] == 4 and summary["exported"] == 3
@@ -222,7 +219,7 @@ def test_the_plain_tuning_db_run_writes_does_not_depend_on_run_order(
 ):
     """gemm, then fusion: run's mlir_tuning_<arch>.tsv ends with the rows `export --arch`
     writes (the fusion winners included), as it would with the runs the other way round."""
-    from support.clitools import cli, run_cli
+    from support.clitools import cli
 
     monkeypatch.chdir(tmp_path)
     examples = Path(__file__).parent.parent / "examples"
@@ -232,8 +229,8 @@ def test_the_plain_tuning_db_run_writes_does_not_depend_on_run_order(
 
     before = 0
     for op, example in (("gemm", "gemm-small"), ("fusion", "fusion-small")):
-        run = run_cli(db_url, "run", "--op", op, "--tuning-space", "quick", "--json",
-                      str(examples / example), timeout=600)  # fmt: skip
+        run = cli(db_url, "run", "--op", op, "--tuning-space", "quick", "--json",
+                  str(examples / example))  # fmt: skip
         assert run.code == 0, run.stderr
         (plain,) = tmp_path.glob("mlir_tuning_*.tsv")
         before = before or len(rows(plain))

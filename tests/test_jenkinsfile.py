@@ -6,6 +6,7 @@ tuning DB, as Copy Artifact hands it over."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -16,13 +17,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from support.clitools import SRC
 
 from mlirtuna import standin
 from mlirtuna.db import roles
+from mlirtuna.db.models import Attempt, Job
+from mlirtuna.defaults import DEFAULT_BACKOFF_S, DEFAULT_MAX_RETRIES, ENV_RETRY_BACKOFF
 
 JENKINSFILE = Path(__file__).resolve().parent.parent / "examples" / "Jenkinsfile"
 FAILING = "-m 512"  # the stand-in's config list holds one GEMM with it: its job fails
+# The failing job is retried as the file runs it, but the first retry waits this long, not the
+# default 10 s (then 20 s): as the farm's own environment would set it, not the file.
+BACKOFF_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -113,11 +120,13 @@ def test_the_pipeline_runs_against_the_stand_in(db, db_url, tmp_path):
         "ARCH": "gfx942", "ROCMLIR_BUILD": "", "CONFIG_LIST": "unused-in-a-dry-run",
         "DRY_RUN": "true", "BUILD_TAG": "jenkins-weekly-1",
         "FAKE_TUNINGRUNNER_FAULT": "fail", "FAKE_TUNINGRUNNER_FAULT_CONFIG": FAILING,
+        ENV_RETRY_BACKOFF: str(BACKOFF_S),
     }  # fmt: skip
     try:
         first = run_pipeline(tmp_path / "week1", env)
         code, listed, _ = first["STEP_WAIT@Export and compare"]
         assert code == 1 and FAILING in listed  # reported: the build goes UNSTABLE
+        assert_retried_after_the_backoff(db)
         export_ws = tmp_path / "week1" / "Export-and-compare"
         rows = (export_ws / "mlir_tuning_gfx942.tsv").read_text().splitlines()
         tuned = [r for r in rows if r and not r.startswith("#")]
@@ -133,3 +142,20 @@ def test_the_pipeline_runs_against_the_stand_in(db, db_url, tmp_path):
     finally:
         if prefix:
             roles.drop_roles(db, prefix)
+
+
+def assert_retried_after_the_backoff(db) -> None:
+    """The failing job (the one in error) ran every attempt --max-retries allows, each retry
+    after the backoff the environment set (doubling), not the default."""
+    with db.session() as s:
+        (job,) = s.scalars(sa.select(Job).where(Job.state == "error"))
+        attempts = s.execute(
+            sa.select(Attempt.outcome, Attempt.claimed_at)
+            .where(Attempt.job_id == job.id)
+            .order_by(Attempt.id)
+        ).all()
+    assert job.retries == DEFAULT_MAX_RETRIES
+    assert [a.outcome for a in attempts] == ["failed"] * DEFAULT_MAX_RETRIES
+    gaps = [(b.claimed_at - a.claimed_at).total_seconds() for a, b in itertools.pairwise(attempts)]
+    assert gaps[0] >= 0.8 * BACKOFF_S and gaps[1] >= 0.8 * 2 * BACKOFF_S, gaps
+    assert max(gaps) < DEFAULT_BACKOFF_S, gaps

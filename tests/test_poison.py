@@ -111,12 +111,14 @@ def test_a_tuner_that_ignores_the_timeout_is_stopped_by_the_worker(db, db_url, t
 
     sid = make_session(db, tmp_path, 1, tuner="plugins.stubborn:Stubborn")
     start = time.monotonic()
-    w = start_worker(db_url, sid, tmp_path / "log", "--until-empty", "--job-timeout", "1",
+    # The smallest timeout: the worker's alarm fires its grace (10 s, whatever the timeout)
+    # after it, once per attempt.
+    w = start_worker(db_url, sid, tmp_path / "log", "--until-empty", "--job-timeout", "0.1",
                      "--max-retries", "2", "--retry-backoff", "0")  # fmt: skip
     assert w.wait(timeout=120) == 0, stderr_of(w)
     assert time.monotonic() - start < 60
     assert job_states(db, sid) == {"error": 1}
     with db.session() as s:
         job = s.scalars(sa.select(Job)).one()
-        assert job.retries == 2 and "timed out after 1 s" in job.result
+        assert job.retries == 2 and "timed out after 0.1 s" in job.result
         assert sorted(s.scalars(sa.select(Attempt.outcome))) == ["failed", "failed"]

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support.clitools import cli, mlirtuna_argv, run_cli, subprocess_env
+from support.clitools import cli, mlirtuna_argv, subprocess_env
 from support.perfrunner_reader import read_tuning_db
 
 from mlirtuna import flow
@@ -60,9 +60,9 @@ def test_auto_picks_cpu_only_without_a_build_dir(tmp_path, monkeypatch):
 def test_run_skips_what_the_cpu_tuner_cannot_run(db_url, tmp_path):
     path = tmp_path / "conv"
     path.write_text(CONV.replace("conv ", "", 1))  # no prefix: --data-type expands it
-    run = run_cli(
+    run = cli(
         db_url, "run", "--op", "conv", "--tuning-space", "quick", "--data-type", "f32,fp8",
-        "--direction", "fwd", "--quiet", "-o", str(tmp_path / "t.tsv"), str(path), timeout=300,
+        "--direction", "fwd", "--quiet", "-o", str(tmp_path / "t.tsv"), str(path),
     )  # fmt: skip
     assert run.code == 0, run.stderr
     warning = [x for x in run.stderr.splitlines() if x.startswith("warning: skipping")]
@@ -87,7 +87,7 @@ def test_gemm_then_conv_run_keeps_both_ops_in_the_tuning_db(db_url, tmp_path):
     (tmp_path / "conv").write_text(CONV)
     out = tmp_path / "t.tsv"
     for op, extra in (("gemm", ()), ("conv", ("--no-expand",))):
-        run = run_cli(
+        run = cli(
             db_url, "run", "--op", op, "--tuner", "sleep:0", *extra, "--quiet", "-o", str(out),
             str(tmp_path / op),
         )  # fmt: skip

@@ -238,6 +238,7 @@ def test_a_stopping_stream_worker_gives_back_what_it_did_not_feed(db, tmp_path, 
     assert {j.state for j in rows} == {"completed", "new"}  # none left running
     assert all(j.retries == 0 for j in rows)
     assert count(db, Bundle, Bundle.complete.is_(True)) == 8 - len(done)
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_BENCH_MS", "1")  # what is left: its count, not its timing
     assert work(db, sid, build, "gpu").stats.completed == 8 - len(done)
 
 

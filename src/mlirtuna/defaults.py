@@ -28,6 +28,10 @@ ENV_DB = "MLIRTUNA_DB"  # the database URL (--db)
 ENV_DB_PASSWORD = "MLIRTUNA_DB_PASSWORD"  # its password, kept out of the URL
 ENV_ROLE_PASSWORD = "MLIRTUNA_ROLE_PASSWORD_{}"  # …_ADMIN, …_WORKER, …_READER (db roles)
 ENV_ROCMLIR_BUILD = "MLIRTUNA_ROCMLIR_BUILD"  # the rocMLIR build dir (--mlir-build-dir)
+# A failed job's retries (--max-retries) and the wait before the first (worker --retry-backoff):
+# one setting for every worker a node or a pipeline starts.
+ENV_MAX_RETRIES = "MLIRTUNA_MAX_RETRIES"
+ENV_RETRY_BACKOFF = "MLIRTUNA_RETRY_BACKOFF"
 ENV_ROCMLIR_PYTHON = "MLIRTUNA_ROCMLIR_PYTHON"  # the python that runs tuningRunner.py
 # A directory holding tuningRunner.py and perfRunner.py (rocMLIR's mlir/utils/performance) to run
 # instead of <build>/bin's, over the build's binaries: a checkout's scripts with a ROCm python.

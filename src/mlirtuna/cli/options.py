@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from mlirtuna.defaults import DEFAULT_MAX_RETRIES, ENV_ROCMLIR_BUILD
+from mlirtuna.defaults import DEFAULT_MAX_RETRIES, ENV_MAX_RETRIES, ENV_ROCMLIR_BUILD
 
 
 def csv_opt():
@@ -69,5 +69,6 @@ def workers_opt():
 def max_retries_opt():
     """--max-retries, shared by `worker` and `run`."""
     return typer.Option(
-        DEFAULT_MAX_RETRIES, "--max-retries", help="Failed attempts before a job ends in error."
-    )
+        DEFAULT_MAX_RETRIES, "--max-retries", envvar=ENV_MAX_RETRIES, show_envvar=True,
+        help="Failed attempts before a job ends in error.",
+    )  # fmt: skip

@@ -16,6 +16,7 @@ from mlirtuna.defaults import (
     DEFAULT_GPU_LOCK_DIR,
     DEFAULT_LEASE_S,
     ENV_GPU_LOCK_DIR,
+    ENV_RETRY_BACKOFF,
 )
 from mlirtuna.errors import UserError
 
@@ -77,7 +78,11 @@ def worker(
     ),
     max_retries: int = options.max_retries_opt(),
     retry_backoff: float = typer.Option(
-        DEFAULT_BACKOFF_S, "--retry-backoff", help="Seconds before the first retry (doubling)."
+        DEFAULT_BACKOFF_S,
+        "--retry-backoff",
+        envvar=ENV_RETRY_BACKOFF,
+        show_envvar=True,
+        help="Seconds before the first retry (doubling).",
     ),
     mlir_build_dir: str = options.mlir_build_dir_opt(),
     cpu_mem_limit: float = typer.Option(
