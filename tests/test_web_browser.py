@@ -181,7 +181,7 @@ def test_session_errors_link_to_the_job_and_its_attempts(page, site):
     assert int(group[0]) == len(failed) and failed[0].first_line.endswith(f"failed: {group[1]}")
     page.shot("session-errors")
     page.tab.click(f"#errors a[href='/jobs/{failed[0].id}']")
-    page.tab.wait_for_load_state("networkidle")
+    page.tab.wait_for_url(f"**/jobs/{failed[0].id}")  # loaded: the job page is drawn on the server
     shown = jobs.show(site.db, failed[0].id)
     assert len(page.rows("#attempts")) == len(shown.attempts)
     assert shown.result.strip().splitlines()[0] in page.tab.inner_text("#job-text")
