@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from support.browser import Page, fixture_browser  # noqa: F401 (the browser fixture)
 from support.clitools import mlirtuna_argv, run_cli, subprocess_env
 from support.webfarm import Farm, make
-from support.webserve import serving
+from support.webserve import serving_command
 
 from mlirtuna import catalog, queue, sessions
 from mlirtuna.db import Database
@@ -58,7 +58,7 @@ def site(module_db_url, tmp_path_factory) -> Iterator[Site]:
     db = Database(db_url)
     farm = make(db, tmp)
     try:
-        with serving(db_url) as url:
+        with serving_command(db_url) as url:  # the command itself, in a real browser
             yield Site(url, db, db_url, run.json()["session"], farm)
     finally:
         db.dispose()

@@ -2,8 +2,8 @@
 download). Importing this skips the importing test module when either is missing.
 
 Two fixtures a test module imports when it wants them: `browser` (fixture_browser), one
-Chromium for the module; `page` (served_page), a tab on `mlirtuna serve` over the test's database
-once the module's own `farm` fixture has filled it.
+Chromium for the module; `page` (served_page), a tab on the dashboard (support/webserve.py) over
+the test's database once the module's own `farm` fixture has filled it.
 
 Chromium keeps one profile per test process (under pytest's base temp): the dashboard loads a
 5 MB plotly bundle on every page, and V8 compiles it again each time (1.5 s of CPU on a loaded
@@ -162,8 +162,8 @@ def fixture_browser(tmp_path_factory):
 
 @pytest.fixture(name="page")
 def served_page(browser, db_url, farm) -> Iterator[Page]:
-    """A tab on `mlirtuna serve` over the test's database, started after the test module's
-    `farm` fixture has filled it; closing it checks the console stayed clean."""
+    """A tab on the dashboard of the test's database (served from this process), started after
+    the test module's `farm` fixture has filled it; closing it checks the console stayed clean."""
     with serving(db_url) as url:
         tab = Page(browser, url)
         yield tab
