@@ -5,7 +5,9 @@ as many points as there are rows behind them, the console stays clean; the farm 
 worker live. Screenshots at 1280x800 go to tests/screenshots/ (not committed).
 
 On all three backends (tests/conftest.py's module_db_url): one database, one farm and one
-`mlirtuna serve` per backend for the whole module.
+`mlirtuna serve` per backend for the whole module. `mlirtuna run` and the farm fill the first
+such database of the test run per backend; the other processes (pytest-xdist's workers) copy its
+rows (support/webfarm.filled).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import pytest
 import sqlalchemy as sa
 from support.browser import Page, fixture_browser  # noqa: F401 (the browser fixture)
 from support.clitools import mlirtuna_argv, run_cli, subprocess_env
-from support.webfarm import Farm, make
+from support.webfarm import Farm, filled, make, run_folder
 from support.webserve import serving_command
 
 from mlirtuna import catalog, queue, sessions
@@ -51,17 +53,23 @@ def site(module_db_url, tmp_path_factory) -> Iterator[Site]:
     tmp = tmp_path_factory.mktemp("web")
     db_url = module_db_url
     db = Database(db_url)
-    try:
-        # The farm first: into an empty database it is copied when this process has tuned one
-        # for the backend already (support/webfarm.py), after `mlirtuna run` it is tuned again.
-        farm = make(db, tmp)
+    shared = run_folder(tmp_path_factory)
+
+    def fill() -> tuple[Farm, int]:
+        # The farm first: into the empty database it is copied; after `mlirtuna run` it would
+        # be tuned again (webfarm.make). The run loads only the problems it imports.
+        farm = make(db, tmp, shared)
         run = run_cli(
             db_url, "run", "--op", "gemm", "--tuning-space", "quick", "-o", str(tmp / "t.tsv"),
             "--json", str(EXAMPLE), timeout=600,
         )  # fmt: skip
         assert run.code == 0, run.stderr
+        return farm, run.json()["session"]
+
+    try:
+        farm, run_session = filled(db, "site", fill, shared)
         with serving_command(db_url) as url:  # the command itself, in a real browser
-            yield Site(url, db, db_url, run.json()["session"], farm)
+            yield Site(url, db, db_url, run_session, farm)
     finally:
         db.dispose()
 

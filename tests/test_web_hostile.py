@@ -14,7 +14,7 @@ import sqlite3
 import pytest
 import sqlalchemy as sa
 from support.browser import Page, fixture_browser  # noqa: F401 (the browser fixture)
-from support.webfarm import make
+from support.webfarm import make, run_folder
 from support.webserve import serving
 
 from mlirtuna.db import Database
@@ -97,7 +97,7 @@ def hostile(browser, module_db_url, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hostile")
     db_url = module_db_url
     db = Database(db_url)
-    farm = make(db, tmp)
+    farm = make(db, tmp, run_folder(tmp_path_factory))
     if db.is_sqlite:
         db.dispose()
         ids = poison(db_url.removeprefix("sqlite:///"))
