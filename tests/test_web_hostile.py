@@ -119,13 +119,12 @@ def test_every_page_shows_hostile_data_as_text(hostile):
         page = Page(browser, url)
         dialogs: list[str] = []
         page.tab.on("dialog", lambda d, seen=dialogs: (seen.append(d.message), d.dismiss()))
-        page.open(path)  # every answer the page asked for, drawn
+        page.open(path)  # every answer the page asked for, drawn, plots too
         if path == "/":
             page.refreshed(3)  # the farm page, drawn again by two polls
-        plots = page.plots_drawn()
         # Where a page has plots, plotly drew them: the hostile text went through its legends
         # and hovers too.
-        assert plots > 0 or path == "/" or path.startswith("/jobs/"), path
+        assert page.plots_drawn() > 0 or path == "/" or path.startswith("/jobs/"), path
         # `*|href`: plotly draws a legend's or hover's link in SVG, as xlink:href.
         injected = page.tab.evaluate(
             "() => [...document.querySelectorAll('#pwned-img, #pwned-script, #pwned-link, "

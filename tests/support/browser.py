@@ -72,9 +72,11 @@ class Page:
         self.tab.on("pageerror", lambda e: self.errors.append(str(e)))
 
     def open(self, path: str) -> None:
+        """Load the page, then wait until it is drawn: every answer it asked for, its plots."""
         response = self.tab.goto(self.base + path)
         assert response is not None and response.status == 200, path
         self.answered()
+        self.plots_drawn()
 
     def answered(self) -> None:
         """Wait until every fetch the page has made is answered and drawn. After `goto` (the
@@ -87,11 +89,11 @@ class Page:
         self.tab.wait_for_function(f"() => Number(document.body.dataset.updated) >= {times}")
 
     def plots_drawn(self) -> int:
-        """Wait until every plot plotly was given data has drawn it (its SVG, one full trace per
-        trace given; checked at animation frames); how many plots the page holds."""
+        """Wait until plotly has drawn every plot it was given (it clears _replotting at the
+        end of a draw); how many plots the page holds."""
         self.tab.wait_for_function(
             """() => [...document.querySelectorAll('.js-plotly-plot')].every(el =>
-                el.data && el._fullData && el._fullData.length === el.data.length
+                el._fullLayout && el._fullLayout._replotting === false
                 && el.querySelector('.main-svg'))""",
             polling="raf",
         )
