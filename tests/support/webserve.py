@@ -73,7 +73,10 @@ def serving(db_url: str, poll_ms: int = POLL_MS) -> Iterator[str]:
     try:
         with _ORIGIN.socket() as sock:
             config = uvicorn.Config(
-                create_app(db, poll_ms=poll_ms), log_level="warning", access_log=False
+                create_app(db, poll_ms=poll_ms),
+                log_config=None,  # leave this process's logging be: pytest captures the server's
+                log_level="warning",
+                access_log=False,
             )
             server = uvicorn.Server(config)
             thread = threading.Thread(
