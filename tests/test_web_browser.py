@@ -5,7 +5,9 @@ as many points as there are rows behind them, the console stays clean; the farm 
 worker live. Screenshots at 1280x800 go to tests/screenshots/ (not committed).
 
 On all three backends (tests/conftest.py's module_db_url): one database, one farm and one
-`mlirtuna serve` per backend for the whole module.
+`mlirtuna serve` per backend for the whole module. `mlirtuna run` and the farm fill the first
+such database of the test run per backend; the other processes (pytest-xdist's workers) copy its
+rows (support/webfarm.filled).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import pytest
 import sqlalchemy as sa
 from support.browser import Page, fixture_browser  # noqa: F401 (the browser fixture)
 from support.clitools import mlirtuna_argv, run_cli, subprocess_env
-from support.webfarm import Farm, make
-from support.webserve import serving
+from support.webfarm import Farm, filled, make, run_folder
+from support.webserve import serving_command
 
 from mlirtuna import catalog, queue, sessions
 from mlirtuna.db import Database
@@ -50,16 +52,24 @@ class Site:
 def site(module_db_url, tmp_path_factory) -> Iterator[Site]:
     tmp = tmp_path_factory.mktemp("web")
     db_url = module_db_url
-    run = run_cli(
-        db_url, "run", "--op", "gemm", "--tuning-space", "quick", "-o", str(tmp / "t.tsv"),
-        "--json", str(EXAMPLE), timeout=600,
-    )  # fmt: skip
-    assert run.code == 0, run.stderr
     db = Database(db_url)
-    farm = make(db, tmp)
+    shared = run_folder(tmp_path_factory)
+
+    def fill() -> tuple[Farm, int]:
+        # The farm first: into the empty database it is copied; after `mlirtuna run` it would
+        # be tuned again (webfarm.make). The run loads only the problems it imports.
+        farm = make(db, tmp, shared)
+        run = run_cli(
+            db_url, "run", "--op", "gemm", "--tuning-space", "quick", "-o", str(tmp / "t.tsv"),
+            "--json", str(EXAMPLE), timeout=600,
+        )  # fmt: skip
+        assert run.code == 0, run.stderr
+        return farm, run.json()["session"]
+
     try:
-        with serving(db_url) as url:
-            yield Site(url, db, db_url, run.json()["session"], farm)
+        farm, run_session = filled(db, "site", fill, shared)
+        with serving_command(db_url) as url:  # the command itself, in a real browser
+            yield Site(url, db, db_url, run_session, farm)
     finally:
         db.dispose()
 
@@ -181,7 +191,7 @@ def test_session_errors_link_to_the_job_and_its_attempts(page, site):
     assert int(group[0]) == len(failed) and failed[0].first_line.endswith(f"failed: {group[1]}")
     page.shot("session-errors")
     page.tab.click(f"#errors a[href='/jobs/{failed[0].id}']")
-    page.tab.wait_for_load_state("networkidle")
+    page.tab.wait_for_url(f"**/jobs/{failed[0].id}")  # loaded: the job page is drawn on the server
     shown = jobs.show(site.db, failed[0].id)
     assert len(page.rows("#attempts")) == len(shown.attempts)
     assert shown.result.strip().splitlines()[0] in page.tab.inner_text("#job-text")

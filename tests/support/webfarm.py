@@ -2,18 +2,25 @@
 GEMMs, the fake tuningRunner (invalid candidates, another context), and a failing tuningRunner
 (jobs in error). Every number the tests expect is read back from the database, never typed in.
 
-Tuned for real once per test process and backend; every later farm of that backend is the same
-rows copied into the test's empty database (ids, times and all): the tuning took 5-8 s a test.
+Tuned for real once per test process and backend (or per test run, where the caller names a
+folder the run's processes share); every later farm of that backend is the same rows copied into
+the test's empty database (ids, times and all): the tuning took 5-8 s a test. `filled` does the
+same for any other way of filling a database.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
+import pickle
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
+import pytest
 import sqlalchemy as sa
 
 from mlirtuna import catalog, sessions, standin
@@ -42,22 +49,54 @@ class Farm:
     problems: list[int]
 
 
-Rows = list[tuple[sa.Table, list[dict]]]
-_MADE: dict[str, tuple[Farm, Rows]] = {}  # backend -> the farm tuned first, and its rows
+Rows = list[tuple[str, list[dict]]]  # (table name, its rows), parents first
+T = TypeVar("T")
+_MADE: dict[tuple[str, str], tuple[Any, Rows]] = {}  # (what, backend) -> its value and rows
 
 
-def make(db: Database, tmp_path: Path) -> Farm:
+def make(db: Database, tmp_path: Path, shared: Path | None = None) -> Farm:
     """The farm in `db`. Into an empty database: the rows of this backend's first farm (tuned
-    for real then); otherwise, or the first time, tuned for real."""
+    for real then, see `filled`); otherwise tuned for real."""
     if not _empty(db):
         return _tuned(db, tmp_path)
-    if db.backend not in _MADE:
-        farm = _tuned(db, tmp_path)
-        _MADE[db.backend] = (farm, _rows(db))
-        return farm
-    farm, rows = _MADE[db.backend]
-    _insert(db, rows)
-    return farm
+    return filled(db, "farm", lambda: _tuned(db, tmp_path), shared)
+
+
+def filled(db: Database, what: str, fill: Callable[[], T], shared: Path | None = None) -> T:
+    """Into the empty `db`: what `fill` writes there, and the value it returns (the ids tests
+    need, picklable). `fill` runs the first time per test process and backend, or per test run
+    with `shared` (a folder all the run's processes see, run_folder): the others wait for its
+    rows and copy them in, ids, times and all."""
+    key = (what, db.backend)
+    if key in _MADE:
+        value, rows = _MADE[key]
+        _insert(db, rows)
+        return value
+    if shared is None:
+        value = fill()
+        _MADE[key] = (value, _rows(db))
+        return value
+    path = shared / f"webfarm-{what}-{db.backend}.pickle"
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one process fills; the others wait here for its rows
+        if path.exists():
+            value, rows = pickle.loads(path.read_bytes())
+            _insert(db, rows)
+        else:
+            value = fill()
+            rows = _rows(db)
+            part = path.with_suffix(".part")  # a process that dies writing leaves no half file
+            part.write_bytes(pickle.dumps((value, rows)))
+            part.replace(path)
+    _MADE[key] = (value, rows)
+    return value
+
+
+def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder every process of this test run shares: pytest's base temp, which pytest-xdist's
+    workers each have a subfolder of (and pytest removes with old runs)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 def _empty(db: Database) -> bool:
@@ -71,21 +110,22 @@ def _empty(db: Database) -> bool:
 def _rows(db: Database) -> Rows:
     with db.engine.connect() as conn:
         return [
-            (t, [dict(r._mapping) for r in conn.execute(sa.select(t))])
+            (t.name, [dict(r._mapping) for r in conn.execute(sa.select(t))])
             for t in Base.metadata.sorted_tables
         ]
 
 
 def _insert(db: Database, rows: Rows) -> None:
+    tables = Base.metadata.tables
     with db.engine.begin() as conn:
-        for table, some in rows:
+        for name, some in rows:
             if some:
-                conn.execute(table.insert(), some)
+                conn.execute(tables[name].insert(), some)
         if db.backend == "postgresql":  # explicit ids do not move a sequence: move it past them
-            for table, some in rows:
-                if some and "id" in table.c:
+            for name, some in rows:
+                if some and "id" in tables[name].c:
                     conn.exec_driver_sql(
-                        f"SELECT setval(pg_get_serial_sequence('\"{table.name}\"', 'id'), "
+                        f"SELECT setval(pg_get_serial_sequence('\"{name}\"', 'id'), "
                         f"{max(r['id'] for r in some)})"
                     )
 
