@@ -23,7 +23,12 @@ from support.clitools import SRC
 from mlirtuna import standin
 from mlirtuna.db import roles
 from mlirtuna.db.models import Attempt, Job
-from mlirtuna.defaults import DEFAULT_BACKOFF_S, DEFAULT_MAX_RETRIES, ENV_RETRY_BACKOFF
+from mlirtuna.defaults import (
+    DEFAULT_BACKOFF_S,
+    DEFAULT_MAX_RETRIES,
+    ENV_GPU_LOCK_DIR,
+    ENV_RETRY_BACKOFF,
+)
 
 JENKINSFILE = Path(__file__).resolve().parent.parent / "examples" / "Jenkinsfile"
 FAILING = "-m 512"  # the stand-in's config list holds one GEMM with it: its job fails
@@ -121,6 +126,9 @@ def test_the_pipeline_runs_against_the_stand_in(db, db_url, tmp_path):
         "DRY_RUN": "true", "BUILD_TAG": "jenkins-weekly-1",
         "FAKE_TUNINGRUNNER_FAULT": "fail", "FAKE_TUNINGRUNNER_FAULT_CONFIG": FAILING,
         ENV_RETRY_BACKOFF: str(BACKOFF_S),
+        # This run's GPU node is a host of its own: the runs on the other backends, at the same
+        # time in other test processes, hold their "GPU 0" too.
+        ENV_GPU_LOCK_DIR: str(tmp_path / "gpu-locks"),
     }  # fmt: skip
     try:
         first = run_pipeline(tmp_path / "week1", env)

@@ -149,3 +149,28 @@ def test_farm_ops_follow_a_second_load(client, db, tmp_path):
     assert ops() == ops() == ["gemm"]
     jobs.load(db, sid, tag="ops-conv")
     assert ops() == ["conv", "gemm"]
+
+
+def test_farm_ops_of_a_database_made_again_at_the_same_url(tmp_path):
+    """The ops the farm page keeps belong to one dashboard's database handle: a database made
+    again at the same URL numbers its sessions from 1 again, with other ops."""
+    url = f"sqlite:///{tmp_path / 'again.db'}"
+    for op, line in (
+        ("gemm", "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 8 -n 8 -k 8"),
+        ("conv", "conv -F 1 -f NCHW -I NCHW -O NCHW -n 1 -c 8 -H 8 -W 8 -k 8 -y 1 -x 1"),
+    ):
+        (tmp_path / "again.db").unlink(missing_ok=True)
+        db = Database(url, create=True)
+        (tmp_path / op).write_text(line + "\n")
+        catalog.import_files(db, op, [str(tmp_path / op)], ExpandOptions(expand=False), tag=op)
+        sid = sessions.create(db, SessionSpec(tuner="cpu")).id
+        jobs.load(db, sid, tag=op)
+        db.dispose()
+        ro = open_read_only(url)
+        (row,) = (
+            TestClient(create_app(ro), base_url="http://127.0.0.1")
+            .get("/api/farm")
+            .json()["sessions"]
+        )
+        assert (row["session"]["id"], row["ops"]) == (1, [op])
+        ro.dispose()

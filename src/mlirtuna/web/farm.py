@@ -8,6 +8,7 @@ database clock, as the queue does, so that no machine's clock matters.
 from __future__ import annotations
 
 import datetime as dt
+import weakref
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -169,24 +170,28 @@ def farm(
 # session (100k jobs: tenths of a second), and the farm page asks for 50 sessions every 2 s. So
 # the answer is kept per session while its number of jobs stays the same (jobs are added by
 # `jobs load`, which changes the count, and never change problem): one scan per session and
-# load, not per poll. Keyed by the database too (tests open many); cleared when it grows large.
-_OPS_SEEN: dict[tuple[str, int, int], list[str]] = {}
+# load, not per poll. Kept per database handle (the dashboard holds one for its life): a key of
+# the URL would outlive the database, and one made again at that URL numbers its sessions from 1
+# again (tests do it all day). Cleared when it grows large.
+_OPS_SEEN: weakref.WeakKeyDictionary[Database, dict[tuple[int, int], list[str]]] = (
+    weakref.WeakKeyDictionary()
+)
 OPS_SEEN_MAX = 10_000
 
 
 def _ops(db: Database, ids: list[int], counts: dict[int, dict[str, int]]) -> dict[int, list[str]]:
-    url = db.url.render_as_string(hide_password=True)
-    keys = {sid: (url, sid, sum(counts[sid].values())) for sid in ids}
-    out = {sid: _OPS_SEEN[k] for sid, k in keys.items() if k in _OPS_SEEN}
+    seen = _OPS_SEEN.setdefault(db, {})
+    keys = {sid: (sid, sum(counts[sid].values())) for sid in ids}
+    out = {sid: seen[k] for sid, k in keys.items() if k in seen}
     missing = [sid for sid in ids if sid not in out]
     if missing:
         found = sessions.ops(db, missing)
-        if len(_OPS_SEEN) + len(missing) > OPS_SEEN_MAX:
-            _OPS_SEEN.clear()
+        if len(seen) + len(missing) > OPS_SEEN_MAX:
+            seen.clear()
         for sid in missing:
             out[sid] = found[sid]
             if found[sid]:  # nothing yet (an import still writing): ask again next time
-                _OPS_SEEN[keys[sid]] = found[sid]
+                seen[keys[sid]] = found[sid]
     return out
 
 
