@@ -5,9 +5,9 @@ as many points as there are rows behind them, the console stays clean; the farm 
 worker live. Screenshots at 1280x800 go to tests/screenshots/ (not committed).
 
 On all three backends (tests/conftest.py's module_db_url): one database, one farm and one
-`mlirtuna serve` per backend for the whole module. `mlirtuna run` and the farm fill the first
-such database of the test run per backend; the other processes (pytest-xdist's workers) copy its
-rows (support/webfarm.filled).
+`mlirtuna serve` per backend for the whole module, which runs in one test process per backend
+(tests/support/scheduling.py); the farm's rows are copied from the run's first farm of that
+backend (support/webfarm.make).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 import sqlalchemy as sa
 from support.browser import Page, fixture_browser  # noqa: F401 (the browser fixture)
 from support.clitools import mlirtuna_argv, run_cli, subprocess_env
-from support.webfarm import Farm, filled, make, run_folder
+from support.webfarm import Farm, make, run_folder
 from support.webserve import serving_command
 
 from mlirtuna import catalog, queue, sessions
@@ -53,23 +53,17 @@ def site(module_db_url, tmp_path_factory) -> Iterator[Site]:
     tmp = tmp_path_factory.mktemp("web")
     db_url = module_db_url
     db = Database(db_url)
-    shared = run_folder(tmp_path_factory)
-
-    def fill() -> tuple[Farm, int]:
+    try:
         # The farm first: into the empty database it is copied; after `mlirtuna run` it would
         # be tuned again (webfarm.make). The run loads only the problems it imports.
-        farm = make(db, tmp, shared)
+        farm = make(db, tmp, run_folder(tmp_path_factory))
         run = run_cli(
             db_url, "run", "--op", "gemm", "--tuning-space", "quick", "-o", str(tmp / "t.tsv"),
             "--json", str(EXAMPLE), timeout=600,
         )  # fmt: skip
         assert run.code == 0, run.stderr
-        return farm, run.json()["session"]
-
-    try:
-        farm, run_session = filled(db, "site", fill, shared)
         with serving_command(db_url) as url:  # the command itself, in a real browser
-            yield Site(url, db, db_url, run_session, farm)
+            yield Site(url, db, db_url, run.json()["session"], farm)
     finally:
         db.dispose()
 

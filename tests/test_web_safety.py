@@ -11,22 +11,22 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from support.clitools import cli
-from support.webfarm import Farm, make
+from support.webfarm import Farm, make, run_folder
 
 from mlirtuna.db import Database
 from mlirtuna.web.app import MAX_INT, create_app, open_read_only
 
-# The farm is tuned for real once per test process and backend, then copied
-# (tests/support/webfarm.py); still slow for the quick loop: each of its processes tunes one
-# (the quick loop measured 2 min 45 s with the dashboard API in, 2 min 11 s without).
-pytestmark = pytest.mark.slow
+# The farm is tuned for real once per test run and backend, then copied (tests/support/webfarm.py):
+# cheap enough for the quick loop on SQLite (it cost the quick loop 34 s when each of its
+# processes tuned one).
+pytestmark = pytest.mark.backends(fast=("sqlite",))
 
 TEMPLATES = Path(__file__).parent.parent / "src" / "mlirtuna" / "web" / "templates"
 
 
 @pytest.fixture
-def farm(db: Database, tmp_path) -> Farm:
-    return make(db, tmp_path)
+def farm(db: Database, tmp_path, tmp_path_factory) -> Farm:
+    return make(db, tmp_path, run_folder(tmp_path_factory))
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import sqlite3
 
 import pytest
 from fastapi.testclient import TestClient
-from support.webfarm import make
+from support.webfarm import make, run_folder
 
 from mlirtuna.web.app import create_app, open_read_only
 
@@ -19,10 +19,10 @@ HUGE = "9" * 400
 
 
 @pytest.fixture
-def poisoned(db, db_url, tmp_path):
+def poisoned(db, db_url, tmp_path, tmp_path_factory):
     if db.backend != "sqlite":
         pytest.skip("only SQLite stores text in a REAL column")
-    farm = make(db, tmp_path)
+    farm = make(db, tmp_path, run_folder(tmp_path_factory))
     path = db_url.removeprefix("sqlite:///")
     with sqlite3.connect(path) as conn:
         first, second = conn.execute(

@@ -2,10 +2,9 @@
 GEMMs, the fake tuningRunner (invalid candidates, another context), and a failing tuningRunner
 (jobs in error). Every number the tests expect is read back from the database, never typed in.
 
-Tuned for real once per test process and backend (or per test run, where the caller names a
-folder the run's processes share); every later farm of that backend is the same rows copied into
-the test's empty database (ids, times and all): the tuning took 5-8 s a test. `filled` does the
-same for any other way of filling a database.
+Tuned for real once per test run and backend; every later farm of that backend, in any of the
+run's processes, is the same rows copied into the test's empty database (ids, times and all): the
+tuning took 5-8 s a test.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
 import sqlalchemy as sa
@@ -50,46 +48,38 @@ class Farm:
 
 
 Rows = list[tuple[str, list[dict]]]  # (table name, its rows), parents first
-T = TypeVar("T")
-_MADE: dict[tuple[str, str], tuple[Any, Rows]] = {}  # (what, backend) -> its value and rows
+_MADE: dict[str, tuple[Farm, Rows]] = {}  # backend -> its farm and rows, in this process
 
 
-def make(db: Database, tmp_path: Path, shared: Path | None = None) -> Farm:
-    """The farm in `db`. Into an empty database: the rows of this backend's first farm (tuned
-    for real then, see `filled`); otherwise tuned for real."""
+def make(db: Database, tmp_path: Path, shared: Path) -> Farm:
+    """The farm in `db`. Into an empty database: the rows of this backend's first farm of the
+    run (`shared`, run_folder); otherwise tuned for real."""
     if not _empty(db):
         return _tuned(db, tmp_path)
-    return filled(db, "farm", lambda: _tuned(db, tmp_path), shared)
+    return _copied(db, shared, lambda: _tuned(db, tmp_path))
 
 
-def filled(db: Database, what: str, fill: Callable[[], T], shared: Path | None = None) -> T:
-    """Into the empty `db`: what `fill` writes there, and the value it returns (the ids tests
-    need, picklable). `fill` runs the first time per test process and backend, or per test run
-    with `shared` (a folder all the run's processes see, run_folder): the others wait for its
-    rows and copy them in, ids, times and all."""
-    key = (what, db.backend)
-    if key in _MADE:
-        value, rows = _MADE[key]
+def _copied(db: Database, shared: Path, tune: Callable[[], Farm]) -> Farm:
+    """Into the empty `db`: the backend's first farm of the run. `tune` runs in the first
+    process that asks; the others wait for its rows on a lock in `shared` and copy them in."""
+    if db.backend in _MADE:
+        farm, rows = _MADE[db.backend]
         _insert(db, rows)
-        return value
-    if shared is None:
-        value = fill()
-        _MADE[key] = (value, _rows(db))
-        return value
-    path = shared / f"webfarm-{what}-{db.backend}.pickle"
+        return farm
+    path = shared / f"webfarm-{db.backend}.pickle"
     with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one process fills; the others wait here for its rows
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one process tunes; the others wait here for its rows
         if path.exists():
-            value, rows = pickle.loads(path.read_bytes())
+            farm, rows = pickle.loads(path.read_bytes())
             _insert(db, rows)
         else:
-            value = fill()
+            farm = tune()
             rows = _rows(db)
             part = path.with_suffix(".part")  # a process that dies writing leaves no half file
-            part.write_bytes(pickle.dumps((value, rows)))
+            part.write_bytes(pickle.dumps((farm, rows)))
             part.replace(path)
-    _MADE[key] = (value, rows)
-    return value
+    _MADE[db.backend] = (farm, rows)
+    return farm
 
 
 def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
