@@ -271,11 +271,10 @@ def test_stale_heartbeat_is_flagged_before_the_lease_expires(db, db_url, farm):
     # farm's own times are those of its tuning, which may be older than the window): two jobs in
     # five minutes, 0.4 a minute, and the held third due in 150 s.
     with db.session() as s:
-        for job_id, finished in s.execute(
-            sa.select(Job.id, sa.func.row_number().over(order_by=Job.id)).where(
-                Job.session_id == sid, Job.id != lease.job_id
-            )
-        ).all():
+        others = s.scalars(
+            sa.select(Job.id).where(Job.session_id == sid, Job.id != lease.job_id).order_by(Job.id)
+        ).all()
+        for finished, job_id in enumerate(others, start=1):
             s.execute(
                 sa.update(Job)
                 .where(Job.id == job_id)
