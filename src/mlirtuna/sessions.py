@@ -81,6 +81,7 @@ class Session:
     # (kept out of as_dict when there is none: CPU, sleep and imported sessions).
     capabilities: str = ""
     bundle_cap_mib: int | None = None  # None: DEFAULT_BUNDLE_CAP_BYTES
+    standin: bool = False  # tuned on the stand-in build: made-up numbers, never exported by arch
 
     @property
     def bundle_cap_bytes(self) -> int:
@@ -139,6 +140,7 @@ class SessionSpec:
     name: str = ""
     capabilities: str = ""  # what the build's tuningRunner can do (filled by detect)
     bundle_cap_mib: int | None = None  # --bundle-cap-mib (with --split)
+    standin: bool = False  # the build is mlirtuna's stand-in (filled by detect, from the build)
 
 
 def _iso(when) -> str:
@@ -328,6 +330,7 @@ def create(db: Database, spec: SessionSpec, run_spec: dict[str, Any] | None = No
         name=_check_name(spec.name),
         bundle_cap_mib=spec.bundle_cap_mib,
         capabilities=spec.capabilities[:500],
+        standin=spec.standin,
     )
     with db.session() as s:
         s.add(row)

@@ -307,6 +307,9 @@ class TuningSession(Base):
     # What the build's tuningRunner.py could do when the session was opened (eras.Era.describe):
     # "" for sessions without a rocMLIR build.
     capabilities: Mapped[str] = _str(500)
+    # Tuned on mlirtuna's stand-in rocMLIR build (made-up numbers), as the build said when the
+    # session was opened: never exported or reused unless named (migration 0020).
+    standin: Mapped[bool] = _bool()
 
 
 class Job(Base):
