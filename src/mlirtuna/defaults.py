@@ -28,6 +28,9 @@ ENV_DB = "MLIRTUNA_DB"  # the database URL (--db)
 ENV_DB_PASSWORD = "MLIRTUNA_DB_PASSWORD"  # its password, kept out of the URL
 ENV_ROLE_PASSWORD = "MLIRTUNA_ROLE_PASSWORD_{}"  # …_ADMIN, …_WORKER, …_READER (db roles)
 ENV_ROCMLIR_BUILD = "MLIRTUNA_ROCMLIR_BUILD"  # the rocMLIR build dir (--mlir-build-dir)
+# A file at the root of mlirtuna's stand-in rocMLIR build (src/mlirtuna/standin/rocmlir/): a
+# session opened on a build that has it is a stand-in session (made-up numbers, session.standin).
+STANDIN_MARKER = "MLIRTUNA_STANDIN.md"
 # A failed job's retries (--max-retries) and the wait before the first (worker --retry-backoff):
 # one setting for every worker a node or a pipeline starts.
 ENV_MAX_RETRIES = "MLIRTUNA_MAX_RETRIES"

@@ -12,12 +12,13 @@ import platform
 import re
 import shutil
 import socket
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlirtuna.defaults import ENV_DOCKER_IMAGE
+from mlirtuna.defaults import ENV_DOCKER_IMAGE, STANDIN_MARKER
 
 ROCM_PATH = Path(os.environ.get("ROCM_PATH", "/opt/rocm"))
 
@@ -154,6 +155,15 @@ def rocm_version() -> str | None:
 def git_hash(path: str | Path) -> str | None:
     """The commit of the git checkout holding `path` (a build dir sits inside its source)."""
     return _git(path, "rev-parse", "HEAD")
+
+
+def is_standin_build(build_dir: str | Path) -> bool:
+    """Whether `build_dir` is mlirtuna's stand-in rocMLIR build (its marker file at the root, a
+    regular file, not a link): its numbers are made up, whatever else it claims."""
+    try:
+        return stat.S_ISREG(os.lstat(Path(build_dir) / STANDIN_MARKER).st_mode)
+    except OSError:
+        return False
 
 
 def git_dir(path: str | Path) -> str | None:

@@ -186,6 +186,7 @@ def detect(spec: SessionSpec) -> SessionSpec:
         else ((machine.git_hash(build_dir) if build_dir else None) or "")
     )
     out.docker = spec.docker if spec.docker is not None else (machine.docker_image() or "")
+    out.standin = bool(kind.uses_build and build_dir and machine.is_standin_build(build_dir))
     _check_split(out, kind, build_dir)
     _check_settings(out, kind, build_dir)
     if not kind.gpu:  # cpu, sleep and CPU plugins describe this machine's CPU
