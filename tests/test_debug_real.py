@@ -3,12 +3,13 @@ files from tests/data/rocmlir-real (written by the real tool over GPU-less fakes
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from mlirtuna import problems
+from mlirtuna import problems, stats
 from mlirtuna.errors import TunerError
 from mlirtuna.tuners.rocmlir import outcome, read_debug_file
 from mlirtuna.tuners.rocmlir.batch import BatchTail
@@ -42,11 +43,11 @@ def test_the_real_gemm_debug_file_is_one_block_with_its_stats() -> None:
     first = rows[0]
     assert first.perf_config == "v2:16,16,4,16,16,8,1,1,1"
     assert first.tflops == pytest.approx(0.3339613432330752)
-    # {'min': 98508.7, 'median': 100474.0, 'max': 104404.5, 'stddev': 982.6, 'cv': 0.00978}
+    # {'total_cpu_time': 1.00474, 'iterations': 10}: the legacy mode's one timer (ms) over 10
+    # runs of a sub-ms kernel; its mean is the time column (100474 ns), and nothing else is known.
     assert first.spread is not None
-    assert (first.spread.median, first.spread.min) == (100474.0, 98508.7)
-    assert first.spread.iqr == pytest.approx(IQR_PER_STDDEV * 982.6)
-    assert first.spread.samples is None  # the dict gives no count
+    assert first.spread.median == pytest.approx(100474.0)
+    assert (first.spread.min, first.spread.iqr, first.spread.samples) == (None, None, None)
     assert dict(first.problem)["numChiplets"] == "8" and "Stats" not in dict(first.problem)
 
 
@@ -74,14 +75,83 @@ def test_every_real_op_is_one_block_whose_winner_is_the_rows(case: str) -> None:
 
 
 def test_stats_read_as_python_repr_or_json() -> None:
-    repr_text = "{'min': 1.0, 'median': 2.0, 'max': 3.0, 'stddev': 0.5, 'cv': 0.25}"
-    json_text = '{"min": 1.0, "median": 2.0, "max": 3.0, "stddev": 0.5, "cv": 0.25, "count": 10}'
+    repr_text = "{'min': 1.0, 'median': 2.0, 'max': 3.0, 'stddev': 0.5, 'cv': 25.0}"
+    json_text = '{"min": 1.0, "median": 2.0, "max": 3.0, "stddev": 0.5, "cv": 25.0, "count": 10}'
     a, b = parse_stats(repr_text), parse_stats(json_text)
     assert a is not None and b is not None
-    assert (a.median, a.min, a.samples) == (2.0, 1.0, None)
-    assert (b.median, b.samples) == (2.0, 10) and b.noise > 0
+    assert (a.median, a.min, a.samples) == (2e6, 1e6, None)  # ms in the cell, ns read
+    assert (b.median, b.samples) == (2e6, 10) and b.noise > 0
     for bad in ("", "nan", "[1, 2]", "{'median': 'x'}", "{'min': 1"):
         assert parse_stats(bad) is None
+    for bad in (
+        "{'total_cpu_time': 1.0}",
+        "{'total_cpu_time': 0.0, 'iterations': 10}",
+        "{'total_cpu_time': 1.0, 'iterations': 0}",
+        "{'total_cpu_time': 'x', 'iterations': 1}",
+    ):
+        assert parse_stats(bad) is None
+
+
+# --- the driver's units (issue 42 §2): each shape as rocmlir-tuning-driver prints it -------------
+# rocmlir-tuning-driver.cpp (rocMLIR 03581f0a, benchmarkKernels): every run is a hipEventElapsedTime
+# or CPU timer in ms, printed with llvm::raw_ostream's %e; only the returned time is ns (msToNs).
+# tuningRunner.py (3fc5be9e, find_best_perfconfig) json.loads the middle field into the entry's
+# Stats, which pandas writes as the dict's repr.
+
+
+def tuning_runner_cell(driver_line: str) -> str:
+    """The Stats cell tuningRunner (3fc5be9e) writes for one driver line."""
+    parts = driver_line.split("\t")
+    return repr(json.loads(parts[1])) if len(parts) == 3 else ""
+
+
+def test_the_drivers_full_stats_are_milliseconds() -> None:
+    line = (
+        'v2:16,16,4,16,16,8,1,1,1\t{"min":9.850870e-02,"median":1.004740e-01,'
+        '"max":1.044045e-01,"stddev":9.826000e-04,"cv":9.779644e-01}\t1.004740e+05'
+    )
+    spread = parse_stats(tuning_runner_cell(line))
+    assert spread is not None
+    time_ns = float(line.split("\t")[-1])
+    assert spread.median == pytest.approx(time_ns, rel=1e-6)  # --use-median: the time itself
+    assert spread.min == pytest.approx(98508.7, rel=1e-6)
+    assert spread.iqr == pytest.approx(IQR_PER_STDDEV * 982.6, rel=1e-6)
+    assert spread.samples is None  # the driver prints no count: the noise is unknown
+
+
+def test_the_drivers_one_timer_stats_are_a_mean_without_a_spread() -> None:
+    # The legacy mode (--num-iterations=10 --warmup-iterations=1) and a 50 µs kernel:
+    # max(10, ceil(1 ms / 0.05 ms)) = 20 iterations under one CPU timer.
+    line = 'v2:32,16,4,16,16,8,1,1,1\t{"total_cpu_time":1.000000e+00,"iterations":20}\t5.000000e+04'
+    cell = tuning_runner_cell(line)
+    assert cell == "{'total_cpu_time': 1.0, 'iterations': 20}"
+    spread = parse_stats(cell)
+    assert spread is not None and spread.median == pytest.approx(50_000.0)
+    # One timer over all runs: no fastest run, no spread (unknown, not 0).
+    assert (spread.min, spread.iqr, spread.samples) == (None, None, None)
+    assert stats.noise(spread.iqr, spread.samples) == 0.0 and spread.samples is None
+
+
+def test_the_drivers_measurements_are_milliseconds(tmp_path: Path) -> None:
+    # rocmlirTriton (E4): --show-all-measurements' list, stored as MeasurementsMs.
+    path = tmp_path / "out.tsv.debug"
+    path.write_text(
+        "DataType\tChip\tnumCU\tnumChiplets\tM\tPerfConfig\tTFlops\tMeasurementsMs\tStatus\n"
+        "f16\tgfx942\t304\t8\t64\ta\t2.0\t[0.1, 0.102, 0.098]\tMeasured\n"
+    )
+    (row,) = read_debug_file(path)
+    assert row.spread is not None and row.spread.median == pytest.approx(100_000.0)
+    assert row.spread.min == pytest.approx(98_000.0) and row.spread.samples == 3
+
+
+def test_a_one_timer_candidate_gets_no_spread_columns() -> None:
+    # The stored candidate: kernel time from the row, no time_min / time_iqr invented.
+    rows = read_debug_file(REAL / "gemm" / "out.tsv.debug")
+    flops = 2 * 256 * 512 * 128
+    (cand, *_) = outcome.debug_candidates(rows[:1], flops)
+    assert cand.spread is not None and cand.kernel_time_ns is not None
+    assert cand.spread.median == pytest.approx(cand.kernel_time_ns, rel=1e-5)
+    assert cand.spread.min is None and cand.spread.iqr is None
 
 
 def test_an_unknown_column_is_ignored_and_status_understood(tmp_path: Path) -> None:

@@ -36,11 +36,15 @@ MAX_TFLOPS = 1e6
 
 @dataclass(frozen=True, slots=True)
 class Spread:
-    """The summary of one measurement, in ns (or any one unit): what a candidate row stores."""
+    """The summary of one measurement, in ns (or any one unit): what a candidate row stores.
+
+    `min` and `iqr` are None where the tool timed all runs with one timer and so gave their
+    mean only (rocmlir-tuning-driver's small-kernel path): no spread is known, which is not
+    a spread of 0."""
 
     median: float
-    min: float
-    iqr: float
+    min: float | None
+    iqr: float | None
     samples: int | None  # kept after discarding outliers; None: the tool did not say
     discarded: int = 0
 

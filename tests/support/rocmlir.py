@@ -128,9 +128,10 @@ def pid_alive(pid: int) -> bool:
 LINES = {"gemm": GEMM, "conv": CONV, "attention": ATTN}
 
 
-def rocmlir_session(db, tmp_path, op: str, space: str = "quick") -> int:
+def rocmlir_session(db, tmp_path, op: str, space: str = "quick", line: str = "") -> int:
+    """A rocmlir session over one config of `op` (`line`, else the op's usual one)."""
     path = tmp_path / f"{op}-configs"
-    path.write_text(LINES[op] + "\n")
+    path.write_text((line or LINES[op]) + "\n")
     catalog.import_files(db, op, [str(path)], ExpandOptions(expand=False), tag=op)
     sess = sessions.create(
         db,

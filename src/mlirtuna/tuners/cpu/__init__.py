@@ -361,7 +361,9 @@ def shortlist(candidates: Iterable[Candidate], k: int) -> list[Candidate]:
 
 
 def _best_time(c: Candidate) -> float:
-    return c.spread.min if c.spread is not None else (c.kernel_time_ns or math.inf)
+    if c.spread is not None and c.spread.min is not None:
+        return c.spread.min
+    return c.kernel_time_ns or math.inf
 
 
 def fastest(candidates: Iterable[Candidate], k: int) -> list[Candidate]:

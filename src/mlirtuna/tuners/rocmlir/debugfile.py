@@ -7,12 +7,20 @@ Stats`; E4 adds `Status`; E2 has an unnamed index column first). A column this r
 know is ignored. The header is written once; a file whose header changes mid-file (the tool
 refuses to append another op's schema) is an error.
 
-- `Stats`: the driver's statistics of the candidate's runs, in ns, as pandas writes the dict
-  (`{'min': …, 'median': …, 'max': …, 'stddev': …, 'cv': …}`, Python's repr; JSON accepted).
-  Read into a stats.Spread: its median and min; the IQR taken as 1.349 * stddev (a normal
-  distribution's), and the sample count only where the dict gives one (`count`/`n`/`samples`).
-  Empty for N/A candidates.
-  A Stats whose min exceeds its median is a malformed file (TunerError, FILE:LINE).
+- `Stats`: what rocmlir-tuning-driver `--show-stats` printed for the candidate, which
+  tuningRunner json.loads and pandas writes as the dict's repr (JSON accepted too); empty for
+  N/A candidates. Its times are in **milliseconds** (rocmlir-tuning-driver.cpp,
+  benchmarkKernels: every run is a hipEventElapsedTime or a CPU timer in ms; only the time
+  column is converted, msToNs). Two shapes:
+  - `{'min': …, 'median': …, 'max': …, 'stddev': …, 'cv': …}` (cv in percent), where each run
+    was timed: read into a stats.Spread in ns: its median and min, the IQR taken as
+    1.349 * stddev (a normal distribution's), the sample count only where the dict gives one
+    (`count`/`n`/`samples`; the driver gives none, so the noise stays unknown). A min above
+    the median is a malformed file (TunerError, FILE:LINE).
+  - `{'total_cpu_time': …, 'iterations': N}`: the driver's default (legacy) mode, which
+    3fc5be9e's tuningRunner uses (`--num-iterations`, no `--triton-benchmark-mode`), times a
+    kernel whose warm-up run took under 1 ms with one CPU timer over all N iterations. Read as
+    a median estimate total / N (in ns) with no min and no spread (None, not 0).
 - `MeasurementsMs` (rocmlirTriton's E4 with `--debug`, instead of Stats): what
   rocmlir-tuning-driver `--show-all-measurements` prints, a JSON list of every measured run's
   hipEventElapsedTime in milliseconds, in the order they ran (rocmlir-tuning-driver.cpp,
@@ -46,6 +54,8 @@ from mlirtuna.problems.fusion import FusionProblem
 from mlirtuna.tuners.process import output_lines
 
 MAX_SAMPLES = 2**31 - 1  # candidate.samples is an INTEGER: a larger count would fail the record
+
+NS_PER_MS = 1e6  # the driver's msToNs: its stats are in ms, the time column in ns
 
 # A normal distribution's IQR in standard deviations: Stats gives stddev, a Spread holds an IQR.
 IQR_PER_STDDEV = 1.349
@@ -199,9 +209,9 @@ def _debug_row(
 
 
 def parse_stats(text: str, where: str = "Stats") -> stats.Spread | None:
-    """A Stats cell (module docstring); None when empty or unreadable: the statistics are
-    extra, a candidate without them is still a candidate. A min above the median is no
-    measurement at all: TunerError naming `where` (FILE:LINE)."""
+    """A Stats cell (module docstring) as a Spread in ns; None when empty or unreadable: the
+    statistics are extra, a candidate without them is still a candidate. A min above the
+    median is no measurement at all: TunerError naming `where` (FILE:LINE)."""
     if not text.strip():
         return None
     try:
@@ -213,26 +223,47 @@ def parse_stats(text: str, where: str = "Stats") -> stats.Spread | None:
             return None
     if not isinstance(value, dict):
         return None
-    median, low = _number(value.get("median")), _number(value.get("min"))
-    stddev = _number(value.get("stddev"))
+    if "total_cpu_time" in value:
+        return _one_timer(value)
+    return _runs_stats(value, where)
+
+
+def _runs_stats(value: Mapping[str, Any], where: str) -> stats.Spread | None:
+    """The full shape: min/median/max/stddev of the runs, in ms."""
+    median, low = _ms_to_ns(value.get("median")), _ms_to_ns(value.get("min"))
+    stddev = _ms_to_ns(value.get("stddev"))
     if median is None or median <= 0:
         return None
     if low is not None and low > median:
         raise TunerError(
-            f"{where}: Stats min {low:g} exceeds its median {median:g} (a malformed .debug file)"
+            f"{where}: Stats min {low / NS_PER_MS:g} ms exceeds its median "
+            f"{median / NS_PER_MS:g} ms (a malformed .debug file)"
         )
     count = next((value[k] for k in ("count", "n", "samples") if k in value), None)
-    samples = (
-        count
-        if isinstance(count, int) and not isinstance(count, bool) and 0 < count <= MAX_SAMPLES
-        else None
-    )
     return stats.Spread(
         median=median,
         min=low if low is not None and low > 0 else median,
         iqr=IQR_PER_STDDEV * stddev if stddev is not None and stddev >= 0 else 0.0,
-        samples=samples,
+        samples=_count(count),
     )
+
+
+def _one_timer(value: Mapping[str, Any]) -> stats.Spread | None:
+    """The legacy shape: one CPU timer over all iterations (ms): their mean, nothing more."""
+    total, iterations = _ms_to_ns(value.get("total_cpu_time")), _count(value.get("iterations"))
+    if total is None or total <= 0 or iterations is None:
+        return None
+    return stats.Spread(median=total / iterations, min=None, iqr=None, samples=None)
+
+
+def _count(value: Any) -> int | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_SAMPLES
+    return value if ok else None
+
+
+def _ms_to_ns(value: Any) -> float | None:
+    ms = _number(value)
+    return None if ms is None else ms * NS_PER_MS
 
 
 def _number(value: Any) -> float | None:
@@ -256,7 +287,7 @@ def _measurements(text: str) -> stats.Spread | None:
         return None
     if not all(math.isfinite(v) and v > 0 for v in ms):
         return None
-    return stats.summarize([m * 1e6 for m in ms])
+    return stats.summarize([m * NS_PER_MS for m in ms])
 
 
 def matches(problem: Problem, columns: tuple[tuple[str, str], ...]) -> bool | None:

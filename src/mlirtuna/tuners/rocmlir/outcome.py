@@ -320,8 +320,8 @@ _PRINT_SLACK = 1e-5
 def _check_fastest(row: DebugRow, flops: float) -> None:
     """TunerError (FILE:LINE) when the row's fastest run is slower than its time: the time is
     the driver's median of those very runs (E4's --use-median), so it is a malformed file."""
-    if row.spread is None or row.tflops is None or row.tflops <= 0:
-        return
+    if row.spread is None or row.spread.min is None or row.tflops is None or row.tflops <= 0:
+        return  # no runs to check (N/A, or the driver's one-timer mean of a small kernel)
     ns = flops / (row.tflops * 1e3)
     if row.spread.min > ns * (1 + _PRINT_SLACK):
         raise TunerError(

@@ -12,8 +12,9 @@ FAKE_TUNINGRUNNER_ERA (default E3; E2.5 and E4 are described at their sections b
 - E3 (2026): --op required, --gpus/--timeout/--abort-on-error/--retune/..., greedy space, logging
   as "INFO: ..."/"ERROR: ...", the ten-column header and rows written as each config finishes,
   "<output>.debug" appended (header once) as rocMLIR 3fc5be9e writes it (numChiplets after
-  numCU; with --debug a last Stats column, the driver's statistics dict in ns as pandas writes
-  it; E4 adds Status), "<output>.state" on
+  numCU; with --debug a last Stats column, the driver's statistics dict in ms as pandas writes
+  it: {total_cpu_time, iterations} for a kernel under 1 ms, else {min, median, max, stddev,
+  cv}; E4 adds Status), "<output>.state" on
   failure, already-tuned configs in the output file skipped unless --retune.
 
 No GPU, no compiler: each config gets a deterministic candidate list whose times come from a
@@ -284,9 +285,11 @@ def compute_tflops(flops: float, ns: float | None) -> float:
 
 
 def measurements_ms(config: str, perf_config: str, ns: float) -> list[float]:
-    return [
-        round(ns * 1e-6 * (0.98 + 0.04 * _unit(f"m{i}", config, perf_config)), 6) for i in range(10)
-    ]
+    """The driver's timed runs (ms) of a candidate: the time itself and five either side within
+    2 %, so that their median is the time (E3's tuningRunner passes --use-median)."""
+    ms = ns * 1e-6
+    near = [0.02 * _unit(f"m{i}", config, perf_config) for i in range(10)]
+    return [ms, *(ms * (1 - d) for d in near[:5]), *(ms * (1 + d) for d in near[5:])]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -491,7 +494,7 @@ def tune(
             e4_debug_cells(entry, config, pc, ns, discarded)
         elif BASE_ERA[era] == "E3" and debug:
             measured = ns is not None and not discarded
-            entry["Stats"] = driver_stats(measurements_ms(config, pc, ns)) if measured else None
+            entry["Stats"] = driver_stats(config, pc, ns) if measured else None
         result.entries.append(entry)
         if not math.isnan(entry["TFlops"]) and entry["TFlops"] > result.max_tflops:
             result.max_tflops, result.winner = entry["TFlops"], pc
@@ -508,21 +511,27 @@ def with_chiplets(problem: dict, gpu: Gpu) -> dict:
     return entry
 
 
-def driver_stats(ms: list[float]) -> dict:
-    """rocmlir-tuning-driver --show-stats' JSON for these runs (ns), as tuningRunner stores it
-    in the entry: pandas then writes the dict's repr into the Stats column."""
-    ns = sorted(m * 1e6 for m in ms)
-    mid = len(ns) // 2
-    median = ns[mid] if len(ns) % 2 else (ns[mid - 1] + ns[mid]) / 2
-    mean = sum(ns) / len(ns)
-    stddev = math.sqrt(sum((v - mean) ** 2 for v in ns) / len(ns))
-    return {
-        "min": round(ns[0], 1),
-        "median": round(median, 1),
-        "max": round(ns[-1], 1),
-        "stddev": round(stddev, 1),
-        "cv": round(stddev / mean, 5),
-    }
+# E3's tuningRunner (3fc5be9e) runs the driver in its legacy benchmark mode:
+# --num-iterations=10 --warmup-iterations=1 --use-median.
+LEGACY_ITERATIONS = 10
+
+
+def driver_stats(config: str, perf_config: str, ns: float) -> dict:
+    """rocmlir-tuning-driver --show-stats' JSON for the candidate as tuningRunner stores it in
+    the entry (pandas then writes the dict's repr into the Stats column). In ms, the driver's
+    unit (only its time column is ns): a kernel under 1 ms is timed by one CPU timer over
+    max(10, ceil(1 ms / its time)) iterations, `{total_cpu_time, iterations}`; a longer one run
+    by run, `{min, median, max, stddev, cv}` (cv in percent), numbers as %e prints them."""
+    ms = ns * 1e-6
+    if ms < 1.0:
+        iterations = max(LEGACY_ITERATIONS, math.ceil(1.0 / ms))
+        return {"total_cpu_time": float(f"{ms * iterations:e}"), "iterations": iterations}
+    runs = sorted(measurements_ms(config, perf_config, ns))
+    mean = sum(runs) / len(runs)
+    stddev = math.sqrt(sum((v - mean) ** 2 for v in runs) / len(runs))
+    numbers = {"min": runs[0], "median": runs[len(runs) // 2], "max": runs[-1]}
+    numbers |= {"stddev": stddev, "cv": stddev / mean * 100}
+    return {k: float(f"{v:e}") for k, v in numbers.items()}
 
 
 def debug_cell(value) -> str:
@@ -955,7 +964,8 @@ def two_stage(result: Result, config: str, k: int) -> None:
         e["TFlops"] /= factor
         if e.get("Stats"):
             stats = e["Stats"]
-            e["Stats"] = {k: v if k == "cv" else round(v * factor, 1) for k, v in stats.items()}
+            kept = ("cv", "iterations")  # the rest are times (ms)
+            e["Stats"] = {k: v if k in kept else float(f"{v * factor:e}") for k, v in stats.items()}
         if e.get("MeasurementsMs"):
             e["MeasurementsMs"] = [float(f"{m * factor:e}") for m in e["MeasurementsMs"]]
         if e["TFlops"] > result.max_tflops:

@@ -10,15 +10,17 @@
   problem + perf config, so every run prints the same numbers. About one in eight is N/A.
 
 Env: FAKE_ROCMLIR_CANDIDATES (count for every space), FAKE_ROCMLIR_NOISE (relative spread of
-the Stats, default 0.02).
+the runs, default 0.02), FAKE_ROCMLIR_SLOW ('|'-separated substrings of problems whose kernels
+take 2 to 18 ms instead of 20 to 180 µs: the driver's legacy mode times their runs one by one).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
+import math
 import os
 import re
+import struct
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -80,23 +82,44 @@ def time_ns(problem: str, perf_config: str, index: int) -> float | None:
     if index > 0 and h % 8 == 0:
         return None
     base = 20_000 + _h(problem) % 80_000
-    return float(base + (h >> 8) % base)
+    scale = 100 if matches("FAKE_ROCMLIR_SLOW", problem) else 1  # 2 to 18 ms instead of µs
+    return float(base + (h >> 8) % base) * scale
 
 
-def stats(problem: str, perf_config: str, ns: float) -> str:
-    noise = float(os.environ.get("FAKE_ROCMLIR_NOISE", "0.02"))
-    jitter = 0.5 + (_h("stats", problem, perf_config) % 1000) / 1000
-    spread = ns * noise * jitter
-    return json.dumps(
-        {
-            "min": round(ns - spread, 1),
-            "median": ns,
-            "max": round(ns + 2 * spread, 1),
-            "stddev": round(spread / 2, 1),
-            "cv": round(spread / 2 / ns, 6),
-        },
-        separators=(",", ":"),
-    )
+def _f32(x: float) -> float:
+    """The value as a C++ float holds it: the driver keeps its statistics in floats."""
+    return float(struct.unpack("f", struct.pack("f", x))[0])
+
+
+def stats(problem: str, perf_config: str, ns: float, one_timer_iterations: int | None) -> str:
+    """What rocmlir-tuning-driver --show-stats prints before the time, in ms (its unit; only the
+    time column is ns), numbers as llvm::raw_ostream prints a double (%e):
+    - `one_timer_iterations` N (the legacy mode's small kernel, one CPU timer over N runs):
+      `{"total_cpu_time":<ms of all N>,"iterations":N}`;
+    - else the runs' `{"min","median","max","stddev","cv"}` (floats; cv in percent; the
+      population stddev), the runs of measurements_ms, whose median is the candidate's time."""
+    ms = ns * 1e-6
+    if one_timer_iterations is not None:
+        n = one_timer_iterations
+        return f'{{"total_cpu_time":{ms * n:e},"iterations":{n}}}'
+    runs = sorted(measurements_ms(problem, perf_config, ns))
+    mid = len(runs) // 2
+    median = runs[mid] if len(runs) % 2 else (runs[mid - 1] + runs[mid]) / 2
+    mean = sum(runs) / len(runs)
+    stddev = math.sqrt(sum((r - mean) ** 2 for r in runs) / len(runs))
+    cv = stddev / mean * 100 if mean > 0 else 0.0
+    numbers = {"min": runs[0], "median": median, "max": runs[-1], "stddev": stddev, "cv": cv}
+    return "{" + ",".join(f'"{k}":{_f32(v):e}' for k, v in numbers.items()) + "}"
+
+
+def one_timer_iterations(ns: float, num_iterations: int, warmup_iterations: int) -> int | None:
+    """The legacy mode's choice (rocmlir-tuning-driver.cpp, benchmarkKernels): a kernel whose
+    warm-up run took under 1 ms is timed by one CPU timer over max(N, ceil(1 ms / its time))
+    iterations; None when each run is timed (no warm-up, or 1 ms and more)."""
+    ms = ns * 1e-6
+    if warmup_iterations <= 0 or ms >= 1.0:
+        return None
+    return max(num_iterations, math.ceil(1.0 / ms))
 
 
 def matches(env_var: str, problem: str) -> bool:
