@@ -56,7 +56,10 @@ V3_HEADER = (
     "# arch\tnumCUs\tnumChiplets\ttestVector\tperfConfig\tTFlops\ttuningSpace\tcommitId"
     "\ttimestamp\tdurationSec"
 )
+# The driver's --show-stats shapes (ms): each run timed, or the legacy mode's one CPU timer over
+# all runs of a sub-ms kernel (every fake kernel but FAKE_ROCMLIR_SLOW's).
 STATS_KEYS = {"min", "median", "max", "stddev", "cv"}
+ONE_TIMER_KEYS = {"total_cpu_time", "iterations"}
 # What one gfx942 / gfx1100 looks like to the tool: (arch, HIP CU count, chiplets)
 GFX942 = ("gfx942:sramecc+:xnack-", "304", "8")
 GFX1100 = ("gfx1100", "48", "1")
@@ -143,6 +146,14 @@ SECOND_OF_TWO_FAILS = [
 
 CASES = [
     Case("gemm", ("--op", "gemm", "--config", G1, "-d"), rows=1, debug_rows=8, stats=True),
+    Case(  # kernels of 1 ms and more: the legacy mode times each run (issue 42 §2)
+        "gemm-slow",
+        ("--op", "gemm", "--config", G1, "-d"),
+        env={"FAKE_ROCMLIR_SLOW": "-m 256"},
+        rows=1,
+        debug_rows=8,
+        stats=True,
+    ),
     Case(
         "gemm-batch",
         ("--op", "gemm", "-c", "-", "-d"),
@@ -324,7 +335,12 @@ def test_real_tuning_runner(case: Case, tmp_path):
             # pandas writes the Stats dict as Python's repr (single quotes), not as JSON.
             assert (row["Stats"] == "") == (row["TFlops"] == "")
             if row["Stats"]:
-                assert set(ast.literal_eval(row["Stats"])) == STATS_KEYS
+                slow = "FAKE_ROCMLIR_SLOW" in case.env
+                shape = STATS_KEYS if slow else ONE_TIMER_KEYS
+                assert set(ast.literal_eval(row["Stats"])) == shape
+                assert stats_median_ns(row["Stats"]) == pytest.approx(
+                    tflops_ns(case, row), rel=1e-5
+                )
     state = tmp_path / "out.tsv.state"
     assert state.exists() == bool(case.states)
     if case.states:
@@ -441,6 +457,20 @@ def through_mlirtuna(
     return sid
 
 
+def stats_median_ns(cell: str) -> float:
+    """The time a Stats cell (ms) gives, in ns: the runs' median, or the one timer's mean."""
+    value = ast.literal_eval(cell)
+    if set(value) == ONE_TIMER_KEYS:
+        return value["total_cpu_time"] / value["iterations"] * 1e6
+    return value["median"] * 1e6
+
+
+def tflops_ns(case: Case, row: dict[str, str]) -> float:
+    """The row's time in ns from its TFlops: G1's or C1's flops (the cases with Stats)."""
+    flops = {"gemm": 2.0 * 256 * 512 * 128, "conv": 2.0 * 64 * 64 * 56 * 56 * 64 * 3 * 3}
+    return flops[case.args[1]] / (float(row["TFlops"]) * 1e3)
+
+
 def tool_blocks(workdir: Path) -> dict[str, tuple[str, float, dict[str, tuple]]]:
     """The same shape from the tool's own files: rows by test vector; each vector's `.debug`
     block (the rows written with its row, in order) with TFlops and the Stats median."""
@@ -453,7 +483,7 @@ def tool_blocks(workdir: Path) -> dict[str, tuple[str, float, dict[str, tuple]]]
         cands = {
             r["PerfConfig"]: (
                 float(r["TFlops"]) if r["TFlops"] else None,
-                float(ast.literal_eval(r["Stats"])["median"]) if r["Stats"] else None,
+                stats_median_ns(r["Stats"]) if r["Stats"] else None,
             )
             for r in block
         }
