@@ -43,9 +43,11 @@ candidate at a coarse budget, then the K fastest again at the precise budget, an
 winner from those; their candidates are recorded as `remeasured`. E2 and E3 have no such flag;
 re-running chosen perf configs there would mean rebuilding the rocmlir-gen command line for
 `rocmlir-gen --perf_config=X | rocmlir-tuning-driver` (perfRunner's job), which we do not do, so
-their winner is the tool's single-pass choice. E3's `.debug` has each candidate's measurements
-(`MeasurementsMs`); they become the candidate's statistics (median, min, IQR, count), and with
-them the winner's margin over the runner-up and its noise. E2 records no spread.
+their winner is the tool's single-pass choice. The `.debug` has each candidate's statistics:
+E4's `MeasurementsMs` (every run, ms) become the candidate's median, min, IQR and count, and
+with them the winner's margin over the runner-up and its noise; E3's `Stats` (ms) give a median,
+min and IQR without a count (the noise unknown), or, for the driver's one-timer legacy shape, a
+mean only (debugfile.py). E2 records no spread.
 
 Batches (`worker --batch K`, E3 and E4): `tune_many` tunes several problems of one op in one
 call, the configs on stdin (`-c -`), and yields each problem's outcome as its row and `.debug`
