@@ -132,6 +132,11 @@ def test_the_drivers_one_timer_stats_are_a_mean_without_a_spread() -> None:
     assert stats.noise(spread.iqr, spread.samples) == 0.0 and spread.samples is None
 
 
+def test_stats_without_a_stddev_have_an_unknown_spread() -> None:
+    spread = parse_stats("{'min': 0.09, 'median': 0.1}")
+    assert spread is not None and spread.iqr is None  # unknown, not a spread of 0
+
+
 def test_the_drivers_measurements_are_milliseconds(tmp_path: Path) -> None:
     # rocmlirTriton (E4): --show-all-measurements' list, stored as MeasurementsMs.
     path = tmp_path / "out.tsv.debug"

@@ -243,7 +243,7 @@ def _runs_stats(value: Mapping[str, Any], where: str) -> stats.Spread | None:
     return stats.Spread(
         median=median,
         min=low if low is not None and low > 0 else median,
-        iqr=IQR_PER_STDDEV * stddev if stddev is not None and stddev >= 0 else 0.0,
+        iqr=IQR_PER_STDDEV * stddev if stddev is not None and stddev >= 0 else None,
         samples=_count(count),
     )
 
