@@ -21,7 +21,8 @@ def mlir_build_dir_opt():
     """--mlir-build-dir, shared by every command that may run or describe rocMLIR."""
     return typer.Option(
         None, "--mlir-build-dir", envvar=ENV_ROCMLIR_BUILD, show_envvar=True,
-        help="rocMLIR build dir (holds bin/tuningRunner.py; its git commit becomes mlir_v).",
+        help="rocMLIR build dir (holds bin/tuningRunner.py; the commit of the source checkout its "
+        "CMakeCache.txt names becomes mlir_v).",
     )  # fmt: skip
 
 
