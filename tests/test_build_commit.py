@@ -231,3 +231,19 @@ def test_the_build_commit_is_read_without_following_links_or_reading_without_bou
     script.symlink_to(layout.pipeline / "Jenkinsfile")
     (layout.source / "CMakeLists.txt").write_text("project(pipeline)\n")
     assert machine.build_commit(layout.build).commit == ""
+
+
+def test_run_refuses_an_untied_build_and_takes_mlir_v(db, db_url, layout, tmp_path):
+    (layout.build / "CMakeCache.txt").unlink()
+    path = tmp_path / "gemm"
+    path.write_text(GEMM + "\n")
+    args = ["run", "--op", "gemm", "--tuner", "rocmlir", "--mlir-build-dir", str(layout.build),
+            "--tuning-space", "quick", "--arch", "gfx942", "--num-cu", "304",
+            "--num-chiplets", "8", "--gpus", "0", "-q",
+            "-o", str(tmp_path / "out.tsv")]  # fmt: skip
+    refused = cli(db_url, *args, str(path))
+    assert refused.code == 2 and "--mlir-v HASH" in refused.stderr.strip(), refused.stderr
+    assert "\n" not in refused.stderr.strip() and sessions.list_all(db) == []
+    given = cli(db_url, *args, "--mlir-v", OTHER_COMMIT, str(path))
+    assert "--mlir-v" not in given.stderr and "session 1: 0 completed" in given.stderr
+    assert [x.mlir_v for x in sessions.list_all(db)] == [OTHER_COMMIT]
