@@ -22,7 +22,7 @@ from support.clitools import SRC
 
 from mlirtuna import standin
 from mlirtuna.db import roles
-from mlirtuna.db.models import Attempt, Job
+from mlirtuna.db.models import Attempt, Job, TuningSession
 from mlirtuna.defaults import (
     DEFAULT_BACKOFF_S,
     DEFAULT_MAX_RETRIES,
@@ -130,8 +130,16 @@ def test_the_pipeline_runs_against_the_stand_in(db, db_url, tmp_path):
         # time in other test processes, hold their "GPU 0" too.
         ENV_GPU_LOCK_DIR: str(tmp_path / "gpu-locks"),
     }  # fmt: skip
+    # Jenkins checks the pipeline's repository out into the workspace: the build lies in a git
+    # tree of its own commit, which is not the build's (the stand-in states its own).
+    git = ["git", "-C", str(tmp_path), "-c", "user.email=t@example.com", "-c", "user.name=t"]
+    (tmp_path / "Jenkinsfile").write_text(JENKINSFILE.read_text())
+    for step in (["init", "-q"], ["add", "Jenkinsfile"], ["commit", "-qm", "the pipeline"]):
+        subprocess.run([*git, *step], check=True)
     try:
         first = run_pipeline(tmp_path / "week1", env)
+        with db.session() as s:
+            assert s.scalars(sa.select(TuningSession.mlir_v)).one() == standin.COMMIT
         code, listed, _ = first["STEP_WAIT@Export and compare"]
         assert code == 1 and FAILING in listed  # reported: the build goes UNSTABLE
         assert_retried_after_the_backoff(db)

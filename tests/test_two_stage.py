@@ -281,7 +281,8 @@ def test_split_is_refused_where_it_cannot_work(db, db_url, tmp_path, build, monk
     run = cli(db_url, "session", "new", "--tuner", "cpu", "--split", SPLIT)
     assert run.code == 2 and "--split needs --tuner rocmlir" in run.stderr
     monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E4")
-    run = cli(db_url, *args[:-4], "--mlir-build-dir", str(build), "--split", SPLIT)
+    # The build states its commit (the stand-in's marker); an empty --mlir-v leaves none.
+    run = cli(db_url, *args[:-4], "--mlir-v", "", "--mlir-build-dir", str(build), "--split", SPLIT)
     assert run.code == 2 and "--split needs the rocMLIR commit" in run.stderr
     assert sessions.list_all(db) == []  # nothing half-written
     problems(db, tmp_path, 1)

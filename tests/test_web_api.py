@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from support.clitools import cli, mlirtuna_argv, subprocess_env
-from support.webfarm import Farm, make, run_folder
+from support.webfarm import GPU_COMMIT, Farm, make, run_folder
 
 from mlirtuna import catalog, queue, sessions
 from mlirtuna.db import Database
@@ -77,7 +77,7 @@ def test_sessions_and_farm_match_the_queue(client, db, farm):
         assert not p["active"]
     gpu = next(p for p in listed["sessions"] if p["session"]["id"] == farm.gpu)["session"]
     assert (gpu["arch_full"], gpu["num_cu"], gpu["mlir_v"], gpu["ticket"]) == (
-        "gfx942:sramecc+:xnack-", 304, "abc1234", "TKT-1"
+        "gfx942:sramecc+:xnack-", 304, GPU_COMMIT, "TKT-1"
     )  # fmt: skip
     assert get(client, "/api/farm")["workers"] == [] == get(client, "/api/workers")
     paged = get(client, "/api/sessions?offset=1&limit=2")

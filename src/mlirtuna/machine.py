@@ -1,4 +1,5 @@
-"""What this machine is: GPUs from rocminfo, ROCm version, rocMLIR commit, docker image, CPU.
+"""What this machine is: GPUs from rocminfo, ROCm version, a build's rocMLIR commit, docker image,
+CPU.
 
 Detection never guesses: a value that cannot be read is None, and the caller decides whether
 that is acceptable (a rocmlir session refuses to open without arch and CU count).
@@ -152,27 +153,131 @@ def rocm_version() -> str | None:
         return None
 
 
-def git_hash(path: str | Path) -> str | None:
-    """The commit of the git checkout holding `path` (a build dir sits inside its source)."""
-    return _git(path, "rev-parse", "HEAD")
+# What a build dir says of the source it was built from: CMake's cache, `KEY:TYPE=VALUE` lines.
+# The source dir is `<project>_SOURCE_DIR` (project() of rocMLIR's top CMakeLists.txt: `rocMLIR`
+# today, `miopen-mlir` in its early years), else CMAKE_HOME_DIRECTORY (the top source dir).
+CMAKE_CACHE = "CMakeCache.txt"
+CMAKE_CACHE_MAX_BYTES = 8 << 20  # a whole LLVM + rocMLIR cache is well under 1 MiB
+ROCMLIR_PROJECTS = ("rocMLIR", "miopen-mlir")
+# What makes a source tree rocMLIR's: its tuning script (every era), or its top CMakeLists.txt
+# naming one of its projects.
+ROCMLIR_TUNING_SCRIPT = "mlir/utils/performance/tuningRunner.py"
+_PROJECT_RE = re.compile(r"^\s*project\(\s*(" + "|".join(ROCMLIR_PROJECTS) + r")[\s)]", re.M)
+_CACHE_LINE_RE = re.compile(r"^([A-Za-z0-9_.+-]+):[A-Z]+=(.*)$")
+_COMMIT_RE = re.compile(r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")  # SHA-1 or SHA-256
+_MARKER_COMMIT_RE = re.compile(r"^commit: ([0-9a-f]{40})$", re.M)
+MARKER_MAX_BYTES = 16 << 10
+# Our own git calls read the checkout they are pointed at, whatever the caller's shell exports.
+_GIT_ENV_DROPPED = ("GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_INDEX_FILE")
+
+
+@dataclass(frozen=True)
+class BuildCommit:
+    """The rocMLIR commit a build was built from, and where it was read: `git_dir` is the source
+    checkout's git directory (the GIT_DIR its tools must be given to report it), None for the
+    stand-in (its marker says it); `commit` is "" when it cannot be told, `why` then says why."""
+
+    commit: str
+    git_dir: str | None = None
+    why: str = ""
+
+
+def build_commit(build_dir: str | Path) -> BuildCommit:
+    """The commit `build_dir` was built from: the git commit of the source dir its CMakeCache.txt
+    names, checked to be a rocMLIR checkout of its own; for mlirtuna's stand-in build (no cache)
+    the commit its marker states. Never the commit of a git tree the build dir merely lies in
+    (a pipeline's repo holding the build): that one says nothing of the compiler."""
+    build = Path(build_dir)
+    cache = read_cmake_cache(build / CMAKE_CACHE)
+    if cache is None:
+        if is_standin_build(build):
+            commit = standin_commit(build)
+            why = "" if commit else f"the stand-in's {STANDIN_MARKER} states no commit"
+            return BuildCommit(commit or "", None, why)
+        return BuildCommit("", None, f"no readable {CMAKE_CACHE} in it")
+    project = cache.get("CMAKE_PROJECT_NAME", "")
+    source = cache.get(f"{project}_SOURCE_DIR") or cache.get("CMAKE_HOME_DIRECTORY", "")
+    if not source or not os.path.isabs(source):
+        return BuildCommit("", None, f"its {CMAKE_CACHE} names no source directory")
+    return source_commit(Path(source))
+
+
+def source_commit(source: Path) -> BuildCommit:
+    """The commit of a rocMLIR source checkout: `source` must be rocMLIR's tree and the top of
+    a git checkout of its own (a source dir inside another repository is not a rocMLIR
+    checkout, whatever that repository's HEAD is)."""
+    if not is_rocmlir_source(source):
+        return BuildCommit("", None, f"its source {source} is not a rocMLIR checkout")
+    found = _git(source, "rev-parse", "--show-toplevel", "--absolute-git-dir", "HEAD")
+    lines = found.splitlines() if found else []
+    if len(lines) != 3:
+        return BuildCommit("", None, f"its source {source} is not a git checkout")
+    top, git_dir, commit = lines
+    if os.path.realpath(top) != os.path.realpath(source):
+        return BuildCommit("", None, f"its source {source} lies in another git tree ({top})")
+    if not _COMMIT_RE.fullmatch(commit):
+        return BuildCommit("", None, f"its source {source} has no commit")
+    return BuildCommit(commit, git_dir)
+
+
+def is_rocmlir_source(source: Path) -> bool:
+    """Whether `source` is rocMLIR's source tree: its tuning script is there (a regular file),
+    or its top CMakeLists.txt declares one of rocMLIR's projects."""
+    if _regular_file(source / ROCMLIR_TUNING_SCRIPT):
+        return True
+    top = _read_head(source / "CMakeLists.txt", 64 << 10)
+    return top is not None and _PROJECT_RE.search(top) is not None
+
+
+def read_cmake_cache(path: Path) -> dict[str, str] | None:
+    """`KEY -> VALUE` of a CMakeCache.txt (a regular file, not a link, read up to a bound);
+    None when there is none or it cannot be read."""
+    text = _read_head(path, CMAKE_CACHE_MAX_BYTES)
+    if text is None:
+        return None
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        match = _CACHE_LINE_RE.match(line)
+        if match:
+            values.setdefault(match.group(1), match.group(2).strip())
+    return values
+
+
+def standin_commit(build_dir: str | Path) -> str | None:
+    """The commit the stand-in build's tools report: the `commit: HEX` line of its marker."""
+    text = _read_head(Path(build_dir) / STANDIN_MARKER, MARKER_MAX_BYTES)
+    match = _MARKER_COMMIT_RE.search(text) if text else None
+    return match.group(1) if match else None
+
+
+def _regular_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _read_head(path: Path, limit: int) -> str | None:
+    """At most `limit` bytes of a regular file, opened without following a link; None when
+    it is missing, a link, not a regular file or unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        return f.read(limit).decode("utf-8", errors="replace")
 
 
 def is_standin_build(build_dir: str | Path) -> bool:
     """Whether `build_dir` is mlirtuna's stand-in rocMLIR build (its marker file at the root, a
     regular file, not a link): its numbers are made up, whatever else it claims."""
-    try:
-        return stat.S_ISREG(os.lstat(Path(build_dir) / STANDIN_MARKER).st_mode)
-    except OSError:
-        return False
-
-
-def git_dir(path: str | Path) -> str | None:
-    """The git directory of the checkout holding `path` (for a tool run elsewhere that asks
-    git for its commit), or None outside a checkout."""
-    return _git(path, "rev-parse", "--absolute-git-dir")
+    return _regular_file(Path(build_dir) / STANDIN_MARKER)
 
 
 def _git(path: str | Path, *args: str) -> str | None:
+    env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROPPED}
     try:
         proc = subprocess.run(
             ["git", "-C", str(path), *args],
@@ -180,6 +285,7 @@ def _git(path: str | Path, *args: str) -> str | None:
             text=True,
             timeout=10,
             check=False,
+            env=env,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None

@@ -45,6 +45,9 @@ TUNER_SETTINGS = {
 #: A session tuning over a stored quick list (history/quick.py makes them) says `list:NAME`.
 LIST_PREFIX = "list:"
 _LIST_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,48}$")
+# A session commit the worker can compare with a build's: a git hash, full or abbreviated as
+# git abbreviates (7 digits at least).
+_HASH_RE = re.compile(r"^[0-9a-f]{7,64}$")
 
 
 @dataclass(frozen=True)
@@ -180,18 +183,47 @@ def detect(spec: SessionSpec) -> SessionSpec:
     build_dir = spec.mlir_build_dir or os.environ.get(ENV_BUILD_DIR)
     out = SessionSpec(**{f.name: getattr(spec, f.name) for f in fields(spec)})
     out.rocm_v = spec.rocm_v if spec.rocm_v is not None else (machine.rocm_version() or "")
-    out.mlir_v = (
-        spec.mlir_v
-        if spec.mlir_v is not None
-        else ((machine.git_hash(build_dir) if build_dir else None) or "")
-    )
     out.docker = spec.docker if spec.docker is not None else (machine.docker_image() or "")
     out.standin = bool(kind.uses_build and build_dir and machine.is_standin_build(build_dir))
     _check_split(out, kind, build_dir)
     _check_settings(out, kind, build_dir)
+    if spec.mlir_v is None:  # --mlir-v given always wins
+        out.mlir_v = build_commit(build_dir) if kind.uses_build and build_dir else ""
+    if out.split and not out.mlir_v:
+        raise UserError("--split needs the rocMLIR commit: --mlir-v HASH")
     if not kind.gpu:  # cpu, sleep and CPU plugins describe this machine's CPU
         return _fill_cpu(out)
     return _fill_gpu(out)
+
+
+def build_commit(build_dir: str) -> str:
+    """The rocMLIR commit a session on `build_dir` records (machine.build_commit: the source
+    checkout its CMakeCache.txt names, or the stand-in's marker); one line naming --mlir-v
+    where the build cannot be tied to a rocMLIR commit."""
+    found = machine.build_commit(build_dir)
+    if not found.commit:
+        raise UserError(
+            f"cannot tell which rocMLIR commit {build_dir} was built from ({found.why}): "
+            "give --mlir-v HASH"
+        )
+    return found.commit
+
+
+def check_build_commit(session: Session, build_dir: str) -> None:
+    """A worker's build against its session: refused (one line) when the commit it was built
+    from, read as `session new` reads it, is not the session's. A build whose commit cannot be
+    read, or a session commit that is no hash (`--mlir-v` is free text), is taken on the
+    session's word: the tool's own commit checks (two-stage bundles) still apply."""
+    wanted = session.mlir_v.lower()
+    if not _HASH_RE.fullmatch(wanted):
+        return
+    found = machine.build_commit(build_dir).commit
+    if found and not found.startswith(wanted):
+        raise UserError(
+            f"{build_dir} was built from rocMLIR {found[:12]}, not session {session.id}'s "
+            f"{wanted[:12]}: give this worker a build of {wanted[:12]} (--mlir-build-dir), or "
+            "open a session for this build"
+        )
 
 
 def _check_settings(spec: SessionSpec, kind: TunerKind, build_dir: str | None) -> None:
@@ -224,8 +256,8 @@ def _check_settings(spec: SessionSpec, kind: TunerKind, build_dir: str | None) -
 
 def _check_split(spec: SessionSpec, kind: TunerKind, build_dir: str | None) -> None:
     """--split compile,benchmark: only for a tuner that can split (rocmlir) on a build that can
-    (a tuningRunner with --compile-only, E4), with a known rocMLIR commit (bundles of another
-    one are refused)."""
+    (a tuningRunner with --compile-only, E4); detect then asks for a known rocMLIR commit
+    (bundles of another one are refused)."""
     if spec.split is None:
         if spec.artifact_store is not None or spec.keep_artifacts or spec.bundle_cap_mib:
             raise UserError(
@@ -248,10 +280,6 @@ def _check_split(spec: SessionSpec, kind: TunerKind, build_dir: str | None) -> N
             "--split needs the build: --mlir-build-dir DIR (a two-stage tuningRunner.py)"
         )
     kind.check_split_build(build_dir)
-    if not spec.mlir_v:
-        raise UserError(
-            "--split needs the rocMLIR commit: --mlir-v HASH (the build is no git tree)"
-        )
     if spec.artifact_store is not None:
         store = os.path.abspath(spec.artifact_store)
         if not os.path.isdir(store):

@@ -30,6 +30,9 @@ from mlirtuna.sessions import SessionSpec
 from mlirtuna.worker import Worker, WorkerSettings
 
 FAKE = standin.BUILD  # the stand-in rocMLIR build the package ships
+# The GPU sessions' commit: the stand-in build's, abbreviated (a worker refuses a build of
+# another commit than its session's).
+GPU_COMMIT = standin.COMMIT[:7]
 GEMMS = (
     "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 32 -n 64 -k 32\n"
     "-t f16 -out_datatype f16 -transA false -transB true -g 1 -m 64 -n 32 -k 32\n"
@@ -134,7 +137,7 @@ def _tuned(db: Database, tmp_path: Path) -> Farm:
         num_cu=304,
         num_chiplets=8,
         rocm_v="6.4",
-        mlir_v="abc1234",
+        mlir_v=GPU_COMMIT,
         reason="nightly",
         ticket="TKT-1",
     )

@@ -1,6 +1,7 @@
 """The option blocks more than one command declares, each declared once here.
 
-`run` and `worker` share --workers, --max-retries, --batch and --mlir-build-dir; `problems
+`run` and `worker` share --workers, --max-retries, --batch and --mlir-build-dir; `run` and
+`session new` share --mlir-v; `problems
 import`, `jobs load` and `run` share the expansion options; listings share --csv. Each function
 returns a fresh typer.Option, used as a parameter's default. Only typer is imported: `--help`
 stays fast (common.py says why).
@@ -21,7 +22,17 @@ def mlir_build_dir_opt():
     """--mlir-build-dir, shared by every command that may run or describe rocMLIR."""
     return typer.Option(
         None, "--mlir-build-dir", envvar=ENV_ROCMLIR_BUILD, show_envvar=True,
-        help="rocMLIR build dir (holds bin/tuningRunner.py; its git commit becomes mlir_v).",
+        help="rocMLIR build dir (holds bin/tuningRunner.py; the commit of the source checkout its "
+        "CMakeCache.txt names becomes mlir_v).",
+    )  # fmt: skip
+
+
+def mlir_v_opt():
+    """--mlir-v, shared by `session new` and `run` (for the session either opens)."""
+    return typer.Option(
+        None, "--mlir-v", metavar="HASH",
+        help="rocMLIR commit [the build's: the git commit of the source checkout its "
+        "CMakeCache.txt names; a build that names none is refused without this].",
     )  # fmt: skip
 
 

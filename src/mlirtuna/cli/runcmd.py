@@ -59,6 +59,7 @@ def run(
     arch: str = typer.Option(None, "--arch", help="For a new rocmlir session [detected]."),
     num_cu: int = typer.Option(None, "--num-cu", help="For a new rocmlir session [detected]."),
     num_chiplets: int = typer.Option(None, "--num-chiplets", help="[detected]."),
+    mlir_v: str = options.mlir_v_opt(),
     reason: str = typer.Option("", "--reason", help="Why this tuning is run."),
     job_timeout: float = typer.Option(None, "--job-timeout", help="Seconds per job."),
     max_retries: int = options.max_retries_opt(),
@@ -85,7 +86,12 @@ def run(
     db = common.database(ctx, create=True)
     flags = {
         k: v
-        for k, v in (("arch", arch), ("num_cu", num_cu), ("num_chiplets", num_chiplets))
+        for k, v in (
+            ("arch", arch),
+            ("num_cu", num_cu),
+            ("num_chiplets", num_chiplets),
+            ("mlir_v", mlir_v),
+        )
         if v is not None
     }
     plan = flow.RunPlan(

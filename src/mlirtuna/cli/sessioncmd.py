@@ -45,7 +45,7 @@ def new(
     num_cu: int = typer.Option(None, "--num-cu", help="Compute units [detected]."),
     num_chiplets: int = typer.Option(None, "--num-chiplets", help="Chiplets (XCDs) [detected]."),
     rocm_v: str = typer.Option(None, "--rocm-v", help="ROCm version [/opt/rocm/.info/version]."),
-    mlir_v: str = typer.Option(None, "--mlir-v", help="rocMLIR commit [git of the build dir]."),
+    mlir_v: str = options.mlir_v_opt(),
     reason: str = typer.Option("", "--reason", help="Why this tuning is run."),
     ticket: str = typer.Option("", "--ticket", help="Ticket or issue id."),
     docker: str = typer.Option(None, "--docker", help="Docker image [from the environment]."),

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlirtuna import machine
 from mlirtuna.defaults import ENV_ROCMLIR_PYTHON, ENV_TOOL_ENV
 from mlirtuna.errors import UserError
 
@@ -28,7 +29,7 @@ BUILD = Path(__file__).parent / "rocmlir"  # bin/tuningRunner.py, bin/rocmlir-ge
 ARCH_FULL = "gfx942:sramecc+:xnack-"
 NUM_CU = 304
 NUM_CHIPLETS = 8
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
+COMMIT = machine.standin_commit(BUILD) or ""  # its marker states it (as a build's cache would)
 ERA = "E4"  # the newest: two-stage tuning (--compile-only, --benchmark-artifacts)
 GEMMS = (
     "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 256 -n 256 -k 128",
@@ -64,11 +65,11 @@ def install(dest: str | Path) -> Path:
 
 
 def session_flags(build: Path) -> list[str]:
-    """What `session new` would detect on a GPU machine with this build, given instead."""
+    """What `session new` would detect on a GPU machine with this build, given instead (the
+    commit it reads off the build itself, as of a real one)."""
     return [
         "--tuner", "rocmlir", "--mlir-build-dir", str(build), "--arch-full", ARCH_FULL,
-        "--num-cu", str(NUM_CU), "--num-chiplets", str(NUM_CHIPLETS), "--mlir-v", COMMIT,
-        "--tuning-space", "quick",
+        "--num-cu", str(NUM_CU), "--num-chiplets", str(NUM_CHIPLETS), "--tuning-space", "quick",
     ]  # fmt: skip
 
 

@@ -93,7 +93,7 @@ class RocmlirTuner:
         """
         if self._era is None:
             argv = [self.python, str(self.script), "--help"]
-            run = self._run(argv, process.scrubbed_env(), HELP_TIMEOUT_S)
+            run = self._run(argv, self._tool_env(), HELP_TIMEOUT_S)
             if run.returncode != 0:
                 raise TunerError(
                     f"{self.script} --help failed with status {run.returncode}",
@@ -202,7 +202,7 @@ class RocmlirTuner:
             *target_flags(ctx),
         ]
         cwd = self._cwd(problem, dest.parent / "tuning.tsv")
-        run = self._run(argv, process.scrubbed_env(), ctx.timeout_s, cwd)
+        run = self._run(argv, self._tool_env(), ctx.timeout_s, cwd)
         if run.returncode != 0:
             raise failure(run)
         commits = index_commits(dest)
@@ -232,7 +232,7 @@ class RocmlirTuner:
         ]
         configs = "".join(f"{self.line(p)}\n" for p in problems)
         timeout = ctx.timeout_s * len(problems) if ctx.timeout_s else None
-        env = process.scrubbed_env()
+        env = self._tool_env()
         run = process.run(argv, self.build_dir, env, timeout, self.kill_grace_s, configs)
         if run.returncode != 0 and not (whole / INDEX).is_file():
             raise failure(run)
@@ -325,23 +325,28 @@ class RocmlirTuner:
         eras.check_space(ctx, era)
 
     def _env(self, ctx: TuneContext, era: Era) -> dict[str, str]:
-        env = process.scrubbed_env()
+        env = self._tool_env()
         pinned = env.get("ROCR_VISIBLE_DEVICES") or env.get("HIP_VISIBLE_DEVICES")
         if not era.has(GPUS) and not pinned:
             env["ROCR_VISIBLE_DEVICES"] = str(ctx.gpu_id)
+        return env
+
+    def _tool_env(self) -> dict[str, str]:
+        """The tool's allowlisted environment, GIT_DIR naming the build's source checkout: the
+        tool writes `git rev-parse HEAD` as commitId (E3: of its working directory, E4: of its
+        script's directory), and a build dir inside another repository (a pipeline's) would
+        answer with that repository's commit."""
+        env = process.scrubbed_env()
+        if self._git_dir:
+            env["GIT_DIR"] = self._git_dir
         return env
 
     def _run(
         self, argv: list[str], env: dict[str, str], timeout: float | None, cwd: Path | None = None
     ) -> process.Run:
         """The tool in the build directory, or in `cwd` (a fusion call's private directory),
-        where it still reports the build's commit (its commitId is `git rev-parse HEAD` of its
-        working directory: GIT_DIR names the build's checkout)."""
-        if cwd is None:
-            return process.run(argv, self.build_dir, env, timeout, self.kill_grace_s)
-        if self._git_dir:
-            env = {**env, "GIT_DIR": self._git_dir}
-        return process.run(argv, cwd, env, timeout, self.kill_grace_s)
+        where it still reports the build's commit (GIT_DIR in `env`, _env)."""
+        return process.run(argv, cwd or self.build_dir, env, timeout, self.kill_grace_s)
 
     def _cwd(self, problem: Problem, out: Path) -> Path | None:
         """A fusion call's working directory: the job's own temporary directory, since the tool
@@ -351,7 +356,9 @@ class RocmlirTuner:
 
     @functools.cached_property
     def _git_dir(self) -> str | None:
-        return machine.git_dir(self.build_dir)
+        """The git directory of the rocMLIR checkout the build was built from (its
+        CMakeCache.txt's source), None where there is none to name (the stand-in)."""
+        return machine.build_commit(self.build_dir).git_dir
 
     # -- a batch: one tool call for several configs (E3, E4) ------------------------------
 

@@ -25,7 +25,7 @@ Environment:
   FAKE_GPU_COUNT (8, the GPU ids E3's --gpus accepts), FAKE_TUNINGRUNNER_COMMIT (commitId),
   FAKE_TUNINGRUNNER_DELAY (seconds to sleep per config),
   FAKE_TUNINGRUNNER_LOG=path: append {"argv", "cwd", "env", "time"} as one JSON line per
-    invocation (time: when it started, time.time()),
+    invocation (time: when it started, time.time(); env: the visible devices and GIT_DIR),
   FAKE_TUNINGRUNNER_CHILD_PIDFILE=path: where "hang" writes its child's pid,
   FAKE_TUNINGRUNNER_IGNORE_SIGTERM=1: "hang" ignores SIGTERM (so only SIGKILL stops it),
   FAKE_TUNINGRUNNER_FAULT: fail | hang | none | garbage | wrong_arch | empty | crash_partial
@@ -1085,7 +1085,25 @@ def noop(*_args) -> None:
 
 
 def commit_id() -> str:
-    return os.environ.get("FAKE_TUNINGRUNNER_COMMIT", "0123456789abcdef0123456789abcdef01234567")
+    """FAKE_TUNINGRUNNER_COMMIT, else the commit the build's marker states (where a real
+    tuningRunner asks git of its checkout; mlirtuna reads the same line at `session new`)."""
+    return os.environ.get("FAKE_TUNINGRUNNER_COMMIT", MARKER_COMMIT)
+
+
+def marker_commit() -> str:
+    bin_dir = os.path.dirname(os.path.realpath(__file__))
+    try:
+        with open(os.path.join(bin_dir, os.pardir, "MLIRTUNA_STANDIN.md")) as f:
+            text = f.read(16384)
+    except OSError:
+        return "unknown"  # what E3 writes when git cannot say
+    for line in text.splitlines():
+        if line.startswith("commit: "):
+            return line.split()[1]
+    return "unknown"  # what E3 writes when git cannot say
+
+
+MARKER_COMMIT = marker_commit()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1719,7 +1737,9 @@ def log_invocation(argv: list[str]) -> None:
     if not path:
         return
     env = {
-        k: os.environ[k] for k in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES") if k in os.environ
+        k: os.environ[k]
+        for k in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "GIT_DIR")
+        if k in os.environ
     }
     secrets = ("MLIRTUNA_DB", "MLIRTUNA_DB_PASSWORD", "PGPASSWORD", "MYSQL_PWD")
     env.update({k: "<set>" for k in secrets if k in os.environ})
