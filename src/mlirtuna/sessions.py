@@ -177,7 +177,7 @@ def detect(spec: SessionSpec) -> SessionSpec:
         )
     if spec.topk < 1:
         raise UserError(f"--topk {spec.topk}: expected 1 or more")
-    build_dir = spec.mlir_build_dir or os.environ.get(ENV_BUILD_DIR)
+    build_dir = build_dir_of(spec.mlir_build_dir)
     out = SessionSpec(**{f.name: getattr(spec, f.name) for f in fields(spec)})
     out.rocm_v = spec.rocm_v if spec.rocm_v is not None else (machine.rocm_version() or "")
     out.mlir_v = (
@@ -192,6 +192,42 @@ def detect(spec: SessionSpec) -> SessionSpec:
     if not kind.gpu:  # cpu, sleep and CPU plugins describe this machine's CPU
         return _fill_cpu(out)
     return _fill_gpu(out)
+
+
+def build_dir_of(asked: str | None) -> str | None:
+    """The rocMLIR build dir a command uses: --mlir-build-dir, else the environment's."""
+    return asked or os.environ.get(ENV_BUILD_DIR) or None
+
+
+#: Why a stand-in session is kept apart: said wherever one is shown or left out.
+STANDIN_WHY = "tuned on mlirtuna's stand-in build: made-up numbers"
+
+
+def check_build_for(session: Session, build_dir: str | None) -> None:
+    """A worker tunes a stand-in session on the stand-in build only, and a real session on a
+    real build only: otherwise made-up numbers land in a real session (or the reverse)."""
+    if not build_dir:
+        return  # the tuner says that it has none
+    standin_build = machine.is_standin_build(build_dir)
+    if standin_build == session.standin:
+        return
+    if standin_build:
+        raise UserError(
+            f"{build_dir} is mlirtuna's stand-in build (made-up numbers) and session "
+            f"{session.id} is a real one: give --mlir-build-dir a real rocMLIR build, or open a "
+            "session on the stand-in build"
+        )
+    raise UserError(
+        f"session {session.id} is a stand-in session ({STANDIN_WHY}) and {build_dir} is a real "
+        "rocMLIR build: open a session of its own for the real build (`session new "
+        "--mlir-build-dir DIR`)"
+    )
+
+
+def left_out_line(ids: list[int], how: str) -> str:
+    """The one line said when stand-in sessions were not picked (`how`: how to pick them)."""
+    listed = ", ".join(map(str, sorted(ids)))
+    return f"left out stand-in session(s) {listed} ({STANDIN_WHY}): {how}"
 
 
 def _check_settings(spec: SessionSpec, kind: TunerKind, build_dir: str | None) -> None:

@@ -65,6 +65,8 @@ class Worker:
             lambda: sessions.get(db, settings.session_id), self.stop_requested
         )
         settings.tuner = session_tuner(session, settings.tuner)
+        if tuners.kind(settings.tuner).uses_build:  # no made-up numbers in a real session
+            sessions.check_build_for(session, sessions.build_dir_of(settings.mlir_build_dir))
         tuner = tuner or tuners.make(settings.tuner, mlir_build_dir=settings.mlir_build_dir)
         quick_lists = _quick_lists(db, session)
         self.claim_stage = role_stage(session, settings.role)
