@@ -4,6 +4,7 @@ ships (mlirtuna.standin)."""
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 import typer
 
@@ -15,7 +16,10 @@ DEFAULT_DIR = "mlirtuna-standin"
 def try_rocmlir(
     ctx: typer.Context,
     directory: str = typer.Argument(
-        DEFAULT_DIR, metavar="[DIR]", help="Where the stand-in build goes (replaced if there)."
+        DEFAULT_DIR,
+        metavar="[DIR]",
+        help="Where the stand-in build goes: a new or empty directory, or one an earlier "
+        "try-rocmlir made (replaced); anything else is refused.",
     ),
     setup_only: bool = typer.Option(
         False,
@@ -27,7 +31,9 @@ def try_rocmlir(
     """Try the rocMLIR flow without a GPU: install the stand-in rocMLIR build (a GPU-less
     tuningRunner.py speaking the real tool's command line and formats; made-up numbers) in DIR,
     then run a one-stage session (`run --tuner rocmlir`) and a two-stage one (compile worker,
-    benchmark worker), printing each command first."""
+    benchmark worker), printing each command first. They go to a database of the build's own
+    (DIR/mlirtuna-standin.db), never MLIRTUNA_DB's: into another only when `--db` is given on
+    the command line. Their sessions are marked stand-in, never exported by `export --arch`."""
     from mlirtuna import standin
 
     build = standin.install(directory).resolve()
@@ -40,13 +46,39 @@ def try_rocmlir(
         common.err(f"stand-in rocMLIR build in {build}: give --mlir-build-dir {build}")
         return
     common.err(f"stand-in rocMLIR build in {build} (era {standin.ERA}, {standin.ARCH_FULL})")
-    db_url = common.database(ctx, create=True).url.render_as_string(hide_password=False)
+    db_url = _trial_db(ctx, build)
     done = standin.trial(db_url, build, common.err)
     print(done.results, end="")
     common.err(
         f"tried: session {done.one_stage} (one stage) and session {done.two_stage} "
-        f"(compile, then benchmark); see them with `mlirtuna serve`"
+        f"(compile, then benchmark); see them with `mlirtuna --db {_shown(ctx, build)} serve`"
     )
+
+
+def _trial_db(ctx: typer.Context, build: Path) -> str:
+    """The build's own database, unless `--db` was given on the command line (MLIRTUNA_DB,
+    a farm's, is never written by a trial that was not told so)."""
+    from mlirtuna import standin
+
+    if common.db_given(ctx):
+        db = common.database(ctx, create=True)
+        common.err(
+            f"writing the stand-in's sessions into {common.describe_db(common.state(ctx).db_url)} "
+            "(--db): they are marked stand-in, never exported by `export --arch`"
+        )
+    else:
+        url = f"sqlite:///{build / standin.TRIAL_DB}"
+        common.state(ctx).db_url = url
+        db = common.database(ctx, create=True)
+    return db.url.render_as_string(hide_password=False)
+
+
+def _shown(ctx: typer.Context, build: Path) -> str:
+    from mlirtuna import standin
+
+    if common.db_given(ctx):
+        return shlex.quote(common.describe_db(common.state(ctx).db_url))
+    return shlex.quote(f"sqlite:///{build / standin.TRIAL_DB}")
 
 
 def register(app: typer.Typer) -> None:
