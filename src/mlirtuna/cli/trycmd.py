@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from mlirtuna.db import Database
 
 import mlirtuna.cli.common as common
 
@@ -46,39 +50,31 @@ def try_rocmlir(
         common.err(f"stand-in rocMLIR build in {build}: give --mlir-build-dir {build}")
         return
     common.err(f"stand-in rocMLIR build in {build} (era {standin.ERA}, {standin.ARCH_FULL})")
-    db_url = _trial_db(ctx, build)
-    done = standin.trial(db_url, build, common.err)
+    db = _trial_db(ctx, build)
+    done = standin.trial(db.url.render_as_string(hide_password=False), build, common.err)
     print(done.results, end="")
     common.err(
         f"tried: session {done.one_stage} (one stage) and session {done.two_stage} "
-        f"(compile, then benchmark); see them with `mlirtuna --db {_shown(ctx, build)} serve`"
+        f"(compile, then benchmark); see them with "
+        f"`mlirtuna --db {shlex.quote(db.display_url)} serve`"
     )
 
 
-def _trial_db(ctx: typer.Context, build: Path) -> str:
-    """The build's own database, unless `--db` was given on the command line (MLIRTUNA_DB,
-    a farm's, is never written by a trial that was not told so)."""
+def _trial_db(ctx: typer.Context, build: Path) -> Database:
+    """The build's own database, unless `--db` was given on the command line: MLIRTUNA_DB (a
+    farm's, maybe) is never written by a trial that was not told so."""
     from mlirtuna import standin
 
-    if common.db_given(ctx):
-        db = common.database(ctx, create=True)
+    given = common.db_given(ctx)
+    if not given:
+        common.state(ctx).db_url = f"sqlite:///{build / standin.TRIAL_DB}"
+    db = common.database(ctx, create=True)
+    if given:
         common.err(
-            f"writing the stand-in's sessions into {common.describe_db(common.state(ctx).db_url)} "
-            "(--db): they are marked stand-in, never exported by `export --arch`"
+            f"writing the stand-in's sessions into {db.display_url} (--db): they are marked "
+            "stand-in, never exported by `export --arch`"
         )
-    else:
-        url = f"sqlite:///{build / standin.TRIAL_DB}"
-        common.state(ctx).db_url = url
-        db = common.database(ctx, create=True)
-    return db.url.render_as_string(hide_password=False)
-
-
-def _shown(ctx: typer.Context, build: Path) -> str:
-    from mlirtuna import standin
-
-    if common.db_given(ctx):
-        return shlex.quote(common.describe_db(common.state(ctx).db_url))
-    return shlex.quote(f"sqlite:///{build / standin.TRIAL_DB}")
+    return db
 
 
 def register(app: typer.Typer) -> None:

@@ -102,9 +102,12 @@ def _made_here(dest: Path) -> bool:
     ours = info.st_uid == marker.st_uid == os.geteuid()
     if not (stat.S_ISDIR(info.st_mode) and stat.S_ISREG(marker.st_mode) and ours):
         return False
-    fd = os.open(dest / INSTALL_MARKER, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as f:
-        text = f.read(512).decode("utf-8", "replace")  # ours is one short line
+    try:
+        fd = os.open(dest / INSTALL_MARKER, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as f:
+            text = f.read(512).decode("utf-8", "replace")  # ours is one short line
+    except OSError:
+        return False
     return f"(directory {_identity(info)})" in text
 
 
@@ -121,8 +124,8 @@ def _check_empty_dir(dest: Path) -> None:
         else "a file"
     )  # fmt: skip
     raise UserError(
-        f"{dest}: exists ({what}) and was not made by try-rocmlir (no {INSTALL_MARKER} in it): "
-        "nothing touched; give a new or empty directory"
+        f"{dest}: exists ({what}) and was not made by try-rocmlir (its {INSTALL_MARKER} naming "
+        "this directory): nothing touched; give a new or empty directory"
     )
 
 
