@@ -49,12 +49,16 @@ def test_setup_only_prints_what_a_pipeline_exports(tmp_path):
 def test_one_and_two_stage_sessions_without_a_gpu(db, db_url, tmp_path):
     # As a person runs it: a process of its own, no FAKE_* or tool allowlist set beforehand.
     env = {k: "" for k in os.environ if k.startswith("FAKE_") or k == "MLIRTUNA_TOOL_ENV"}
-    run = run_cli(db_url, "try-rocmlir", str(tmp_path / "standin"), timeout=600, **env)
+    # Into this database only because --db names it on the command line (issue 42 §3).
+    run = run_cli(db_url, "--db", db_url, "try-rocmlir", str(tmp_path / "standin"), timeout=600,
+                  **env)  # fmt: skip
     assert run.code == 0, run.stderr
+    assert "writing the stand-in's sessions into " in run.stderr
     with db.session() as s:
         made = s.execute(
             sa.select(TuningSession.id, TuningSession.tuner, TuningSession.split)
         ).all()
+        assert set(s.scalars(sa.select(TuningSession.standin))) == {True}
         states = dict(s.execute(sa.select(Job.state, sa.func.count()).group_by(Job.state)).all())
         winners = s.scalar(sa.select(sa.func.count()).select_from(Result))
     assert [(t, sp or "") for _, t, sp in made] == [

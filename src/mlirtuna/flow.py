@@ -175,6 +175,7 @@ def prepare(db: Database, plan: RunPlan) -> Prepared:
         tuner, why = existing.tuner, f"tuner {existing.tuner} (session {existing.id})"
         if tuners.kind(tuner).uses_build:
             choose_tuner(tuner, plan.mlir_build_dir)
+            sessions.check_build_for(existing, sessions.build_dir_of(plan.mlir_build_dir))
     else:
         tuner, why = choose_tuner(plan.tuner, plan.mlir_build_dir)
     if tuners.kind(tuner).uses_build:  # a missing build dir stops here, before anything is written
@@ -307,7 +308,7 @@ def run_workers(
     settings.session_id = prepared.session.id
     settings.tuner = prepared.tuner
     settings.until_empty = True
-    settings.mlir_build_dir = plan.mlir_build_dir or os.environ.get(sessions.ENV_BUILD_DIR)
+    settings.mlir_build_dir = sessions.build_dir_of(plan.mlir_build_dir)
     # --workers counts CPU workers (a two-stage session's: its compile workers); a GPU has one.
     gpu_workers = 1 if prepared.session.two_stage else plan.workers
     slots = supervisor.plan(plan.gpus, prepared.tuner, gpu_workers)
@@ -353,6 +354,7 @@ def finish(db: Database, plan: RunPlan, prepared: Prepared, interrupted: bool) -
             num_chiplets=sess.num_chiplets,
             tuning_space=sess.tuning_space,
             op="fusion" if fused else None,
+            standin=sess.standin,  # a stand-in run exports the stand-in's context only
         )
         done = export.export(db, query, "v3", output)
         rows, notes = done.rows, done.notes
@@ -362,8 +364,14 @@ def finish(db: Database, plan: RunPlan, prepared: Prepared, interrupted: bool) -
             f"the newest {'fusion ' if fused else ''}winners of every "
             f"{'module' if fused else 'op'} for {sess.arch_full}, {sess.num_cu} CUs, "
             f"{sess.num_chiplets} chiplet(s), {sess.tuning_space}, from session(s) "
-            f"{', '.join(map(str, done.sessions))}, as `mlirtuna export --arch "
-            f"{sess.arch_full}{' --op fusion' if fused else ''}` writes them"
+            f"{', '.join(map(str, done.sessions))}, "
+            + (
+                f"stand-in sessions only ({sessions.STANDIN_WHY}; `export --arch` leaves them "
+                "out, `export --session` names them)"
+                if sess.standin
+                else f"as `mlirtuna export --arch {sess.arch_full}"
+                f"{' --op fusion' if fused else ''}` writes them"
+            )
         )
     best = winners.winners(db, sid, one_op(plan))
     skipped = sum(len(v) for v in prepared.skipped.values())

@@ -180,7 +180,7 @@ def detect(spec: SessionSpec) -> SessionSpec:
         )
     if spec.topk < 1:
         raise UserError(f"--topk {spec.topk}: expected 1 or more")
-    build_dir = spec.mlir_build_dir or os.environ.get(ENV_BUILD_DIR)
+    build_dir = build_dir_of(spec.mlir_build_dir)
     out = SessionSpec(**{f.name: getattr(spec, f.name) for f in fields(spec)})
     out.rocm_v = spec.rocm_v if spec.rocm_v is not None else (machine.rocm_version() or "")
     out.docker = spec.docker if spec.docker is not None else (machine.docker_image() or "")
@@ -209,7 +209,7 @@ def build_commit(build_dir: str) -> str:
     return found.commit
 
 
-def check_build_commit(session: Session, build_dir: str) -> None:
+def _check_build_commit(session: Session, build_dir: str) -> None:
     """A worker's build against its session: refused (one line) when the commit it was built
     from, read as `session new` reads it, is not the session's. A build whose commit cannot be
     read, or a session commit that is no hash (`--mlir-v` is free text), is taken on the
@@ -224,6 +224,45 @@ def check_build_commit(session: Session, build_dir: str) -> None:
             f"{wanted[:12]}: give this worker a build of {wanted[:12]} (--mlir-build-dir), or "
             "open a session for this build"
         )
+
+
+def build_dir_of(asked: str | None) -> str | None:
+    """The rocMLIR build dir a command uses: --mlir-build-dir, else the environment's."""
+    return asked or os.environ.get(ENV_BUILD_DIR) or None
+
+
+#: Why a stand-in session is kept apart: said wherever one is shown or left out.
+STANDIN_WHY = "tuned on mlirtuna's stand-in build: made-up numbers"
+
+
+def check_build_for(session: Session, build_dir: str | None) -> None:
+    """The build a worker (or `run --session`) would tune `session` with, refused with one line
+    unless it is the session's kind of build (a stand-in session on the stand-in build only, a
+    real session on a real build only: otherwise made-up numbers land in a real session, or the
+    reverse) and of the session's rocMLIR commit."""
+    if not build_dir:
+        return  # the tuner says that it has none
+    standin_build = machine.is_standin_build(build_dir)
+    if standin_build == session.standin:
+        _check_build_commit(session, build_dir)
+        return
+    if standin_build:
+        raise UserError(
+            f"{build_dir} is mlirtuna's stand-in build (made-up numbers) and session "
+            f"{session.id} is a real one: give --mlir-build-dir a real rocMLIR build, or open a "
+            "session on the stand-in build"
+        )
+    raise UserError(
+        f"session {session.id} is a stand-in session ({STANDIN_WHY}) and {build_dir} is a real "
+        "rocMLIR build: open a session of its own for the real build (`session new "
+        "--mlir-build-dir DIR`)"
+    )
+
+
+def left_out_line(ids: list[int], how: str) -> str:
+    """The one line said when stand-in sessions were not picked (`how`: how to pick them)."""
+    listed = ", ".join(map(str, sorted(ids)))
+    return f"left out stand-in session(s) {listed} ({STANDIN_WHY}): {how}"
 
 
 def _check_settings(spec: SessionSpec, kind: TunerKind, build_dir: str | None) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 import sqlalchemy as sa
 
 from mlirtuna import catalog, queue, sessions
-from mlirtuna.db.models import Result
+from mlirtuna.db.models import Result, TuningSession
 from mlirtuna.problems import ExpandOptions, parse
 from mlirtuna.queue import Claimant, jobs
 from mlirtuna.sessions import SessionSpec
@@ -48,6 +48,14 @@ def new_session(
         docker="",
     )
     return sessions.create(db, spec).id
+
+
+def mark_standin(db, sid: int) -> int:
+    """Mark a session opened from flags alone (no build dir) as tuned on the stand-in, which is
+    what its workers run: a worker refuses the stand-in build for a real session."""
+    with db.session() as s:
+        s.execute(sa.update(TuningSession).where(TuningSession.id == sid).values(standin=True))
+    return sid
 
 
 def tune(

@@ -28,6 +28,7 @@ from mlirtuna.problems import ExpandOptions
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.worker import Worker, WorkerSettings
+from support.results import mark_standin
 
 FAKE = standin.BUILD  # the stand-in rocMLIR build the package ships
 # The GPU sessions' commit: the stand-in build's, abbreviated (a worker refuses a build of
@@ -159,6 +160,8 @@ def _tuned(db: Database, tmp_path: Path) -> Farm:
 
 def _tune(db: Database, spec: SessionSpec, build: Path | None = None) -> int:
     sid = sessions.create(db, spec).id
+    if build is not None:  # the stand-in's GPU session
+        mark_standin(db, sid)
     jobs.load(db, sid, tag=TAG)
     settings = WorkerSettings(
         session_id=sid,

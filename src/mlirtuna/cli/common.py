@@ -56,6 +56,12 @@ def state(ctx: click.Context) -> State:
 FARM_WAIT_FOR_DB_S = 60.0
 
 
+def db_given(ctx: click.Context) -> bool:
+    """Whether `--db` was given on the command line (not taken from MLIRTUNA_DB)."""
+    source = ctx.find_root().get_parameter_source("db")
+    return source is click.core.ParameterSource.COMMANDLINE
+
+
 def database(
     ctx: click.Context,
     *,

@@ -73,12 +73,19 @@ def load(
 
 def _load_less(ctx, session, selection, skip_tuned, reuse_, changed_since, rule, sample, seed,
                as_json) -> None:  # fmt: skip
+    from mlirtuna import sessions
     from mlirtuna.history import reuse
 
     report = reuse.load(
         common.database(ctx), session, skip_tuned=skip_tuned, reuse=reuse_,
         changed_since=changed_since, rule=rule, sample=sample, seed=seed, **selection,
     )  # fmt: skip
+    if report.standin_left_out:
+        common.err(
+            sessions.left_out_line(
+                report.standin_left_out, "a real session neither skips nor reuses what they tuned"
+            )
+        )
     if as_json:
         common.print_json(report.as_dict())
         return

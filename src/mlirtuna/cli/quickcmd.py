@@ -73,6 +73,7 @@ def quick_list(
     if update and (fmt != "inc" or output == "-"):
         raise UserError("--update merges into an existing .inc file: give -o FILE.inc")
     ids = [int(x) for x in _split_ids(session)]
+    _say_standin(db, ids)
     opts = quick.Options(threshold=threshold, max_size=max_size, top_k=top_k, across=across)
     if across is not None:
         if top_k is not None or folds:
@@ -89,6 +90,16 @@ def quick_list(
         print(_render(lists, "json", ids, opts, None), end="")
     for gl in lists:
         common.err(_summary(gl, name))
+
+
+def _say_standin(db, ids: list[int]) -> None:
+    """Stand-in sessions are read only when named (quick-list reads no other): said."""
+    from mlirtuna import sessions
+
+    made_up = [i for i in dict.fromkeys(ids) if sessions.get(db, i).standin]
+    if made_up:
+        listed = ", ".join(map(str, made_up))
+        common.err(f"session(s) {listed}: stand-in ({sessions.STANDIN_WHY}), read as named")
 
 
 def _split_ids(values: list[str] | None) -> list[str]:

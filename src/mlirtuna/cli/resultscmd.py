@@ -200,6 +200,7 @@ def compare(
     A, B: session ids or .tsv files (./12 for a file named 12); arch is not part of the key.
     Two sides with no problem in common are an error.
     """
+    from mlirtuna import sessions
     from mlirtuna.history import compare as comparing
 
     fmt = common.output_format(as_json, as_csv)
@@ -209,6 +210,8 @@ def compare(
         return common.database(ctx)
 
     side_a, side_b = comparing.load_sides(a, b, op, db)
+    for sid in comparing.standin_sides(a, b, db):
+        common.err(f"session {sid} is a stand-in session ({sessions.STANDIN_WHY})")
     result = comparing.compare(side_a, side_b, limit)
     if fmt == "json":
         gate = {"changed_winner_only": changed_winner_only, "allow_missing": allow_missing}
@@ -324,9 +327,13 @@ def results_(
     """The winners of a session: perf config, TFlops, kernel time (ns), candidates tried, and
     the margin over the runner-up ("(noise)" when the two are within measurement noise)."""
     fmt = common.output_format(as_json, as_csv)
+    from mlirtuna import sessions
     from mlirtuna.history import winners
 
-    rows = winners.winners(common.database(ctx), session, op)
+    db = common.database(ctx)
+    if sessions.get(db, session).standin:
+        common.err(f"session {session} is a stand-in session ({sessions.STANDIN_WHY})")
+    rows = winners.winners(db, session, op)
     if fmt == "json":
         common.print_json([r.as_dict() for r in rows])
     elif fmt == "csv":

@@ -77,7 +77,7 @@ def run(
 ) -> None:
     """Import, open a session, load jobs, tune them here, export the tuning DB, show winners."""
     import mlirtuna.cli.progress as progress
-    from mlirtuna import flow
+    from mlirtuna import flow, sessions
     from mlirtuna.worker import WorkerSettings
 
     common.output_format(as_json, as_csv)  # both at once: refused before any work
@@ -121,6 +121,8 @@ def run(
             f"{prepared.loaded.added} new jobs ({prepared.loaded.existing} already there)"
             + _left_out(prepared.loaded)
         )
+    if standin_left_out := getattr(prepared.loaded, "standin_left_out", None):
+        common.err(sessions.left_out_line(standin_left_out, "a real session never reuses them"))
     for why, vectors in prepared.skipped.items():
         common.err(f"warning: skipping {len(vectors)} problem(s): {why} (e.g. {vectors[0]})")
     live = not (quiet or as_json) and common.err_console.is_terminal
@@ -129,6 +131,8 @@ def run(
     summary = flow.finish(db, plan, prepared, interrupted)
     if as_json:
         common.print_json(summary.as_dict())
+        for note in summary.notes:  # in the JSON too; status lines go to stderr in every format
+            common.err(f"note: {note}")
     else:
         _report(db, summary, plan, as_csv)
     if interrupted:

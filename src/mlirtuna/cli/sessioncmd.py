@@ -172,7 +172,7 @@ def list_(
             str(r.num_cu),
             str(r.num_chiplets),
             r.tuning_space,
-            r.tuner,
+            f"{r.tuner} (stand-in)" if r.standin else r.tuner,  # made-up numbers: said
             r.split or "-",
             r.mlir_v[:12],
             f"{r.reason} (retired)" if r.retired_at else r.reason,
@@ -197,6 +197,8 @@ def show(
     width = max(map(len, shown))
     for key, value in shown.items():
         print(f"{key:{width}} {value}")
+    if row.standin:
+        common.err(f"session {row.id} is a stand-in session ({sessions.STANDIN_WHY})")
 
 
 @app.command()

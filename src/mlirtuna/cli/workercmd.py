@@ -116,7 +116,7 @@ def worker(
     ),
 ) -> None:
     """Run workers for a session: one process per GPU, each claiming jobs until stopped."""
-    from mlirtuna import sessions
+    from mlirtuna import sessions, tuners
     from mlirtuna.worker import WorkerSettings, role_stage, session_tuner, supervisor
 
     common.check_batch(batch)
@@ -127,6 +127,8 @@ def worker(
     db = common.database(ctx, wait_s=wait_for_db)
     found = sessions.get(db, session)
     tuner = session_tuner(found, tuner)
+    if tuners.kind(tuner).uses_build:  # refused once here, not once per GPU worker
+        sessions.check_build_for(found, sessions.build_dir_of(mlir_build_dir))
     role_stage(found, role)  # a bad role, or compile for a one-stage session: refused here
     settings = WorkerSettings(
         session_id=session,

@@ -221,6 +221,13 @@ def load_sides(a: str, b: str, op: str | None, db: Callable[[], Database]) -> tu
     return loaded[a], loaded[b]
 
 
+def standin_sides(a: str, b: str, db: Callable[[], Database]) -> list[int]:
+    """The sides that are stand-in sessions (named, so compared; said, for their numbers are
+    made up)."""
+    ids = list(dict.fromkeys(int(x) for x in (a, b) if is_session(x)))
+    return [i for i in ids if sessions.get(db(), i).standin]
+
+
 def changed_winners(a: Side, b: Side) -> dict[str, str]:
     """Test vector -> A's perf config, for the common problems whose winner changed."""
     return {

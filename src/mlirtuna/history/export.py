@@ -34,7 +34,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -43,7 +43,7 @@ from sqlalchemy.orm import Session
 import mlirtuna.formats.tuningdb as tuningdb
 import mlirtuna.history.debugexport as debugexport
 import mlirtuna.history.winners as winners
-from mlirtuna import keys
+from mlirtuna import keys, sessions
 from mlirtuna.db import Database
 from mlirtuna.db.models import Candidate, FusionConfig, Job, Problem, Result, TuningSession
 from mlirtuna.errors import NotFound, UserError
@@ -63,6 +63,9 @@ class ExportQuery:
     op: str | None = None
     tuning_space: str | None = None
     key_format: str | None = None  # plain | split-k; None: the newest chosen session's
+    # A context picks real sessions only; True: the stand-in's only (a stand-in `run` exports
+    # its own context so). Named sessions are taken whatever they are.
+    standin: bool = False
 
 
 @dataclass
@@ -94,15 +97,16 @@ def render(db: Database, query: ExportQuery, fmt: str = "v3") -> Exported:
         raise UserError(
             f"unknown key format {query.key_format!r} (known: {', '.join(keys.KEY_FORMS)})"
         )
+    notes: list[str] = []
     with db.session() as s:
         if fmt == "t4":
-            return _render_t4(s, select_t4_session(s, query), query.op)
-        chosen = select_sessions(s, query)
+            t4 = _render_t4(s, select_t4_session(s, query, notes), query.op)
+            return replace(t4, notes=notes)
+        chosen = select_sessions(s, query, notes)
         if fmt == "debug":
             text, count = debugexport.render(s, chosen, query.op)
-            return Exported(text, count, sorted(x.id for x in chosen), fmt)
+            return Exported(text, count, sorted(x.id for x in chosen), fmt, notes)
         form = query.key_format or chosen[0].key_form or keys.PLAIN
-        notes: list[str] = []
         rows, used = winner_rows(s, chosen, query.op, form, notes)
     if not rows:
         raise UserError(f"no completed results in session(s) {_ids(chosen)}{_op_text(query)}")
@@ -117,15 +121,32 @@ def render(db: Database, query: ExportQuery, fmt: str = "v3") -> Exported:
 # --- Sessions ---------------------------------------------------------------------------------
 
 
-def select_sessions(s: Session, query: ExportQuery) -> list[TuningSession]:
-    """The sessions to export, newest first; UserError when none or an ambiguous mix."""
+def select_sessions(
+    s: Session, query: ExportQuery, notes: list[str] | None = None
+) -> list[TuningSession]:
+    """The sessions to export, newest first; UserError when none or an ambiguous mix. What a
+    reader must know of them (stand-in sessions left out, or named) goes to `notes`."""
+    said = notes if notes is not None else []
     if query.sessions:
-        return _named_sessions(s, query)
+        named = _named_sessions(s, query)
+        said += [_named_standin(x) for x in named if x.standin]
+        return named
     if not query.arch:
         raise UserError("give --arch (or name sessions with --session)")
-    # A retired session is history, never picked by a context (only when named).
+    # A retired session is history, never picked by a context (only when named); a stand-in
+    # session's numbers are made up, never picked for a real context (only when named).
     stmt = sa.select(TuningSession).where(*_filters(query), TuningSession.retired_at.is_(None))
-    found = list(s.scalars(stmt.order_by(*_newest_first())))
+    every = list(s.scalars(stmt.order_by(*_newest_first())))
+    found = [x for x in every if x.standin == query.standin]
+    left_out = [x.id for x in every if x.standin and not query.standin]
+    how = "name them with --session to export them"
+    if left_out:
+        said.append(sessions.left_out_line(left_out, how))
+    if not found and left_out:
+        raise UserError(
+            f"no session but stand-in ones matches {_describe(query)}: "
+            + sessions.left_out_line(left_out, how)
+        )
     if not found:
         raise UserError(
             f"no session matches {_describe(query)}: `mlirtuna session list` shows them"
@@ -139,6 +160,10 @@ def select_sessions(s: Session, query: ExportQuery) -> list[TuningSession]:
             "sessions with --session"
         )
     return found
+
+
+def _named_standin(x: TuningSession) -> str:
+    return f"session {x.id} is a stand-in session ({sessions.STANDIN_WHY}): exported as named"
 
 
 def _named_sessions(s: Session, query: ExportQuery) -> list[TuningSession]:
@@ -366,10 +391,12 @@ def _render_t4(s: Session, x: TuningSession, op: str | None) -> Exported:
     return Exported(json.dumps(doc, indent=1) + "\n", len(entries), [x.id], "t4")
 
 
-def select_t4_session(s: Session, query: ExportQuery) -> TuningSession:
+def select_t4_session(
+    s: Session, query: ExportQuery, notes: list[str] | None = None
+) -> TuningSession:
     if len(set(query.sessions)) > 1:
         raise UserError("t4 exports one session: give one --session")
-    return select_sessions(s, query)[0]
+    return select_sessions(s, query, notes)[0]
 
 
 def _t4_candidates(s: Session, x: TuningSession, op: str | None) -> list[dict[str, Any]]:

@@ -4,7 +4,9 @@ what a new rocMLIR commit made stale (`jobs load --skip-tuned / --reuse / --chan
 
 Two sessions are *equivalent* when everything that decides a tuning result is the same: arch_full,
 num_cu, num_chiplets, tuning space, rocMLIR commit (mlir_v), and the tuner (a .tsv imported from
-rocMLIR counts as the rocmlir tuner). A result "counts" as winners.counted() says: its job
+rocMLIR counts as the rocmlir tuner), and both or neither were tuned on mlirtuna's stand-in build
+(a stand-in session's made-up numbers never reach a real session unless it is named:
+`--changed-since SESSION`). A result "counts" as winners.counted() says: its job
 completed, or it was imported.
 """
 
@@ -45,9 +47,14 @@ def tuner_family(tuner: str) -> str:
     return tuners.family_of("") if name == tsvimport.TUNER else name
 
 
-def equivalent(a: Session | TuningSession, b: Session | TuningSession) -> bool:
+def same_context(a: Session | TuningSession, b: Session | TuningSession) -> bool:
+    """The same context and tuner family, stand-in or not."""
     same = all(getattr(a, f) == getattr(b, f) for f in CONTEXT_FIELDS)
     return same and tuner_family(a.tuner) == tuner_family(b.tuner)
+
+
+def equivalent(a: Session | TuningSession, b: Session | TuningSession) -> bool:
+    return same_context(a, b) and bool(a.standin) == bool(b.standin)
 
 
 # -- queries -------------------------------------------------------------------------------------
@@ -69,13 +76,20 @@ class Tuned:
     key_suffix: str = ""
 
 
-def _equivalent_ids(s: OrmSession, target: TuningSession) -> list[int]:
+def _equivalent_ids(
+    s: OrmSession, target: TuningSession, left_out: list[int] | None = None
+) -> list[int]:
+    """The sessions equivalent to `target`; `left_out` gets the stand-in sessions of its
+    context that a real target does not take."""
     stmt = sa.select(TuningSession).where(
         *(getattr(TuningSession, f) == getattr(target, f) for f in CONTEXT_FIELDS),
         TuningSession.id != target.id,
         TuningSession.retired_at.is_(None),  # retired: kept for history, never picked again
     )
-    return [row.id for row in s.scalars(stmt) if equivalent(row, target)]
+    rows = [row for row in s.scalars(stmt) if same_context(row, target)]
+    if left_out is not None:
+        left_out += [row.id for row in rows if row.standin and not target.standin]
+    return [row.id for row in rows if equivalent(row, target)]
 
 
 def _counted_results(s: OrmSession, session_ids: Iterable[int]) -> dict[int, Tuned]:
@@ -181,6 +195,7 @@ class ReuseReport:
     rule: str | None = None
     sample: int | None = None
     sources: dict[int, int] = field(default_factory=dict)  # {session: results reused from it}
+    standin_left_out: list[int] = field(default_factory=list)  # equivalent but the stand-in's
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -188,7 +203,9 @@ class ReuseReport:
 
 def _skip_tuned(report: ReuseReport, reuse: bool) -> Callable:
     def keep(s: OrmSession, session_id: int, selected: dict[int, int]) -> dict[int, int]:
-        found = _counted_results(s, _equivalent_ids(s, _session_row(s, session_id)))
+        left_out: list[int] = []  # a retried transaction runs this again: assigned, not added
+        found = _counted_results(s, _equivalent_ids(s, _session_row(s, session_id), left_out))
+        report.standin_left_out = left_out
         fresh = _not_yet_loaded(s, session_id, selected)
         done = {p: found[p] for p in fresh if p in found}
         report.skipped = len(done)
@@ -233,7 +250,9 @@ def _family_changed(s: OrmSession, target: TuningSession, old: dict[int, Tuned])
     """Problems whose old winner's family is not one the new commit's winners use (per op)."""
     same_build = s.scalars(
         sa.select(TuningSession.id).where(
-            TuningSession.mlir_v == target.mlir_v, TuningSession.arch_full == target.arch_full
+            TuningSession.mlir_v == target.mlir_v,
+            TuningSession.arch_full == target.arch_full,
+            TuningSession.standin == target.standin,  # made-up winners decide nothing real
         )
     )
     new = _counted_results(s, list(same_build))

@@ -49,19 +49,97 @@ def environment(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+#: Written first into a directory `install` makes: the proof that mlirtuna made it, so that a
+#: later install may replace it. It names the directory it was written in (device and inode),
+#: so that a marker copied into another directory proves nothing there.
+INSTALL_MARKER = ".mlirtuna-try-rocmlir"
+#: The database `try-rocmlir` works in unless `--db` is given: a file of the build's own.
+TRIAL_DB = "mlirtuna-standin.db"
+
+
 def install(dest: str | Path) -> Path:
     """The stand-in build copied to `dest` (its tools executable) with a config list of three
-    GEMMs at `dest/configs/gemm.txt`; an existing stand-in there is replaced."""
+    GEMMs at `dest/configs/gemm.txt`. `dest` must not exist, be an empty directory, or be one
+    an earlier install made (its INSTALL_MARKER), which is replaced; anything else (a rocMLIR
+    build, a link, a file, a directory of someone else's) is refused and left untouched."""
     dest = Path(dest)
-    if dest.exists() and not (dest / "bin" / "tuningRunner.py").is_file():
-        raise UserError(f"{dest}: exists and is not a stand-in build: give another directory")
-    shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(BUILD, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    if _made_here(dest):
+        _remove(dest)
+    elif dest.is_symlink() or dest.exists():
+        _check_empty_dir(dest)
+    dest.mkdir(mode=0o755, exist_ok=True)
+    _write_marker(dest)
+    shutil.copytree(
+        BUILD, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True
+    )
     for tool in [*(dest / "bin").iterdir(), *(dest / "below" / "bin").iterdir()]:
         tool.chmod(tool.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     (dest / "configs").mkdir()
     (dest / "configs" / "gemm.txt").write_text("".join(line + "\n" for line in GEMMS))
     return dest
+
+
+def _identity(info: os.stat_result) -> str:
+    return f"{info.st_dev}:{info.st_ino}"
+
+
+def _write_marker(dest: Path) -> None:
+    fd = os.open(dest / INSTALL_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW)
+    with os.fdopen(fd, "w") as marker:
+        marker.write(
+            f"made by `mlirtuna try-rocmlir` (directory {_identity(os.lstat(dest))}): a later "
+            "try-rocmlir may replace this directory\n"
+        )
+
+
+def _made_here(dest: Path) -> bool:
+    """Whether `dest` is a directory (not a link) of ours that an install made: its marker a
+    regular file of ours (not a link) naming this very directory."""
+    try:
+        info = os.lstat(dest)
+        marker = os.lstat(dest / INSTALL_MARKER)
+    except OSError:
+        return False
+    ours = info.st_uid == marker.st_uid == os.geteuid()
+    if not (stat.S_ISDIR(info.st_mode) and stat.S_ISREG(marker.st_mode) and ours):
+        return False
+    try:
+        fd = os.open(dest / INSTALL_MARKER, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as f:
+            text = f.read(512).decode("utf-8", "replace")  # ours is one short line
+    except OSError:
+        return False
+    return f"(directory {_identity(info)})" in text
+
+
+def _check_empty_dir(dest: Path) -> None:
+    """An existing `dest` that an install did not make: only an empty directory (not a link)
+    is used, and nothing in it is ever removed."""
+    is_dir = not dest.is_symlink() and dest.is_dir()
+    if is_dir and not any(dest.iterdir()):
+        return
+    what = (
+        "a link" if dest.is_symlink()
+        else "a rocMLIR build" if (dest / "bin" / "tuningRunner.py").exists()
+        else "a directory" if is_dir
+        else "a file"
+    )  # fmt: skip
+    raise UserError(
+        f"{dest}: exists ({what}) and was not made by try-rocmlir (its {INSTALL_MARKER} naming "
+        "this directory): nothing touched; give a new or empty directory"
+    )
+
+
+def _remove(dest: Path) -> None:
+    """An earlier install removed; rmtree opens each level without following links (Linux:
+    shutil.rmtree.avoids_symlink_attacks), so a link planted inside is removed, not followed."""
+    try:
+        shutil.rmtree(dest)
+    except OSError as e:
+        raise UserError(
+            f"{dest}: could not remove the earlier stand-in build ({e.strerror}): remove it, "
+            "or give another directory"
+        ) from e
 
 
 def session_flags(build: Path) -> list[str]:

@@ -65,8 +65,9 @@ class Worker:
             lambda: sessions.get(db, settings.session_id), self.stop_requested
         )
         settings.tuner = session_tuner(session, settings.tuner)
+        if tuners.kind(settings.tuner).uses_build:  # the session's build, nothing else
+            sessions.check_build_for(session, sessions.build_dir_of(settings.mlir_build_dir))
         tuner = tuner or tuners.make(settings.tuner, mlir_build_dir=settings.mlir_build_dir)
-        _check_build(session, settings)
         quick_lists = _quick_lists(db, session)
         self.claim_stage = role_stage(session, settings.role)
         self.claimant = _claimant(settings)
@@ -467,14 +468,6 @@ def _alive(pid: int) -> bool:
     except OSError:  # another user's process
         return True
     return True
-
-
-def _check_build(session: sessions.Session, settings: WorkerSettings) -> None:
-    """A worker never runs a build of another rocMLIR commit than its session's: it stops
-    before claiming (one line), so no job is taken or burnt."""
-    build_dir = settings.mlir_build_dir or os.environ.get(sessions.ENV_BUILD_DIR)
-    if build_dir and tuners.kind(session.tuner).uses_build:
-        sessions.check_build_commit(session, build_dir)
 
 
 def role_stage(session: sessions.Session, role: str) -> str:

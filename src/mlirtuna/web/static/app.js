@@ -79,13 +79,18 @@ function context(s) {
     `<span class="muted">ROCm ${esc(s.rocm_v || "–")} · rocMLIR ${esc(s.mlir_v || "–")} · ${esc(s.tuning_space)} · ${esc(s.tuner)}</span>`;
 }
 
+// A session tuned on mlirtuna's stand-in build: its numbers are made up, and say so everywhere.
+function standinBadge(s) {
+  return s.standin ? `<span class="badge standin" title="tuned on mlirtuna's stand-in build: made-up numbers, never exported by arch">stand-in</span> ` : "";
+}
+
 // What a session tunes and when it was opened: tells the farm's rows apart (every value escaped).
 function sessionWhat(p) {
   const s = p.session;
   const name = s.name ? `<b>${esc(s.name)}</b><br>` : "";
   const ops = (p.ops || []).map(esc).join(", ") || "–";
   const split = s.split ? ` · <span class="warn-text">split ${esc(s.split)}</span>` : "";
-  return `${name}<span class="ops">${ops}</span> · ${esc(s.created_at)}${split}`;
+  return `${name}${standinBadge(s)}<span class="ops">${ops}</span> · ${esc(s.created_at)}${split}`;
 }
 
 const SESSION_COLUMNS = [
