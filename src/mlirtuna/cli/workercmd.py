@@ -156,7 +156,8 @@ def worker(
         slots = [supervisor.Slot(-1) for _ in range(max(workers, 1))]
     else:
         slots = supervisor.name_gpus(supervisor.plan(gpus, tuner, workers), gpu_identity)
-        supervisor.identify(db, settings, slots)  # a GPU it cannot tell: refused before any
+        if len(slots) > 1:  # a GPU it cannot tell: refused before any starts (one: by itself)
+            supervisor.identify(db, settings, slots)
         if gpus == "auto" and not wait_for_gpu:
             slots = supervisor.free(db, settings, slots, common.err)
     if len(slots) == 1:
