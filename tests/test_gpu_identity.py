@@ -158,10 +158,13 @@ def test_partitions_of_one_gpu_are_each_their_own(tmp_path, monkeypatch):
 
 
 def test_no_topology_no_render_node_tells_nothing(tmp_path, monkeypatch):
-    """No KFD topology, a GPU node whose render node this container lacks, a node file that is
-    not one: no key (the worker refuses); a huge planted file is not read past a page."""
+    """No KFD topology, a GPU node whose render node this container lacks (or has as a link):
+    no key (the worker refuses); a huge planted file is not read past a page."""
     assert identity_in(tmp_path / "empty", 0, monkeypatch).key == ""
     lacking = container(tmp_path / "a", HOST, [])
+    assert identity_in(lacking, 0, monkeypatch).key == ""
+    (lacking / "dev/dri/renderD128").symlink_to(tmp_path / "elsewhere")  # never followed
+    (tmp_path / "elsewhere").write_bytes(b"")
     assert identity_in(lacking, 0, monkeypatch).key == ""
     huge = container(tmp_path / "b", HOST, [128])
     planted = huge / machine.KFD_NODES / "1" / "properties"

@@ -182,9 +182,11 @@ def _render_node_opens(root: Path, minor: int) -> bool | None:
     """Whether this process can open the GPU's render node, as ROCr's thunk does before it
     counts a GPU (libhsakmt topology_sysfs_check_node_supported): a container given some GPUs
     opens only theirs (ENOENT, EPERM: not this container's GPU). None: another error (EACCES:
-    not in the render group), where the thunk itself fails."""
+    not in the render group; ELOOP: a link where a device node belongs), where the thunk itself
+    fails or we will not follow."""
+    flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
-        fd = os.open(root / "dev" / "dri" / f"renderD{minor}", os.O_RDWR | os.O_CLOEXEC)
+        fd = os.open(root / "dev" / "dri" / f"renderD{minor}", flags)
     except OSError as exc:
         return False if exc.errno in (errno.ENOENT, errno.EPERM) else None
     os.close(fd)
