@@ -1,10 +1,9 @@
 """The option blocks more than one command declares, each declared once here.
 
-`run` and `worker` share --workers, --max-retries, --batch, --gpu-identity and
---mlir-build-dir; `problems
-import`, `jobs load` and `run` share the expansion options; listings share --csv. Each function
-returns a fresh typer.Option, used as a parameter's default. Only typer is imported: `--help`
-stays fast (common.py says why).
+`run` and `worker` share --workers, --max-retries, --batch, --gpu-identity and --mlir-build-dir;
+`problems import`, `jobs load` and `run` share the expansion options; listings share --csv. Each
+function returns a fresh typer.Option, used as a parameter's default. Only typer is imported:
+`--help` stays fast (common.py says why).
 """
 
 from __future__ import annotations
