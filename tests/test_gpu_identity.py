@@ -315,6 +315,11 @@ def test_bad_gpu_identities_are_refused(db, db_url, tmp_path):
         assert len(run.stderr.strip().splitlines()) == 1
     with db.session() as s:
         assert s.scalars(sa.select(Attempt.id)).all() == []
+    lines = tmp_path / "gemm"
+    run = cli(db_url, "run", "--op", "gemm", str(lines), "--gpu-identity", "GPU-1,x y")
+    assert run.code == 2 and "--gpu-identity 'x y': give one word" in run.stderr
+    with db.session() as s:  # `run` refused it before any work: no session opened
+        assert s.scalars(sa.select(TuningSession.id)).all() == [sid]
 
 
 def test_a_standin_worker_needs_no_gpu_identity(db, tmp_path, monkeypatch):
