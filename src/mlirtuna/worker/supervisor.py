@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from mlirtuna import machine, tuners
 from mlirtuna.db import Database
-from mlirtuna.defaults import DEFAULT_BATCH_WAIT_S, ENV_DB, ENV_GPU_LOCK_DIR
+from mlirtuna.defaults import DEFAULT_BATCH_WAIT_S, ENV_DB, ENV_GPU_IDENTITY, ENV_GPU_LOCK_DIR
 from mlirtuna.errors import UserError
 from mlirtuna.worker import gpulock
 from mlirtuna.worker.loop import claimant_of, gpu_holder_of
@@ -162,6 +162,7 @@ def start(db_url: str, settings: WorkerSettings, slots: list[Slot], quiet: bool 
     procs = []
     for slot in slots:
         env = {**os.environ, ENV_DB: db_url}
+        env.pop(ENV_GPU_IDENTITY, None)  # each worker's own GPU name travels in its argv
         if settings.gpu_lock_dir:
             env[ENV_GPU_LOCK_DIR] = settings.gpu_lock_dir
         if slot.gpu_id >= 0:
