@@ -32,7 +32,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from support.conformance import BELOW, PYTHON, assert_same_row, open_session, recorded, tier_marks
+from support.conformance import (
+    BELOW,
+    FAKE_GPU,
+    PYTHON,
+    assert_same_row,
+    open_session,
+    recorded,
+    tier_marks,
+)
 
 from mlirtuna import standin
 from mlirtuna.defaults import ENV_ROCMLIR_PYTHON, ENV_ROCMLIR_SCRIPT_DIR, ENV_TOOL_ENV
@@ -452,7 +460,8 @@ def through_mlirtuna(
     from support.rocmlir import work
 
     sid = open_session(db, tmp_path, op, lines, f"{op}-{len(lines)}", mlir_v="c" * 40, **spec)
-    worker = work(db, sid, BELOW, batch=batch, job_timeout_s=120)
+    # The fakes stand in for a GPU the kernel does not show: the worker is told which it is.
+    worker = work(db, sid, BELOW, batch=batch, job_timeout_s=120, gpu_identity=FAKE_GPU)
     assert worker.stats.completed == (len(lines) if completed is None else completed)
     return sid
 

@@ -27,7 +27,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support.conformance import BELOW, PYTHON, assert_same_row, open_session, recorded, tier_marks
+from support.conformance import (
+    BELOW,
+    FAKE_GPU,
+    PYTHON,
+    assert_same_row,
+    open_session,
+    recorded,
+    tier_marks,
+)
 
 from mlirtuna import keys
 from mlirtuna.defaults import ENV_ROCMLIR_PYTHON, ENV_ROCMLIR_SCRIPT_DIR, ENV_TOOL_ENV
@@ -187,7 +195,9 @@ def session_of(db, tmp_path, op: str, lines: list[str], split: str | None = None
 def drain(db, sid: int, role: str = "gpu", batch: int = 1):
     from support.rocmlir import work
 
-    return work(db, sid, BELOW, role, batch=batch, job_timeout_s=120, max_retries=0)
+    return work(
+        db, sid, BELOW, role, batch=batch, job_timeout_s=120, max_retries=0, gpu_identity=FAKE_GPU
+    )
 
 
 def assert_same(db_side: dict, tool_side: dict) -> None:

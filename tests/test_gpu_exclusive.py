@@ -190,16 +190,15 @@ def test_one_worker_per_gpu_in_the_plan():
 
 ROCM_SMI = """{"card0": {"Unique ID": "0x18f68e602b8a790f", "PCI Bus": "0000:05:00.0",
 "Performance Level": "determinism"}, "card1": {"Unique ID": "N/A", "PCI Bus": "0000:26:00.0",
-"Performance Level": "auto"}}"""
+"Performance Level": "N/A"}}"""
 
 
-def test_the_gpu_identity_is_read_from_rocm_smi():
-    assert machine.parse_rocm_smi(ROCM_SMI, 0) == machine.GpuIdentity(
-        "uid:0x18f68e602b8a790f", "determinism"
-    )
-    assert machine.parse_rocm_smi(ROCM_SMI, 1) == machine.GpuIdentity("pci:0000:26:00.0", "auto")
-    assert machine.parse_rocm_smi(ROCM_SMI, 2) == machine.GpuIdentity()
-    assert machine.parse_rocm_smi("not json", 0) == machine.GpuIdentity()
+def test_the_performance_level_is_read_from_rocm_smi():
+    """Only the performance level: which GPU it is comes from the kernel (test_gpu_identity)."""
+    assert machine.rocm_smi_perf_level(ROCM_SMI, 0) == "determinism"
+    assert machine.rocm_smi_perf_level(ROCM_SMI, 1) == ""
+    assert machine.rocm_smi_perf_level(ROCM_SMI, 2) == ""
+    assert machine.rocm_smi_perf_level("not json", 0) == ""
 
 
 def test_a_workers_attempts_carry_its_gpu_identity(db, tmp_path, monkeypatch):

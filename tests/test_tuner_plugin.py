@@ -60,13 +60,17 @@ def test_a_plugin_tuner_runs_end_to_end_on_gpu_workers(db, db_url, tmp_path):
     sid = toy_session(db, db_url, tmp_path)
     shown = json.loads(run_cli(db_url, "session", "show", str(sid), "--json").stdout)
     assert shown["tuner"] == "toy" and shown["arch"] == "gfx942"  # a GPU session: rocminfo's
-    worker = run_cli(
-        db_url, "worker", "--session", str(sid), "--gpus", "auto", "--until-empty", **plugin_env()
-    )
+    argv = ("worker", "--session", str(sid), "--gpus", "auto", "--until-empty")
+    if not Path("/sys/class/kfd/kfd/topology/nodes").exists():  # which GPU is it? unknown
+        unnamed = run_cli(db_url, *argv, **plugin_env())
+        assert unnamed.code == 2 and "--gpu-identity ID" in unnamed.stderr
+    worker = run_cli(db_url, *argv, "--gpu-identity", "toy-gpu-0", **plugin_env())
     assert worker.code == 0, worker.stderr
     with db.session() as s:
         job = s.scalars(sa.select(Job).where(Job.session_id == sid)).one()
         result = s.scalars(sa.select(Result).where(Result.session_id == sid)).one()
+        gpu = s.scalars(sa.select(Attempt.gpu)).one()
+    assert gpu == "toy-gpu-0"  # the operator's name keys the GPU's claims
     assert job.state == "completed" and job.gpu_id == 0  # a GPU worker, not a CPU one (-1)
     assert result.perf_config == "toy:v1:1"
     assert "toy tool on GPU 0" in job.result
@@ -94,7 +98,7 @@ def test_a_worker_that_lost_its_lease_kills_the_plugins_tool(db, db_url, tmp_pat
     env = subprocess_env(db_url, **plugin_env(TOYTOOL_HANG="1", TOYTOOL_PIDFILE=str(pidfile)))
     argv = mlirtuna_argv(
         "worker", "--session", str(sid), "--gpus", "auto", "--max-jobs", "1", "--lease", "1.5",
-        "--job-timeout", "600", "--max-retries", "5",
+        "--job-timeout", "600", "--max-retries", "5", "--gpu-identity", "toy-gpu-0",
     )  # fmt: skip
     errlog = tmp_path / "worker.err"
     with open(errlog, "w") as err:

@@ -456,6 +456,20 @@ def test_run_into_a_split_session_starts_compile_workers_too(db, db_url, tmp_pat
     assert run.json()["counts"]["completed"] == 4
 
 
+def test_a_gpu_identity_in_the_environment_names_the_gpu_workers_only(db, db_url, tmp_path, build):
+    """MLIRTUNA_GPU_IDENTITY names `run`'s GPU (--gpu-identity): it travels to the GPU worker in
+    its argv, and the compile workers, which use no GPU, never see it (they would refuse it)."""
+    problems(db, tmp_path, 2)
+    sid = session(db, build)
+    run = cli(
+        db_url, "run", "--session", str(sid), "--op", "gemm", str(tmp_path / "gemm-configs"),
+        "--mlir-build-dir", str(build), "--gpus", "0", "--json",
+        env={"MLIRTUNA_GPU_IDENTITY": "GPU-00000000000000aa"},
+    )  # fmt: skip
+    assert run.code == 0, run.stderr
+    assert states(db, sid) == {("compile", "completed"): 2, ("benchmark", "completed"): 2}
+
+
 def test_progress_and_dashboard_show_both_stages(db, db_url, tmp_path, build):
     from fastapi.testclient import TestClient
     from rich.console import Console

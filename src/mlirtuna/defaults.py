@@ -45,4 +45,7 @@ ENV_DOCKER_IMAGE = "MLIRTUNA_DOCKER_IMAGE"  # the image a session records (machi
 # One worker per GPU: the directory of the per-host GPU lock files (`worker --gpu-lock-dir`); one
 # directory for every user of the host, so a second worker on a GPU, whoever runs it, is refused.
 ENV_GPU_LOCK_DIR = "MLIRTUNA_GPU_LOCK_DIR"
+# One worker per GPU across containers: the GPU's key as the operator names it (`--gpu-identity`),
+# where the kernel's KFD topology cannot tell it.
+ENV_GPU_IDENTITY = "MLIRTUNA_GPU_IDENTITY"
 DEFAULT_GPU_LOCK_DIR = "/tmp/mlirtuna-gpu-locks"

@@ -35,6 +35,7 @@ class RunPlan:
     tuner: str = "auto"
     tuning_space: str = sessions.DEFAULT_TUNING_SPACE
     gpus: str = "auto"
+    gpu_identity: str | None = None  # --gpu-identity: the operator's names of the GPUs of gpus
     workers: int = 1
     output: str | None = None  # default mlir_tuning_<arch>.tsv
     session_id: int | None = None  # resume this session instead of opening a new one
@@ -312,6 +313,8 @@ def run_workers(
     # --workers counts CPU workers (a two-stage session's: its compile workers); a GPU has one.
     gpu_workers = 1 if prepared.session.two_stage else plan.workers
     slots = supervisor.plan(plan.gpus, prepared.tuner, gpu_workers)
+    slots = supervisor.name_gpus(slots, plan.gpu_identity)
+    supervisor.identify(db, settings, slots)  # a GPU it cannot tell: refused before any starts
     if plan.gpus == "auto":
         slots = supervisor.free(db, settings, slots, logging.getLogger(__name__).warning)
     url = db.url.render_as_string(hide_password=False)

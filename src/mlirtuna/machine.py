@@ -1,5 +1,5 @@
-"""What this machine is: GPUs from rocminfo, ROCm version, a build's rocMLIR commit, docker image,
-CPU.
+"""What this machine is: GPUs from rocminfo and which GPU each is (the KFD topology), ROCm
+version, a build's rocMLIR commit, docker image, CPU.
 
 Detection never guesses: a value that cannot be read is None, and the caller decides whether
 that is acceptable (a rocmlir session refuses to open without arch and CU count).
@@ -7,6 +7,7 @@ that is acceptable (a rocmlir session refuses to open without arch and CU count)
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
@@ -16,10 +17,12 @@ import socket
 import stat
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from mlirtuna.defaults import ENV_DOCKER_IMAGE, STANDIN_MARKER
+from mlirtuna.errors import UserError
 
 ROCM_PATH = Path(os.environ.get("ROCM_PATH", "/opt/rocm"))
 
@@ -97,39 +100,212 @@ def parse_rocminfo(text: str) -> list[Gpu]:
 
 @dataclass(frozen=True)
 class GpuIdentity:
-    """What rocm-smi says of one GPU: its unique id (else its PCI bus id; "" when neither is
-    reported) and its performance level (auto, determinism, stable_std, manual, …; "")."""
+    """Which GPU this is, as every container of the host would name it (`key`, "" when that
+    cannot be told: gpu_identity), and its performance level (auto, determinism, stable_std,
+    manual, …; "" when unknown)."""
 
-    uid: str = ""
+    key: str = ""
     perf_level: str = ""
 
 
-def parse_rocm_smi(text: str, index: int) -> GpuIdentity:
-    """GPU `index` from `rocm-smi --showuniqueid --showbus --showperflevel --json` output
-    ({"card0": {"Unique ID": "0x…", "PCI Bus": "0000:03:00.0", "Performance Level": "auto"}})."""
+@dataclass(frozen=True)
+class KfdGpu:
+    """A GPU node of the kernel's KFD topology (/sys/class/kfd/kfd/topology/nodes/N)."""
+
+    node: int  # the topology's node number
+    unique_id: int  # the GPU's serial (what ROCr's UUID GPU-<16 hex> spells); 0: not reported
+    pci: str  # domain:bus:device.function from `domain` and `location_id`
+    render_minor: int  # /dev/dri/renderD<minor>
+
+
+# A sysfs attribute is at most a page; never read more (a planted file could be any size).
+SYSFS_READ_MAX = 4096
+KFD_NODES = "sys/class/kfd/kfd/topology/nodes"
+BOOT_ID = "proc/sys/kernel/random/boot_id"  # the kernel's, per boot: every container reads it
+_BOOT_ID_RE = re.compile(r"[0-9a-f-]{32,36}")
+# What an operator may name a GPU with (`worker --gpu-identity`): one word, stored in attempt.gpu.
+_GPU_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9:._@/+-]{0,199}")
+_UUID_RE = re.compile(r"GPU-([0-9a-f]{1,16})", re.I)
+
+
+def _sysfs_text(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(SYSFS_READ_MAX).decode("ascii", "replace")
+    except OSError:
+        return None
+
+
+def _kfd_properties(text: str) -> dict[str, int]:
+    """`name value` lines of a KFD node's `properties` (kfd_topology.c prints every value as a
+    decimal integer)."""
+    props: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if value.strip().isdigit():
+            props[name] = int(value)
+    return props
+
+
+def _pci_address(domain: int, location_id: int) -> str:
+    """kfd_topology.c: location_id = pci_dev_id = bus << 8 | devfn, devfn = device << 3 |
+    function (a partition's node id OR-ed into it on multi-partition GPUs, so that each
+    partition has its own); domain = pci_domain_nr."""
+    bus, devfn = (location_id >> 8) & 0xFF, location_id & 0xFF
+    return f"{domain & 0xFFFF:04x}:{bus:02x}:{devfn >> 3:02x}.{devfn & 7:x}"
+
+
+def _kfd_node(node_dir: Path) -> KfdGpu | None:
+    """The node's GPU (None: a CPU node, gpu_id 0, or one without compute units)."""
+    gpu_id = (_sysfs_text(node_dir / "gpu_id") or "").strip()
+    props = _kfd_properties(_sysfs_text(node_dir / "properties") or "")
+    if not gpu_id.isdigit() or int(gpu_id) == 0 or props.get("simd_count", 0) == 0:
+        return None
+    if "location_id" not in props or "drm_render_minor" not in props:
+        return None
+    pci = _pci_address(props.get("domain", 0), props["location_id"])
+    return KfdGpu(int(node_dir.name), props.get("unique_id", 0), pci, props["drm_render_minor"])
+
+
+def kfd_gpus(root: Path = Path("/")) -> list[KfdGpu] | None:
+    """Every GPU node of the KFD topology under `root`, in node order (None: no topology).
+    sysfs is the host's, not the container's: every container lists the same nodes."""
+    try:
+        dirs = [d for d in (root / KFD_NODES).iterdir() if d.name.isdigit()]
+    except OSError:
+        return None
+    found = (_kfd_node(d) for d in sorted(dirs, key=lambda d: int(d.name)))
+    return [g for g in found if g is not None]
+
+
+def _render_node_opens(root: Path, minor: int) -> bool | None:
+    """Whether this process can open the GPU's render node, as ROCr's thunk does before it
+    counts a GPU (libhsakmt topology_sysfs_check_node_supported): a container given some GPUs
+    opens only theirs (ENOENT, EPERM: not this container's GPU). None: another error (EACCES:
+    not in the render group; ELOOP: a link where a device node belongs), where the thunk itself
+    fails or we will not follow."""
+    flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(root / "dev" / "dri" / f"renderD{minor}", flags)
+    except OSError as exc:
+        return False if exc.errno in (errno.ENOENT, errno.EPERM) else None
+    os.close(fd)
+    return True
+
+
+def rocr_gpus(root: Path = Path("/")) -> list[KfdGpu] | None:
+    """The GPUs ROCr enumerates here before *_VISIBLE_DEVICES (KFD node order, only those whose
+    render node this process opens); None when that cannot be told."""
+    nodes = kfd_gpus(root)
+    if not nodes:
+        return None
+    opens = [_render_node_opens(root, g.render_minor) for g in nodes]
+    if None in opens:
+        return None
+    return [g for g, ok in zip(nodes, opens, strict=True) if ok]
+
+
+def _visible(gpus: list[KfdGpu], spec: str) -> list[KfdGpu] | None:
+    """ROCR_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES: indices into `gpus` or UUIDs (GPU-<hex>
+    of the unique id), in the order given. None: an entry names no GPU here."""
+    out = []
+    for entry in (e.strip() for e in spec.split(",")):
+        uuid = _UUID_RE.fullmatch(entry)
+        if uuid:
+            found = [g for g in gpus if g.unique_id and g.unique_id == int(uuid.group(1), 16)]
+        elif entry.isdigit() and int(entry) < len(gpus):
+            found = [gpus[int(entry)]]
+        else:
+            return None
+        if len(found) != 1:
+            return None
+        out += found
+    return out
+
+
+def worker_gpu(
+    index: int, root: Path = Path("/"), environ: Mapping[str, str] | None = None
+) -> KfdGpu | None:
+    """The GPU that `--gpus index` names in this process: the index-th GPU ROCr enumerates,
+    after ROCR_VISIBLE_DEVICES then HIP_VISIBLE_DEVICES where set; a worker pinned to one GPU
+    (the supervisor sets ROCR_VISIBLE_DEVICES=index) has that one as its device 0."""
+    env = os.environ if environ is None else environ
+    gpus = rocr_gpus(root)
+    pinned = False
+    for name in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
+        if gpus is not None and env.get(name) is not None:
+            gpus, pinned = _visible(gpus, env[name]), True
+    if not gpus:
+        return None
+    if pinned and len(gpus) == 1:
+        return gpus[0]
+    return gpus[index] if index < len(gpus) else None
+
+
+def gpu_key(gpu: KfdGpu, nodes: list[KfdGpu], boot_id: str) -> str:
+    """The one spelling of a GPU's identity: ROCr's UUID (GPU-<16 hex> of the unique id), which
+    no other GPU anywhere has; with the partition's PCI function on a GPU split into several
+    (they share the unique id). A GPU without a unique id: its PCI address on this boot of this
+    host (the kernel's boot id, the same in every container): bus addresses repeat across hosts."""
+    if gpu.unique_id:
+        uuid = f"GPU-{gpu.unique_id:016x}"
+        shared = sum(1 for n in nodes if n.unique_id == gpu.unique_id) > 1
+        return f"{uuid}@{gpu.pci}" if shared else uuid
+    return f"pci:{gpu.pci}@{boot_id}" if boot_id else ""
+
+
+def canonical_gpu_name(name: str) -> str:
+    """An operator's name for a GPU (`--gpu-identity`), spelled as gpu_identity spells it (a
+    UUID GPU-<hex> as 16 lower-case hex digits); UserError for what cannot be one."""
+    text = name.strip()
+    if not _GPU_NAME_RE.fullmatch(text):
+        raise UserError(
+            f"--gpu-identity {name!r}: give one word of letters, digits and : . _ @ / + - "
+            "(at most 200), e.g. ROCr's UUID GPU-<hex> from rocminfo"
+        )
+    uuid = _UUID_RE.fullmatch(text)
+    return f"GPU-{int(uuid.group(1), 16):016x}" if uuid else text
+
+
+def rocm_smi_perf_level(text: str, index: int) -> str:
+    """GPU `index`'s performance level from `rocm-smi --showperflevel --json` output
+    ({"card0": {"Performance Level": "auto"}}); "" when not reported."""
     try:
         cards = json.loads(text)
     except ValueError:
-        return GpuIdentity()
+        return ""
     card = cards.get(f"card{index}") if isinstance(cards, dict) else None
-    if not isinstance(card, dict):
-        return GpuIdentity()
-
-    def field(name: str) -> str:
-        value = card.get(name)
-        if not isinstance(value, str) or value.strip().upper() in ("", "N/A"):
-            return ""
-        return value.strip()[:64]
-
-    unique, bus = field("Unique ID"), field("PCI Bus")
-    uid = f"uid:{unique}" if unique else f"pci:{bus}" if bus else ""
-    return GpuIdentity(uid, field("Performance Level"))
+    value = card.get("Performance Level") if isinstance(card, dict) else None
+    if not isinstance(value, str) or value.strip().upper() in ("", "N/A"):
+        return ""
+    return value.strip()[:64]
 
 
-def gpu_identity(index: int) -> GpuIdentity:
-    """The identity of GPU `index` (as --gpus numbers it) where rocm-smi is installed."""
-    text = _run(["rocm-smi", "--showuniqueid", "--showbus", "--showperflevel", "--json"])
-    return parse_rocm_smi(text, index) if text else GpuIdentity()
+def _perf_level(gpu: KfdGpu | None, index: int, root: Path) -> str:
+    """The GPU's performance level: amdgpu's power_dpm_force_performance_level of its device,
+    else what rocm-smi says of card `index`."""
+    if gpu is not None:
+        device = root / "sys" / "class" / "drm" / f"renderD{gpu.render_minor}" / "device"
+        level = (_sysfs_text(device / "power_dpm_force_performance_level") or "").strip()
+        if level:
+            return level[:64]
+    text = _run(["rocm-smi", "--showperflevel", "--json"])
+    return rocm_smi_perf_level(text, index) if text else ""
+
+
+def gpu_identity(
+    index: int, root: Path = Path("/"), environ: Mapping[str, str] | None = None
+) -> GpuIdentity:
+    """The identity of GPU `index` (as --gpus numbers it), from what the kernel shows every
+    container of the host alike (the KFD topology, the boot id); key "" when it cannot be
+    told. `root` is where /sys, /dev and /proc are (another only in tests)."""
+    gpu = worker_gpu(index, root, environ)
+    key = ""
+    if gpu is not None:
+        boot_id = (_sysfs_text(root / BOOT_ID) or "").strip().lower()
+        boot_id = boot_id if _BOOT_ID_RE.fullmatch(boot_id) else ""
+        key = gpu_key(gpu, kfd_gpus(root) or [], boot_id)
+    return GpuIdentity(key, _perf_level(gpu, index, root))
 
 
 def gpus() -> list[Gpu]:

@@ -19,6 +19,8 @@ from mlirtuna import standin
 
 PYTHON = os.environ.get("MLIRTUNA_ROCMLIR_PYTHON", sys.executable)
 BELOW = standin.BUILD / "below"  # the fakes where the GPU stack would be
+# The fakes' GPU, named as an operator names a GPU the kernel does not show (--gpu-identity).
+FAKE_GPU = "conformance-fake-gpu0"
 
 
 def _missing_modules(modules: tuple[str, ...]) -> str:

@@ -1,17 +1,21 @@
 """The option blocks more than one command declares, each declared once here.
 
-`run` and `worker` share --workers, --max-retries, --batch and --mlir-build-dir; `run` and
-`session new` share --mlir-v; `problems
-import`, `jobs load` and `run` share the expansion options; listings share --csv. Each function
-returns a fresh typer.Option, used as a parameter's default. Only typer is imported: `--help`
-stays fast (common.py says why).
+`run` and `worker` share --workers, --max-retries, --batch, --gpu-identity and --mlir-build-dir;
+`run` and `session new` share --mlir-v; `problems import`, `jobs load` and `run` share the
+expansion options; listings share --csv. Each function returns a fresh typer.Option, used as a
+parameter's default. Only typer is imported: `--help` stays fast (common.py says why).
 """
 
 from __future__ import annotations
 
 import typer
 
-from mlirtuna.defaults import DEFAULT_MAX_RETRIES, ENV_MAX_RETRIES, ENV_ROCMLIR_BUILD
+from mlirtuna.defaults import (
+    DEFAULT_MAX_RETRIES,
+    ENV_GPU_IDENTITY,
+    ENV_MAX_RETRIES,
+    ENV_ROCMLIR_BUILD,
+)
 
 
 def csv_opt():
@@ -33,6 +37,17 @@ def mlir_v_opt():
         None, "--mlir-v", metavar="HASH",
         help="rocMLIR commit [the build's: the git commit of the source checkout its "
         "CMakeCache.txt names; a build that names none is refused without this].",
+    )  # fmt: skip
+
+
+def gpu_identity_opt():
+    """--gpu-identity ID,…, shared by `worker` and `run`."""
+    return typer.Option(
+        None, "--gpu-identity", envvar=ENV_GPU_IDENTITY, show_envvar=True, metavar="ID,…",
+        help="Name each GPU of --gpus (in its order) where mlirtuna cannot tell which GPU it is "
+        "from /sys/class/kfd (a container without it): the same ID on every container and "
+        "host that sees that GPU, e.g. its Uuid GPU-<hex> from rocminfo. Two workers on one "
+        "ID never benchmark at once [default: read from the kernel's KFD topology].",
     )  # fmt: skip
 
 

@@ -39,6 +39,7 @@ def run(
         help="quick, full, greedy, exhaustive or list:NAME (a stored quick list).",
     ),
     gpus: str = typer.Option("auto", "--gpus", help="auto or 0,1,…"),
+    gpu_identity: str = options.gpu_identity_opt(),
     workers: int = options.workers_opt(),
     batch: int = options.batch_opt(),
     output: str = typer.Option(
@@ -82,6 +83,11 @@ def run(
 
     common.output_format(as_json, as_csv)  # both at once: refused before any work
     common.check_batch(batch)
+    if gpu_identity is not None:  # a name that cannot be one: refused before any work
+        from mlirtuna import machine
+
+        for name in gpu_identity.split(","):
+            machine.canonical_gpu_name(name)
 
     db = common.database(ctx, create=True)
     flags = {
@@ -101,6 +107,7 @@ def run(
         tuner=tuner,
         tuning_space=tuning_space,
         gpus=gpus,
+        gpu_identity=gpu_identity,
         workers=workers,
         output=output,
         session_id=session,

@@ -36,6 +36,7 @@ def worker(
         "worker where there is none) or 0,1,…: one worker process each.",
     ),
     workers: int = options.workers_opt(),
+    gpu_identity: str = options.gpu_identity_opt(),
     gpu_id: int = typer.Option(None, "--gpu-id", hidden=True),
     tuner: str = typer.Option(
         None,
@@ -150,11 +151,15 @@ def worker(
         gpu_lock_dir=gpu_lock_dir,
     )
     if gpu_id is not None:
-        slots = [supervisor.Slot(gpu_id)]
+        slots = supervisor.name_gpus([supervisor.Slot(gpu_id)], gpu_identity)
     elif role == "compile":  # compiling needs no GPU: no probe, no pinning
+        if gpu_identity is not None:
+            raise UserError("--gpu-identity with --role compile: a compile worker uses no GPU")
         slots = [supervisor.Slot(-1) for _ in range(max(workers, 1))]
     else:
-        slots = supervisor.plan(gpus, tuner, workers)
+        slots = supervisor.name_gpus(supervisor.plan(gpus, tuner, workers), gpu_identity)
+        if len(slots) > 1:  # a GPU it cannot tell: refused before any starts (one: by itself)
+            supervisor.identify(db, settings, slots)
         if gpus == "auto" and not wait_for_gpu:
             slots = supervisor.free(db, settings, slots, common.err)
     if len(slots) == 1:
@@ -171,7 +176,7 @@ def worker(
 def _run_here(db, settings: WorkerSettings, slot: supervisor.Slot) -> None:
     from mlirtuna.worker import Worker, gpulock
 
-    settings.gpu_id = slot.gpu_id
+    settings.gpu_id, settings.gpu_identity = slot.gpu_id, slot.identity
     if slot.gpu_id >= 0 and "ROCR_VISIBLE_DEVICES" not in os.environ:
         os.environ["ROCR_VISIBLE_DEVICES"] = str(slot.gpu_id)
     w = Worker(db, settings)

@@ -70,7 +70,7 @@ class Worker:
         tuner = tuner or tuners.make(settings.tuner, mlir_build_dir=settings.mlir_build_dir)
         quick_lists = _quick_lists(db, session)
         self.claim_stage = role_stage(session, settings.role)
-        self.claimant = _claimant(settings)
+        self.claimant = _claimant(settings, session)
         self.runner = Runner(db, settings, session, tuner, self.stop_requested, quick_lists)
         self._next_sweep = 0.0
         self.wakeup = Wakeup(db, settings.session_id)
@@ -450,14 +450,35 @@ def _quick_lists(db: Database, session: sessions.Session) -> QuickLists | None:
     return sessions.load_quick_list(db, name, session.arch) if name is not None else None
 
 
-def _claimant(settings: WorkerSettings) -> Claimant:
-    """Who this worker claims as: with a GPU (role gpu), the GPU's key (its unique or PCI bus
-    id where rocm-smi reports one, else MACHINE:INDEX) and performance level."""
+def _claimant(settings: WorkerSettings, session: sessions.Session) -> Claimant:
+    """Who this worker claims as: with a GPU (role gpu), the GPU's key and performance level
+    (_gpu_key)."""
     if settings.gpu_id < 0 or settings.role != "gpu":
         return Claimant(settings.machine_name, settings.gpu_id, os.getpid())
+    key, perf_level = _gpu_key(settings, session)
+    return Claimant(settings.machine_name, settings.gpu_id, os.getpid(), key, perf_level)
+
+
+def _gpu_key(settings: WorkerSettings, session: sessions.Session) -> tuple[str, str]:
+    """The GPU's key (attempt.gpu) and performance level. A worker on the stand-in build
+    touches no GPU: `standin:MACHINE:INDEX`. Else the name the operator gave (--gpu-identity),
+    else what the kernel shows every container of the host alike (machine.gpu_identity): two
+    containers on one GPU must compute one key, or both benchmark at once. A GPU tuner's worker
+    that cannot tell refuses (exit 2); another tuner's (no GPU touched) keys MACHINE:INDEX."""
+    where = f"{settings.machine_name}:{settings.gpu_id}"
+    build = settings.mlir_build_dir
+    if session.standin or (build and machine.is_standin_build(build)):
+        return f"standin:{where}", ""
     identity = machine.gpu_identity(settings.gpu_id)
-    key = identity.uid or f"{settings.machine_name}:{settings.gpu_id}"
-    return Claimant(settings.machine_name, settings.gpu_id, os.getpid(), key, identity.perf_level)
+    key = settings.gpu_identity or identity.key
+    if not key and tuners.kind(settings.tuner or session.tuner).gpu:
+        raise UserError(
+            f"cannot tell which GPU --gpus {settings.gpu_id} is on this host (no GPU node in "
+            "the KFD topology under /sys/class/kfd whose render node this process opens): two "
+            "containers on one GPU could benchmark at once; name it with --gpu-identity ID "
+            "(the same ID on every container that sees this GPU, e.g. its Uuid from rocminfo)"
+        )
+    return key or where, identity.perf_level
 
 
 def _alive(pid: int) -> bool:
@@ -500,7 +521,13 @@ def session_tuner(session: sessions.Session, asked: str | None) -> str:
 __all__ = ["POLL_MAX_S", "POLL_MIN_S", "SWEEP_S", "Worker", "role_stage", "session_tuner"]
 
 
-def gpu_holder_of(db: Database, settings: WorkerSettings, gpu_id: int) -> queue.GpuHolder | None:
-    """The worker holding a live attempt on GPU `gpu_id` of this machine (`--gpus auto`)."""
-    probe = WorkerSettings(settings.session_id, gpu_id=gpu_id, machine_name=settings.machine_name)
-    return queue.gpu_holder(db, _claimant(probe))
+def claimant_of(db: Database, settings: WorkerSettings) -> Claimant:
+    """Who a worker of these settings would claim as; UserError where it would refuse to
+    benchmark (_gpu_key): the supervisor asks before it starts any."""
+    return _claimant(settings, sessions.get(db, settings.session_id))
+
+
+def gpu_holder_of(db: Database, settings: WorkerSettings) -> queue.GpuHolder | None:
+    """The worker holding a live attempt on the GPU of a worker of these settings (`--gpus
+    auto`)."""
+    return queue.gpu_holder(db, claimant_of(db, settings))

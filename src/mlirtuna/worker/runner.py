@@ -86,6 +86,8 @@ class WorkerSettings:
     # One worker per GPU: a GPU another worker holds is waited for (True) or refused, exit 2.
     wait_for_gpu: bool = False
     gpu_lock_dir: str | None = None  # None: MLIRTUNA_GPU_LOCK_DIR, else the default (gpulock.py)
+    # The GPU's key as the operator names it (--gpu-identity); None: read from the kernel.
+    gpu_identity: str | None = None
 
     @property
     def heartbeat_s(self) -> float:

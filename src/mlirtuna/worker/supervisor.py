@@ -13,22 +13,24 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mlirtuna import machine, tuners
 from mlirtuna.db import Database
-from mlirtuna.defaults import DEFAULT_BATCH_WAIT_S, ENV_DB, ENV_GPU_LOCK_DIR
+from mlirtuna.defaults import DEFAULT_BATCH_WAIT_S, ENV_DB, ENV_GPU_IDENTITY, ENV_GPU_LOCK_DIR
 from mlirtuna.errors import UserError
 from mlirtuna.worker import gpulock
-from mlirtuna.worker.loop import gpu_holder_of
+from mlirtuna.worker.loop import claimant_of, gpu_holder_of
 from mlirtuna.worker.runner import WorkerSettings
 
 
 @dataclass(frozen=True)
 class Slot:
-    """Where one worker runs: a GPU index (or -1 for a CPU worker)."""
+    """Where one worker runs: a GPU index (or -1 for a CPU worker), and the GPU's key where the
+    operator names it (--gpu-identity)."""
 
     gpu_id: int
+    identity: str | None = None
 
     @property
     def label(self) -> str:
@@ -57,6 +59,36 @@ def plan(gpus: str, tuner: str, workers: int = 1) -> list[Slot]:
     return [Slot(i) for i in ids]
 
 
+def name_gpus(slots: list[Slot], identities: str | None) -> list[Slot]:
+    """`--gpu-identity ID,…`: the GPUs of `slots`, in their order, named by the operator (one
+    ID per GPU, each once, as machine.canonical_gpu_name spells it)."""
+    if identities is None:
+        return slots
+    names = [machine.canonical_gpu_name(n) for n in identities.split(",")]
+    gpus = [s for s in slots if s.gpu_id >= 0]
+    if len(names) != len(gpus) or len(set(names)) < len(names):
+        raise UserError(
+            f"--gpu-identity {identities}: {len(names)} name(s) for {len(gpus)} GPU(s) "
+            f"({', '.join(s.label for s in gpus) or 'a CPU tuner uses none'}): give one ID per "
+            "GPU of --gpus, in its order, each once"
+        )
+    named = iter(names)
+    return [replace(s, identity=next(named)) if s.gpu_id >= 0 else s for s in slots]
+
+
+def slot_settings(settings: WorkerSettings, slot: Slot) -> WorkerSettings:
+    """The settings of the worker that runs in `slot`."""
+    return replace(settings, gpu_id=slot.gpu_id, gpu_identity=slot.identity)
+
+
+def identify(db: Database, settings: WorkerSettings, slots: list[Slot]) -> None:
+    """Refuses (one line, exit 2) before any worker starts where one would: a GPU tuner's
+    worker on a GPU that cannot be told from another container's (worker/loop.py _gpu_key)."""
+    for slot in slots:
+        if slot.gpu_id >= 0:
+            claimant_of(db, slot_settings(settings, slot))
+
+
 def free(
     db: Database, settings: WorkerSettings, slots: list[Slot], say: Callable[[str], None]
 ) -> list[Slot]:
@@ -67,7 +99,9 @@ def free(
     taken = []
     for slot in slots:
         here = not gpulock.is_free(slot.gpu_id, gpulock.lock_dir(settings.gpu_lock_dir))
-        holder: object = "a worker here" if here else gpu_holder_of(db, settings, slot.gpu_id)
+        holder: object = (
+            "a worker here" if here else gpu_holder_of(db, slot_settings(settings, slot))
+        )
         if holder:
             say(f"GPU {slot.gpu_id} skipped: held by {holder}")
         else:
@@ -118,6 +152,8 @@ def worker_argv(settings: WorkerSettings, slot: Slot) -> list[str]:
         argv += ["--role", settings.role]
     if settings.wait_for_gpu:
         argv.append("--wait-for-gpu")
+    if slot.identity:
+        argv += ["--gpu-identity", slot.identity]
     return argv
 
 
@@ -126,6 +162,7 @@ def start(db_url: str, settings: WorkerSettings, slots: list[Slot], quiet: bool 
     procs = []
     for slot in slots:
         env = {**os.environ, ENV_DB: db_url}
+        env.pop(ENV_GPU_IDENTITY, None)  # each worker's own GPU name travels in its argv
         if settings.gpu_lock_dir:
             env[ENV_GPU_LOCK_DIR] = settings.gpu_lock_dir
         if slot.gpu_id >= 0:
