@@ -202,7 +202,8 @@ def test_a_worker_refuses_a_build_of_another_commit_without_taking_a_job(
 ):
     sid = open_session(db, layout, tmp_path, OTHER_COMMIT)
     run = run_cli(db_url, "worker", "--session", str(sid), "--mlir-build-dir", str(layout.build),
-                  "--gpus", "0", "--until-empty")  # fmt: skip
+                  "--gpus", "0", "--gpu-identity", "GPU-0123456789abcdef",
+                  "--until-empty")  # fmt: skip
     assert run.code == 2, run.stderr
     (line,) = [x for x in run.stderr.splitlines() if "rocMLIR" in x]
     assert layout.commit[:12] in line and OTHER_COMMIT[:12] in line and str(sid) in line
@@ -214,7 +215,7 @@ def test_a_worker_refuses_a_build_of_another_commit_without_taking_a_job(
 
 def test_a_worker_runs_a_build_of_its_sessions_commit(db, layout, tmp_path):
     sid = open_session(db, layout, tmp_path, layout.commit[:10])  # abbreviated, as git does
-    work(db, sid, layout.build)
+    work(db, sid, layout.build, gpu_identity="GPU-0123456789abcdef")  # no GPU here: named
     with db.session() as s:
         assert s.scalars(sa.select(Job.state).where(Job.session_id == sid)).one() == "completed"
 
@@ -239,7 +240,7 @@ def test_run_refuses_an_untied_build_and_takes_mlir_v(db, db_url, layout, tmp_pa
     path.write_text(GEMM + "\n")
     args = ["run", "--op", "gemm", "--tuner", "rocmlir", "--mlir-build-dir", str(layout.build),
             "--tuning-space", "quick", "--arch", "gfx942", "--num-cu", "304",
-            "--num-chiplets", "8", "--gpus", "0", "-q",
+            "--num-chiplets", "8", "--gpus", "0", "--gpu-identity", "GPU-0123456789abcdef", "-q",
             "-o", str(tmp_path / "out.tsv")]  # fmt: skip
     refused = cli(db_url, *args, str(path))
     assert refused.code == 2 and "--mlir-v HASH" in refused.stderr.strip(), refused.stderr
