@@ -70,6 +70,11 @@ def kill_all() -> None:
     """SIGKILL every descendant and reap them, until this guard has no child left (orphans of
     the tool become its children: they are reaped here too)."""
     while True:
+        try:  # no child left (the usual end of a tool): no need to look through /proc
+            if os.waitpid(-1, os.WNOHANG)[0]:
+                continue
+        except ChildProcessError:
+            return
         for pid in _descendants():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
