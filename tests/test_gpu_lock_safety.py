@@ -123,6 +123,7 @@ def test_a_huge_sparse_lock_file_is_read_only_to_its_first_bytes(tmp_path, monke
     ("what", "args", "said"),
     [
         ("a file", ["--gpus", "0"], "GPU lock dir {locks}: not a directory"),
+        ("a planted link", ["--gpus", "0"], "GPU lock file {locks}/gpu0.lock is a symbolic link"),
         ("under /proc", ["--gpus", "0"], "GPU lock dir /proc/mlirtuna-locks: cannot create it"),
         (
             "huge id",
@@ -137,6 +138,10 @@ def test_a_bad_lock_dir_or_gpu_is_one_line_and_exit_2(db, db_url, tmp_path, what
     lock_dir = str(tmp_path / "locks")
     if what == "a file":
         (tmp_path / "locks").write_text("")
+    if what == "a planted link":
+        (tmp_path / "locks").mkdir(mode=0o700)
+        (tmp_path / "locks" / "gpu0.lock").symlink_to(tmp_path / "target")
+        (tmp_path / "target").write_text("kept\n")
     if what == "under /proc":
         lock_dir = "/proc/mlirtuna-locks"
     run = run_cli(
@@ -146,3 +151,5 @@ def test_a_bad_lock_dir_or_gpu_is_one_line_and_exit_2(db, db_url, tmp_path, what
     assert run.code == 2, run.stderr
     assert said.format(locks=lock_dir) in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr
+    if what == "a planted link":
+        assert (tmp_path / "target").read_text() == "kept\n"
