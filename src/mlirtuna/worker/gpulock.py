@@ -92,58 +92,70 @@ def _make_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def check_dir(directory: Path) -> None:
-    """The lock dir exists and no other user can swap its files under us: UserError (one line,
-    the path and the fix) for a file, a link or a directory of another user, or one that others
-    may write into without the sticky bit."""
+def open_dir(directory: Path) -> int:
+    """The lock dir, opened (a descriptor its lock files are opened under, so it cannot be
+    swapped between the checks and the open), once no other user can swap its files under us:
+    UserError (one line, the path and the fix) for a file, a link or a directory of another
+    user, or one that others may write into without the sticky bit."""
     _make_dir(directory)
     me = os.geteuid()
     try:
         link = os.lstat(directory)
-        info = os.stat(directory)
+        fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as e:
         raise _refuse(directory, f"cannot use it ({e.strerror})") from None
-    if stat.S_ISLNK(link.st_mode) and link.st_uid not in (me, 0):
-        raise _refuse(directory, f"a link of uid {link.st_uid}, not a directory of this user's")
-    if not stat.S_ISDIR(info.st_mode):
-        raise _refuse(directory, "not a directory")
-    if info.st_mode & stat.S_ISVTX:
-        return  # like /tmp: only a file's owner may remove or rename it
-    if info.st_uid not in (me, 0):
-        raise _refuse(directory, f"owned by uid {info.st_uid} and not sticky (chmod +t it)")
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise _refuse(directory, "writable by others and not sticky (chmod +t it)")
+    info = os.fstat(fd)
+    try:
+        if stat.S_ISLNK(link.st_mode) and link.st_uid not in (me, 0):
+            raise _refuse(directory, f"a link of uid {link.st_uid}, not a directory of this user's")
+        if not stat.S_ISDIR(info.st_mode):
+            raise _refuse(directory, "not a directory")
+        if info.st_mode & stat.S_ISVTX:
+            return fd  # like /tmp: only a file's owner may remove or rename it
+        if info.st_uid not in (me, 0):
+            raise _refuse(directory, f"owned by uid {info.st_uid} and not sticky (chmod +t it)")
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise _refuse(directory, "writable by others and not sticky (chmod +t it)")
+    except UserError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _open(directory: Path, gpu_id: int) -> tuple[Path, int, bool]:
     """The GPU's lock file, opened without following a link: (path, descriptor, whether this
     process may write the holder's line into it). UserError for anything but a regular file."""
-    check_dir(directory)
-    path = directory / f"gpu{gpu_id}.lock"
-    for _ in range(3):  # a file removed between the two opens: create it again
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o666)
-            return path, _regular(path, fd), True
-        except FileExistsError:
-            pass
-        except OSError as e:
-            raise _bad_file(path, e) from None
-        try:
-            fd = _open_existing(path)
-        except FileNotFoundError:
-            continue
-        except OSError as e:
-            raise _bad_file(path, e) from None
-        _regular(path, fd)
-        return path, fd, _is_own(os.fstat(fd))
+    name = f"gpu{gpu_id}.lock"
+    path = directory / name
+    dir_fd = open_dir(directory)
+    try:
+        for _ in range(3):  # a file removed between the two opens: create it again
+            try:
+                flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS
+                fd = os.open(name, flags, 0o666, dir_fd=dir_fd)
+                return path, _regular(path, fd), True
+            except FileExistsError:
+                pass
+            except OSError as e:
+                raise _bad_file(path, e) from None
+            try:
+                fd = _open_existing(name, dir_fd)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                raise _bad_file(path, e) from None
+            _regular(path, fd)
+            return path, fd, _is_own(os.fstat(fd))
+    finally:
+        os.close(dir_fd)
     raise UserError(f"GPU lock file {path} keeps disappearing: another process removes it")
 
 
-def _open_existing(path: Path) -> int:
+def _open_existing(name: str, dir_fd: int) -> int:
     try:
-        return os.open(path, os.O_RDWR | _OPEN_FLAGS)
+        return os.open(name, os.O_RDWR | _OPEN_FLAGS, dir_fd=dir_fd)
     except PermissionError:  # another user's file: flock works on a read-only descriptor
-        return os.open(path, os.O_RDONLY | _OPEN_FLAGS)
+        return os.open(name, os.O_RDONLY | _OPEN_FLAGS, dir_fd=dir_fd)
 
 
 def _regular(path: Path, fd: int) -> int:

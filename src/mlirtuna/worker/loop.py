@@ -196,9 +196,8 @@ class Worker:
             )
             if holder is None:
                 return True
-            if self._dead_here(holder):
-                self._take_back(holder)
-                continue
+            if self._dead_here(holder) and self._take_back(holder):
+                continue  # another holder may be next (none, usually)
             gone = holder.machine_name == self.settings.machine_name and not _alive(holder.pid)
             message = held_message(f"GPU {self.claimant.gpu}", str(holder))
             if not (self.settings.wait_for_gpu or gone):
@@ -224,19 +223,24 @@ class Worker:
             and not _alive(holder.pid)
         )
 
-    def _take_back(self, holder: queue.GpuHolder) -> None:
-        assert holder.worker is not None  # _dead_here
+    def _take_back(self, holder: queue.GpuHolder) -> int:
+        """The dead holder's jobs taken back (said in one line); 0 when none could be (a row
+        another transaction holds: the holder is waited for as before, then asked again)."""
+        worker = holder.worker or ""  # _dead_here: never empty
         taken = faults.retrying(
             lambda: queue.take_back(
-                self.db, holder.machine_name, holder.pid, holder.worker or "",
+                self.db, holder.machine_name, holder.pid, worker,
                 max_retries=self.settings.max_retries,
             ),
             self.stop_requested,
         )  # fmt: skip
-        log.warning(
-            "GPU %d: worker pid %d on %s is gone (its tool too): its %d job%s taken back now",
-            self.settings.gpu_id, holder.pid, holder.machine_name, taken, "" if taken == 1 else "s",
-        )  # fmt: skip
+        if taken:
+            log.warning(
+                "GPU %d: worker pid %d on %s is gone (its tool too): its %d job%s taken back now",
+                self.settings.gpu_id, holder.pid, holder.machine_name, taken,
+                "" if taken == 1 else "s",
+            )  # fmt: skip
+        return taken
 
     # -- the benchmark stream (stream.py) ---------------------------------------------------
     def _streaming_tuner(self) -> StreamingTuner | None:
