@@ -174,6 +174,8 @@ def worker(
 
 
 def _run_here(db, settings: WorkerSettings, slot: supervisor.Slot) -> None:
+    from mlirtuna.queue import GpuHolder
+    from mlirtuna.tuners import process
     from mlirtuna.worker import Worker, gpulock
 
     settings.gpu_id, settings.gpu_identity = slot.gpu_id, slot.identity
@@ -183,7 +185,7 @@ def _run_here(db, settings: WorkerSettings, slot: supervisor.Slot) -> None:
     w.install_signal_handlers()
     lock = None
     if slot.gpu_id >= 0 and settings.role == "gpu":  # one worker per GPU on this host
-        who = f"worker pid {os.getpid()} (session {settings.session_id}) on {settings.machine_name}"
+        who = str(GpuHolder(settings.machine_name, os.getpid(), settings.session_id))
         lock = gpulock.acquire(
             slot.gpu_id,
             who,
@@ -193,10 +195,14 @@ def _run_here(db, settings: WorkerSettings, slot: supervisor.Slot) -> None:
         )
         if lock is None:  # told to stop while it waited
             return
+        w.gpu_lock = lock
+        # Every tool holds the lock too: a GPU whose worker died stays locked while its tool runs.
+        process.share_with_tools(lock.fd)
     try:
         stats = w.run()
     finally:
         if lock is not None:
+            process.share_with_tools()
             lock.release()
     common.err(
         f"worker {slot.label}: {stats.completed} completed, {stats.failed} failed, "

@@ -35,6 +35,7 @@ from mlirtuna.queue.settle import (
     record,
     record_and_claim,
     release,
+    take_back,
 )
 
 __all__ = [
@@ -57,4 +58,5 @@ __all__ = [
     "record",
     "record_and_claim",
     "release",
+    "take_back",
 ]

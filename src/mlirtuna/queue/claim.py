@@ -259,11 +259,13 @@ def claimed_with(db: Database, token: str) -> Lease | None:
 
 
 class GpuHolder(NamedTuple):
-    """Another worker's live attempt on a GPU: where and who."""
+    """Another worker's live attempt on a GPU: where and who (`worker`: its token, where the
+    attempt has one). Its text is also what a worker writes into its GPU's lock file."""
 
     machine_name: str
     pid: int
     session_id: int
+    worker: str | None = None
 
     def __str__(self) -> str:
         return f"worker pid {self.pid} (session {self.session_id}) on {self.machine_name}"
@@ -279,4 +281,6 @@ def gpu_holder(db: Database, who: Claimant) -> GpuHolder | None:
         row = s.execute(
             sql.GPU_HOLDERS.order_by(sa.desc("claimed_at")).limit(1), who.params()
         ).first()
-    return None if row is None else GpuHolder(row.machine_name, row.pid, row.session_id)
+    if row is None:
+        return None
+    return GpuHolder(row.machine_name, row.pid, row.session_id, row.worker)

@@ -3,7 +3,8 @@ lease_token, so that a worker that lost its lease (paused, partitioned, requeued
 
 - heartbeat: extend the lease while the tuner runs;
 - record (winner and candidates), complete (a stage without a winner), fail, release;
-- reclaim_expired: jobs whose lease ran out (their worker died) go back to `new` or to `error`.
+- reclaim_expired: jobs whose lease ran out (their worker died) go back to `new` or to `error`;
+- take_back: the same, at once, for the jobs of a worker known to be dead (worker/loop.py).
 Every lease time is computed by the database clock (db.db_now), never a worker's. A write whose
 reply was lost is recognised by its attempt's outcome when it is tried again.
 """
@@ -287,8 +288,38 @@ def reclaim_expired(db: Database, *, max_retries: int, session_id: int | None = 
         return len(rows)
 
 
-def _expire(s: Session, row, expired, max_retries: int) -> None:
+def take_back(db: Database, machine_name: str, pid: int, worker: str, *, max_retries: int) -> int:
+    """The running jobs of a worker known to be gone (worker `pid` on `machine_name`, its
+    token `worker`) go back to new, or to error, at once, as reclaim_expired does once their
+    lease runs out: each fenced on the lease token of that worker's open attempt, so a job
+    another worker holds by now is never touched. The number taken back."""
     why = (
+        f"taken back: the worker (pid {pid}) on {machine_name} and its tool are gone "
+        "(killed); its lease had not run out yet"
+    )
+    attempts = sa.select(Attempt.lease_token).where(
+        Attempt.worker == worker,
+        Attempt.machine_name == machine_name,
+        Attempt.pid == pid,
+        Attempt.ended_at.is_(None),
+    )
+    held = sa.and_(Job.state == RUNNING, Job.lease_token.in_(attempts))
+    with db.session(immediate=True) as s:
+        pick = sa.select(
+            Job.id, Job.lease_token, Job.machine_name, Job.gpu_id, Job.retries, Job.stage,
+            Job.session_id, Job.problem_id,
+        ).where(held)  # fmt: skip
+        if not db.is_sqlite:
+            pick = pick.with_for_update(skip_locked=True)
+        rows = s.execute(pick).all()
+        for row in rows:
+            fence = sa.and_(Job.state == RUNNING, Job.lease_token == row.lease_token)
+            _expire(s, row, fence, max_retries, why)
+        return len(rows)
+
+
+def _expire(s: Session, row, expired, max_retries: int, why: str | None = None) -> None:
+    why = why or (
         f"lease expired: the worker on {row.machine_name or '?'} GPU {row.gpu_id} "
         "stopped renewing it (killed, stalled or cut off)"
     )

@@ -49,7 +49,7 @@ _WORKER = sa.bindparam("p_worker", type_=sa.String(32))
 # not the host's lock file (worker/gpulock.py).
 _HELD = _J.alias("held")
 GPU_HOLDERS = (
-    sa.select(_A.c.machine_name, _A.c.pid, _HELD.c.session_id, _A.c.claimed_at)
+    sa.select(_A.c.machine_name, _A.c.pid, _HELD.c.session_id, _A.c.claimed_at, _A.c.worker)
     .join(_HELD, _HELD.c.id == _A.c.job_id)
     .where(
         _A.c.gpu == _GPU_KEY,

@@ -2,9 +2,12 @@
 
 The tool runs as an argument list (never a shell: config strings are data), in a new session
 so that a timeout kills the whole pipeline it starts (rocmlir-gen | rocmlir-tuning-driver,
-verification). Its output is read as it comes by a thread per pipe, and only its tail kept: a
-tool printing gigabytes (a runaway log, a crash loop) costs a bounded amount of worker memory,
-never the worker.
+verification). It is started through a guard (guard.py), its parent in that session, which
+kills it and everything it started when the worker dies, and holds the descriptors the worker
+shares with its tools (share_with_tools: the GPU's lock) until all of them are gone. Its
+output is read as it comes by a thread per pipe, and only its tail kept: a tool printing
+gigabytes (a runaway log, a crash loop) costs a bounded amount of worker memory, never the
+worker.
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ import datetime as dt
 import io
 import os
 import re
+import shutil
 import signal
 import stat
 import subprocess
+import sys
 import threading
 import uuid
 import weakref
@@ -53,6 +58,11 @@ _marks: weakref.WeakKeyDictionary[subprocess.Popen[bytes], str] = weakref.WeakKe
 # of the thread that runs that job (kill_tools), and no other's.
 _owners: weakref.WeakKeyDictionary[subprocess.Popen[bytes], int] = weakref.WeakKeyDictionary()
 _owners_lock = threading.Lock()
+GUARD = str(Path(__file__).with_name("guard.py"))
+# Descriptors every tool's guard inherits and keeps open until the tool and all it started are
+# gone: the worker's GPU lock (worker/gpulock.py), so that the GPU stays locked past a dead
+# worker for as long as its tool runs. Set by the worker once it holds the lock.
+_shared_fds: list[int] = []
 # Any line of rocmlir-tuning-driver's output as E4 logs it with --debug,
 # "<perfConfig>\t<ns|N/A|Discarded>" (read from a batch's stderr as it arrives). (?<!\S): a match
 # starts only where a word does; without it every position inside a long perf config is tried
@@ -115,24 +125,47 @@ def start(
     )
 
 
+def share_with_tools(*fds: int) -> None:
+    """Every tool started from now on holds `fds` (through its guard) until it and all it
+    started are gone; no argument: none (the worker let its lock go)."""
+    _shared_fds[:] = fds
+
+
 def popen(argv: list[str], cwd: Path, env: dict[str, str], *, fed: bool) -> subprocess.Popen[bytes]:
-    """The tool started in its own process group and session, marked (TOOL_MARK) so that
-    `stop` finds whatever it leaves behind; `fed`: its stdin a pipe, else /dev/null."""
+    """The tool started, through its guard, in its own process group and session, marked
+    (TOOL_MARK) so that `stop` finds whatever it leaves behind; `fed`: its stdin a pipe, else
+    /dev/null. The Popen is the guard's: its group, its status (the tool's), its pipes (the
+    tool's)."""
+    _check_runnable(argv, cwd, env)
     mark = f"{os.getpid()}-{uuid.uuid4().hex}"
     try:
         proc = subprocess.Popen(
-            argv,
+            [sys.executable, "-I", "-S", GUARD, str(os.getpid()), *argv],
             cwd=cwd,
             env={**env, TOOL_MARK: mark},
             stdin=subprocess.PIPE if fed else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group: a timeout kills all of it
+            pass_fds=tuple(_shared_fds),
         )
     except OSError as e:
         raise TunerError(f"cannot run {argv[0]} {argv[1]}: {e}") from e
     _marks[proc] = mark
     return proc
+
+
+def _check_runnable(argv: list[str], cwd: Path, env: dict[str, str]) -> None:
+    """TunerError, as starting the tool itself would raise, for a program that cannot be run
+    (past the guard's start it could only say so on the tool's stderr, with status 127)."""
+    program = argv[0]
+    if os.sep in program:
+        path = cwd / program
+        found = path.is_file() and os.access(path, os.X_OK)
+    else:
+        found = shutil.which(program, path=env.get("PATH", os.defpath)) is not None
+    if not found:
+        raise TunerError(f"cannot run {program} {argv[1]}: not an executable file")
 
 
 def _buffered(pipe: IO[bytes] | None) -> io.BufferedReader | None:

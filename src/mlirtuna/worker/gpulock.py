@@ -1,8 +1,16 @@
 """One worker per GPU on a host: an exclusive flock per GPU in a lock directory shared by every
 user of the host (MLIRTUNA_GPU_LOCK_DIR, `worker --gpu-lock-dir`; default
 /tmp/mlirtuna-gpu-locks), held for as long as the worker runs and let go by the kernel when its
-process ends, however it ends. A second worker on the GPU is told who holds it (the holder
-writes its pid, session and host into the file) and exits 2, or waits (`--wait-for-gpu`).
+process ends, however it ends. The worker's tools hold it too (tuners/process.py starts each
+through a guard that inherits the descriptor), so a GPU whose worker died stays locked until its
+tool is gone as well. A second worker on the GPU is told who holds it (the holder writes its
+pid, session and host into the file) and exits 2, or waits (`--wait-for-gpu`).
+
+The directory is shared with every local user, so nothing in it is trusted: a lock file is
+opened without following a link, used only if it is a regular file, and written (the holder's
+line) only when it is this user's own file with no other name; a foreign directory that anyone
+but its owner could rearrange (not sticky) is refused. A lock file another user left read-only
+still locks (flock needs no write access). Only HOLDER_BYTES of a lock file are ever read.
 
 Containers with a /tmp of their own do not share this directory: the claim's check in the
 database (queue/sql.py, GPU_HOLDERS) covers them.
@@ -11,9 +19,11 @@ database (queue/sql.py, GPU_HOLDERS) covers them.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +34,10 @@ from mlirtuna.errors import UserError
 log = logging.getLogger(__name__)
 
 WAIT_POLL_S = 0.5  # how often a worker waiting for its GPU tries again
+HOLDER_BYTES = 256  # the most of a lock file ever read: "worker pid P (session S) on HOST"
+# Opening never follows a link, never hangs on a FIFO, never leaks into a tool by accident
+# (tuners/process.py passes the descriptor to its guard on purpose).
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 class GpuHeld(UserError):
@@ -40,28 +54,130 @@ def held_message(gpu: str, holder: str) -> str:
 
 @dataclass
 class GpuLock:
-    """A GPU this process holds; `release` (or the process's end) lets it go."""
+    """A GPU this process holds; `release` (or the process's end) lets it go. `previous`: the
+    holder line found in the file when it was taken (the last holder's, gone now)."""
 
     path: Path
     fd: int
+    previous: str = ""
 
     def release(self) -> None:
         if self.fd >= 0:
-            os.close(self.fd)  # the flock goes with the descriptor
+            os.close(self.fd)  # the flock goes with the last descriptor (a guard may hold one)
             self.fd = -1
 
 
-def _open(directory: Path, gpu_id: int) -> tuple[Path, int]:
-    if not directory.is_dir():
-        directory.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(OSError):  # every user's workers lock here: sticky, like /tmp
-            directory.chmod(0o1777)
-    path = directory / f"gpu{gpu_id}.lock"
+def _refuse(directory: Path, what: str) -> UserError:
+    return UserError(
+        f"GPU lock dir {directory}: {what}; give another with --gpu-lock-dir "
+        f"(or {ENV_GPU_LOCK_DIR})"
+    )
+
+
+def _make_dir(directory: Path) -> None:
+    """Create the lock dir, sticky and world-writable like /tmp (every user's workers lock
+    there), when it does not exist; only a directory this process created is chmod-ed."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        os.mkdir(directory, 0o1777)
+    except FileExistsError:
+        return
+    except OSError as e:
+        raise _refuse(directory, f"cannot create it ({e.strerror})") from None
+    # mkdir's mode is cut by the umask; the descriptor is the directory just made, not a link
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fchmod(fd, 0o1777)
+    finally:
+        os.close(fd)
+
+
+def open_dir(directory: Path) -> int:
+    """The lock dir, opened (a descriptor its lock files are opened under, so it cannot be
+    swapped between the checks and the open), once no other user can swap its files under us:
+    UserError (one line, the path and the fix) for a file, a link or a directory of another
+    user, or one that others may write into without the sticky bit."""
+    _make_dir(directory)
+    me = os.geteuid()
+    try:
+        link = os.lstat(directory)
+        fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as e:
+        raise _refuse(directory, f"cannot use it ({e.strerror})") from None
+    info = os.fstat(fd)
+    try:
+        if stat.S_ISLNK(link.st_mode) and link.st_uid not in (me, 0):
+            raise _refuse(directory, f"a link of uid {link.st_uid}, not a directory of this user's")
+        if not stat.S_ISDIR(info.st_mode):
+            raise _refuse(directory, "not a directory")
+        if info.st_mode & stat.S_ISVTX:
+            return fd  # like /tmp: only a file's owner may remove or rename it
+        if info.st_uid not in (me, 0):
+            raise _refuse(directory, f"owned by uid {info.st_uid} and not sticky (chmod +t it)")
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise _refuse(directory, "writable by others and not sticky (chmod +t it)")
+    except UserError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open(directory: Path, gpu_id: int) -> tuple[Path, int, bool]:
+    """The GPU's lock file, opened without following a link: (path, descriptor, whether this
+    process may write the holder's line into it). UserError for anything but a regular file."""
+    name = f"gpu{gpu_id}.lock"
+    path = directory / name
+    dir_fd = open_dir(directory)
+    try:
+        for _ in range(3):  # a file removed between the two opens: create it again
+            try:
+                flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS
+                fd = os.open(name, flags, 0o666, dir_fd=dir_fd)
+                return path, _regular(path, fd), True
+            except FileExistsError:
+                pass
+            except OSError as e:
+                raise _bad_file(path, e) from None
+            try:
+                fd = _open_existing(name, dir_fd)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                raise _bad_file(path, e) from None
+            _regular(path, fd)
+            return path, fd, _is_own(os.fstat(fd))
+    finally:
+        os.close(dir_fd)
+    raise UserError(f"GPU lock file {path} keeps disappearing: another process removes it")
+
+
+def _open_existing(name: str, dir_fd: int) -> int:
+    try:
+        return os.open(name, os.O_RDWR | _OPEN_FLAGS, dir_fd=dir_fd)
     except PermissionError:  # another user's file: flock works on a read-only descriptor
-        fd = os.open(path, os.O_RDONLY)
-    return path, fd
+        return os.open(name, os.O_RDONLY | _OPEN_FLAGS, dir_fd=dir_fd)
+
+
+def _regular(path: Path, fd: int) -> int:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UserError(f"GPU lock file {path} is not a regular file: remove it")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _is_own(info: os.stat_result) -> bool:
+    """A lock file whose holder line this process may rewrite: this user's, with no other name
+    (a hard link planted to another of this user's files is never truncated)."""
+    return info.st_uid == os.geteuid() and info.st_nlink == 1
+
+
+def _bad_file(path: Path, e: OSError) -> UserError:
+    if e.errno == errno.ELOOP:
+        return UserError(f"GPU lock file {path} is a symbolic link: not followed; remove it")
+    if e.errno == errno.EISDIR:
+        return UserError(f"GPU lock file {path} is not a regular file: remove it")
+    return UserError(f"GPU lock file {path}: cannot open it ({e.strerror})")
 
 
 def _try_lock(fd: int) -> bool:
@@ -72,12 +188,19 @@ def _try_lock(fd: int) -> bool:
     return True
 
 
-def _holder(path: Path) -> str:
+def holder_line(fd: int) -> str:
+    """The holder's line in the lock file ("" if none): at most HOLDER_BYTES of the file are
+    read (a huge or sparse file planted there costs nothing)."""
     try:
-        text = path.read_text(errors="replace").strip()[:200]
+        data = os.pread(fd, HOLDER_BYTES, 0)
     except OSError:
-        text = ""
-    return text or "another worker"
+        data = b""
+    text = data.decode(errors="replace").split("\n", 1)[0].strip()
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def holder_text(fd: int) -> str:
+    return holder_line(fd) or "another worker"
 
 
 def acquire(
@@ -90,29 +213,32 @@ def acquire(
     """Hold GPU `gpu_id` on this host for `who` ("worker pid P (session S) on HOST"). Held by
     another worker: GpuHeld, or with `wait` try again until it is free (None when `stop` is
     set first)."""
-    path, fd = _open(directory, gpu_id)
+    path, fd, own = _open(directory, gpu_id)
     said = False
     while not _try_lock(fd):
         if not wait:
+            holder = holder_text(fd)
             os.close(fd)
-            raise GpuHeld(held_message(f"GPU {gpu_id}", _holder(path)))
+            raise GpuHeld(held_message(f"GPU {gpu_id}", holder))
         if not said:
-            log.warning("waiting for GPU %d: %s", gpu_id, held_message("it", _holder(path)))
+            log.warning("waiting for GPU %d: %s", gpu_id, held_message("it", holder_text(fd)))
             said = True
         if stop is not None and stop.wait(WAIT_POLL_S):
             os.close(fd)
             return None
         if stop is None:
             threading.Event().wait(WAIT_POLL_S)
-    with contextlib.suppress(OSError):  # a read-only descriptor: the holder is not named
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{who}\n".encode(), 0)
-    return GpuLock(path, fd)
+    previous = holder_line(fd)
+    if own:  # another user's file (read-only or not): locked, its text left alone
+        with contextlib.suppress(OSError):  # a full disk: the holder goes unnamed
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{who}\n".encode(), 0)
+    return GpuLock(path, fd, previous)
 
 
 def is_free(gpu_id: int, directory: Path) -> bool:
     """Whether no worker on this host holds GPU `gpu_id` now (`--gpus auto` takes only these)."""
-    _, fd = _open(directory, gpu_id)
+    _, fd, _ = _open(directory, gpu_id)
     try:
         return _try_lock(fd)
     finally:

@@ -32,7 +32,7 @@ from mlirtuna.errors import TunerError, UserError
 from mlirtuna.queue import Claimant, Lease, jobs
 from mlirtuna.queue.wakeup import Wakeup
 from mlirtuna.tuners.base import StreamingTuner, Tuner
-from mlirtuna.worker.gpulock import WAIT_POLL_S, GpuHeld, held_message
+from mlirtuna.worker.gpulock import WAIT_POLL_S, GpuHeld, GpuLock, held_message
 from mlirtuna.worker.prefetch import Prefetch
 from mlirtuna.worker.runner import (
     Finish,
@@ -76,6 +76,8 @@ class Worker:
         self.wakeup = Wakeup(db, settings.session_id)
         self.batch = self._batch_size()
         self._prefetch: Prefetch | None = None
+        # This host's flock on the worker's GPU, once it holds it (cli/workercmd.py).
+        self.gpu_lock: GpuLock | None = None
         if self.batch == 1:  # one durable commit per job: each record claims the next job
             self.runner.next_claim = self._next_claim
 
@@ -186,8 +188,9 @@ class Worker:
     def _gpu_is_ours(self) -> bool:
         """Whether no other worker holds a live attempt on this worker's GPU (the claim refuses
         such a GPU anyway: this says who holds it). Held: GpuHeld (exit 2), or with
-        `wait_for_gpu`, or when the holder is a worker of this host that is gone (its leases
-        expire), wait; False when told to stop meanwhile."""
+        `wait_for_gpu`, or when the holder is a worker of this host that is gone, wait for its
+        leases to expire; a holder proven gone (`_dead_here`) has its jobs taken back at once.
+        False when told to stop meanwhile."""
         said = False
         while not self.stop_requested.is_set():
             holder = faults.retrying(
@@ -195,6 +198,8 @@ class Worker:
             )
             if holder is None:
                 return True
+            if self._dead_here(holder) and self._take_back(holder):
+                continue  # another holder may be next (none, usually)
             gone = holder.machine_name == self.settings.machine_name and not _alive(holder.pid)
             message = held_message(f"GPU {self.claimant.gpu}", str(holder))
             if not (self.settings.wait_for_gpu or gone):
@@ -204,6 +209,40 @@ class Worker:
                 said = True
             self.stop_requested.wait(WAIT_POLL_S)
         return False
+
+    def _dead_here(self, holder: queue.GpuHolder) -> bool:
+        """Whether `holder` is certainly gone, tool and all: a worker of this host whose line
+        this worker found in the GPU's lock file when it took the flock (so it used this very
+        lock file, and its flock, which its tools' guards share until every tool process is
+        reaped, is free now), and whose pid is gone (a live pid may be a reused one: not
+        proof enough, its leases are waited for)."""
+        lock = self.gpu_lock
+        return (
+            lock is not None
+            and holder.worker is not None
+            and holder.machine_name == self.settings.machine_name
+            and lock.previous == str(holder)
+            and not _alive(holder.pid)
+        )
+
+    def _take_back(self, holder: queue.GpuHolder) -> int:
+        """The dead holder's jobs taken back (said in one line); 0 when none could be (a row
+        another transaction holds: the holder is waited for as before, then asked again)."""
+        worker = holder.worker or ""  # _dead_here: never empty
+        taken = faults.retrying(
+            lambda: queue.take_back(
+                self.db, holder.machine_name, holder.pid, worker,
+                max_retries=self.settings.max_retries,
+            ),
+            self.stop_requested,
+        )  # fmt: skip
+        if taken:
+            log.warning(
+                "GPU %d: worker pid %d on %s is gone (its tool too): its %d job%s taken back now",
+                self.settings.gpu_id, holder.pid, holder.machine_name, taken,
+                "" if taken == 1 else "s",
+            )  # fmt: skip
+        return taken
 
     # -- the benchmark stream (stream.py) ---------------------------------------------------
     def _streaming_tuner(self) -> StreamingTuner | None:

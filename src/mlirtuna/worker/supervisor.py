@@ -37,6 +37,9 @@ class Slot:
         return "cpu" if self.gpu_id < 0 else f"GPU {self.gpu_id}"
 
 
+MAX_GPU_ID = 0xFFFF  # far past any host's GPU count; an id must fit job.gpu_id (32 bits)
+
+
 def plan(gpus: str, tuner: str, workers: int = 1) -> list[Slot]:
     """`auto`: every GPU rocminfo lists for a GPU tuner (its TunerKind says), else `workers`
     CPU workers; or `0,1,…`: one worker per GPU, always (two benchmarks on one GPU time each
@@ -52,8 +55,11 @@ def plan(gpus: str, tuner: str, workers: int = 1) -> list[Slot]:
         ids = [int(x) for x in gpus.split(",") if x.strip()]
     except ValueError:
         raise UserError(f"bad --gpus {gpus!r}: expected auto or a list like 0,1,2") from None
-    if not ids or any(i < 0 for i in ids) or len(set(ids)) < len(ids):
-        raise UserError(f"bad --gpus {gpus!r}: expected auto or a list like 0,1,2 (each once)")
+    if not ids or any(not 0 <= i <= MAX_GPU_ID for i in ids) or len(set(ids)) < len(ids):
+        raise UserError(
+            f"bad --gpus {gpus!r}: expected auto or a list like 0,1,2 (each once, "
+            f"each 0 to {MAX_GPU_ID})"
+        )
     if workers > 1:
         raise UserError(f"--workers {workers} with --gpus {gpus}: one worker per GPU, always")
     return [Slot(i) for i in ids]
