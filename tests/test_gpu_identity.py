@@ -323,17 +323,16 @@ def test_bad_gpu_identities_are_refused(db, db_url, tmp_path):
 
 
 def test_a_standin_worker_needs_no_gpu_identity(db, tmp_path, monkeypatch):
-    """A stand-in session, or a worker on the stand-in build, touches no GPU: keyed
-    standin:MACHINE:INDEX, never refused, even where the kernel shows no GPU."""
+    """A stand-in session (tuned on the stand-in build, which its workers must run: sessions.
+    check_build_for) touches no GPU: keyed standin:MACHINE:INDEX, never refused, even where the
+    kernel shows no GPU; the same session made real is refused."""
     monkeypatch.setattr(machine, "gpu_identity", lambda i: machine.GpuIdentity())
     sid, build = rocmlir_session(db, tmp_path)
     settings = WorkerSettings(session_id=sid, tuner="rocmlir", gpu_id=2, machine_name="box",
                               mlir_build_dir=str(build))  # fmt: skip
     with pytest.raises(UserError, match="cannot tell which GPU --gpus 2"):
         Worker(db, settings)
-    (build / STANDIN_MARKER).write_text("the stand-in\n")  # the worker's build is the stand-in
-    assert Worker(db, settings).claimant.gpu == "standin:box:2"
-    (build / STANDIN_MARKER).unlink()
-    with db.session() as s:  # the session's build was (session new marks it, from the build)
+    (build / STANDIN_MARKER).write_text("the stand-in\n")  # the build is the stand-in's
+    with db.session() as s:  # and so is the session (session new marks it, from the build)
         s.execute(sa.update(TuningSession).where(TuningSession.id == sid).values(standin=True))
     assert Worker(db, settings).claimant.gpu == "standin:box:2"

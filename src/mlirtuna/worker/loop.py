@@ -499,14 +499,14 @@ def _claimant(settings: WorkerSettings, session: sessions.Session) -> Claimant:
 
 
 def _gpu_key(settings: WorkerSettings, session: sessions.Session) -> tuple[str, str]:
-    """The GPU's key (attempt.gpu) and performance level. A worker on the stand-in build
-    touches no GPU: `standin:MACHINE:INDEX`. Else the name the operator gave (--gpu-identity),
-    else what the kernel shows every container of the host alike (machine.gpu_identity): two
-    containers on one GPU must compute one key, or both benchmark at once. A GPU tuner's worker
-    that cannot tell refuses (exit 2); another tuner's (no GPU touched) keys MACHINE:INDEX."""
+    """The GPU's key (attempt.gpu) and performance level. A stand-in session's worker (on the
+    stand-in build: sessions.check_build_for) touches no GPU: `standin:MACHINE:INDEX`. Else the
+    name the operator gave (--gpu-identity), else what the kernel shows every container of the
+    host alike (machine.gpu_identity): two containers on one GPU must compute one key, or both
+    benchmark at once. A GPU tuner's worker that cannot tell refuses (exit 2); another tuner's
+    (no GPU touched) keys MACHINE:INDEX."""
     where = f"{settings.machine_name}:{settings.gpu_id}"
-    build = settings.mlir_build_dir
-    if session.standin or (build and machine.is_standin_build(build)):
+    if session.standin:
         return f"standin:{where}", ""
     identity = machine.gpu_identity(settings.gpu_id)
     key = settings.gpu_identity or identity.key
