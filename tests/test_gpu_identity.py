@@ -280,6 +280,21 @@ def test_a_gpu_worker_that_cannot_tell_its_gpu_refuses(db, db_url, tmp_path):
         assert s.scalars(sa.select(Attempt.id)).all() == []
 
 
+def test_run_refuses_a_gpu_it_cannot_tell_before_it_writes(db, db_url, tmp_path):
+    """`run` on a real build where /sys shows no KFD GPU: the one line, exit 2, and no session,
+    problem or job written (it asks before it opens the session, not after)."""
+    _, build = rocmlir_session(db, tmp_path / "other")
+    lines = tmp_path / "gemm-run"
+    lines.write_text("-t f32 -transA false -transB false -g 1 -m 32 -n 32 -k 32\n")
+    before = len(sessions.list_all(db))
+    run = cli(db_url, "run", "--op", "gemm", "--tuner", "rocmlir", "--mlir-build-dir", str(build),
+              "--mlir-v", "abc", "--arch", "gfx942", "--num-cu", "304", "--num-chiplets", "8",
+              "--gpus", "0", "-q", str(lines))  # fmt: skip
+    assert run.code == 2, run.stderr
+    assert run.stderr.strip().splitlines() == [f"error: {NO_IDENTITY}"]
+    assert len(sessions.list_all(db)) == before
+
+
 def test_gpu_identity_names_the_gpu(db, db_url, tmp_path):
     """`--gpu-identity` names the GPU where the kernel cannot: the claim carries it (a UUID
     spelled as the kernel's key would be), and a second worker on that name is refused."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from mlirtuna import catalog, keys, sessions, tuners
+from mlirtuna import catalog, keys, machine, sessions, tuners
 from mlirtuna.db import Database
 from mlirtuna.errors import UserError
 from mlirtuna.history import export, reuse, winners
@@ -187,6 +187,7 @@ def prepare(db: Database, plan: RunPlan) -> Prepared:
     skipped = _cannot_run(tuner, space, plan, parsed)
     if parsed and sum(map(len, skipped.values())) == len(parsed):
         raise UserError(f"the {tuner} tuner can run none of these problems: {next(iter(skipped))}")
+    _check_gpus(plan, tuner, existing)  # a GPU it cannot tell: refused before anything is written
     session = existing or sessions.create(
         db,
         SessionSpec(
@@ -217,6 +218,16 @@ def prepare(db: Database, plan: RunPlan) -> Prepared:
     else:
         loaded = jobs.load(db, session.id, tag=tag, op=one_op(plan), exclude=exclude)
     return Prepared(session, tuner, why, imported, loaded, tag, plan, skipped)
+
+
+def _check_gpus(plan: RunPlan, tuner: str, existing: sessions.Session | None) -> None:
+    """Every GPU worker `run` would start can tell its GPU from another container's, or is
+    named (--gpu-identity): refused, one line, before the session is opened or a job loaded."""
+    build = sessions.build_dir_of(plan.mlir_build_dir)
+    standin = existing.standin if existing else bool(build and machine.is_standin_build(build))
+    slots = supervisor.plan(plan.gpus, tuner)  # its GPUs: --workers is checked with them later
+    settings = replace(plan.settings, tuner=tuner, role="gpu")
+    supervisor.identify(settings, supervisor.name_gpus(slots, plan.gpu_identity), standin)
 
 
 def one_op(plan: RunPlan) -> str | None:
@@ -314,7 +325,6 @@ def run_workers(
     gpu_workers = 1 if prepared.session.two_stage else plan.workers
     slots = supervisor.plan(plan.gpus, prepared.tuner, gpu_workers)
     slots = supervisor.name_gpus(slots, plan.gpu_identity)
-    supervisor.identify(db, settings, slots)  # a GPU it cannot tell: refused before any starts
     if plan.gpus == "auto":
         slots = supervisor.free(db, settings, slots, logging.getLogger(__name__).warning)
     url = db.url.render_as_string(hide_password=False)

@@ -159,7 +159,7 @@ def worker(
     else:
         slots = supervisor.name_gpus(supervisor.plan(gpus, tuner, workers), gpu_identity)
         if len(slots) > 1:  # a GPU it cannot tell: refused before any starts (one: by itself)
-            supervisor.identify(db, settings, slots)
+            supervisor.identify(settings, slots, found.standin)
         if gpus == "auto" and not wait_for_gpu:
             slots = supervisor.free(db, settings, slots, common.err)
     if len(slots) == 1:

@@ -491,26 +491,26 @@ def _quick_lists(db: Database, session: sessions.Session) -> QuickLists | None:
 
 def _claimant(settings: WorkerSettings, session: sessions.Session) -> Claimant:
     """Who this worker claims as: with a GPU (role gpu), the GPU's key and performance level
-    (_gpu_key)."""
+    (gpu_key)."""
     if settings.gpu_id < 0 or settings.role != "gpu":
         return Claimant(settings.machine_name, settings.gpu_id, os.getpid())
-    key, perf_level = _gpu_key(settings, session)
+    key, perf_level = gpu_key(settings, settings.tuner or session.tuner, session.standin)
     return Claimant(settings.machine_name, settings.gpu_id, os.getpid(), key, perf_level)
 
 
-def _gpu_key(settings: WorkerSettings, session: sessions.Session) -> tuple[str, str]:
-    """The GPU's key (attempt.gpu) and performance level. A stand-in session's worker (on the
-    stand-in build: sessions.check_build_for) touches no GPU: `standin:MACHINE:INDEX`. Else the
-    name the operator gave (--gpu-identity), else what the kernel shows every container of the
-    host alike (machine.gpu_identity): two containers on one GPU must compute one key, or both
-    benchmark at once. A GPU tuner's worker that cannot tell refuses (exit 2); another tuner's
-    (no GPU touched) keys MACHINE:INDEX."""
+def gpu_key(settings: WorkerSettings, tuner: str, standin: bool) -> tuple[str, str]:
+    """The key (attempt.gpu) and performance level of the GPU a worker of `tuner` runs on. A
+    stand-in session's worker (on the stand-in build: sessions.check_build_for) touches no GPU:
+    `standin:MACHINE:INDEX`. Else the name the operator gave (--gpu-identity), else what the
+    kernel shows every container of the host alike (machine.gpu_identity): two containers on
+    one GPU must compute one key, or both benchmark at once. A GPU tuner's worker that cannot
+    tell refuses (exit 2); another tuner's (no GPU touched) keys MACHINE:INDEX."""
     where = f"{settings.machine_name}:{settings.gpu_id}"
-    if session.standin:
+    if standin:
         return f"standin:{where}", ""
     identity = machine.gpu_identity(settings.gpu_id)
     key = settings.gpu_identity or identity.key
-    if not key and tuners.kind(settings.tuner or session.tuner).gpu:
+    if not key and tuners.kind(tuner).gpu:
         raise UserError(
             f"cannot tell which GPU --gpus {settings.gpu_id} is on this host (no GPU node in "
             "the KFD topology under /sys/class/kfd whose render node this process opens): two "

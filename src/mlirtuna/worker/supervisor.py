@@ -20,7 +20,7 @@ from mlirtuna.db import Database
 from mlirtuna.defaults import DEFAULT_BATCH_WAIT_S, ENV_DB, ENV_GPU_IDENTITY, ENV_GPU_LOCK_DIR
 from mlirtuna.errors import UserError
 from mlirtuna.worker import gpulock
-from mlirtuna.worker.loop import claimant_of, gpu_holder_of
+from mlirtuna.worker.loop import gpu_holder_of, gpu_key
 from mlirtuna.worker.runner import WorkerSettings
 
 
@@ -87,12 +87,13 @@ def slot_settings(settings: WorkerSettings, slot: Slot) -> WorkerSettings:
     return replace(settings, gpu_id=slot.gpu_id, gpu_identity=slot.identity)
 
 
-def identify(db: Database, settings: WorkerSettings, slots: list[Slot]) -> None:
+def identify(settings: WorkerSettings, slots: list[Slot], standin: bool) -> None:
     """Refuses (one line, exit 2) before any worker starts where one would: a GPU tuner's
-    worker on a GPU that cannot be told from another container's (worker/loop.py _gpu_key)."""
+    worker on a GPU that cannot be told from another container's (worker/loop.py gpu_key);
+    `standin`: the session is (or will be) a stand-in session. `run` asks before it writes."""
     for slot in slots:
-        if slot.gpu_id >= 0:
-            claimant_of(db, slot_settings(settings, slot))
+        if slot.gpu_id >= 0 and settings.role == "gpu":
+            gpu_key(slot_settings(settings, slot), settings.tuner or "", standin)
 
 
 def free(
