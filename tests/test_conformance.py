@@ -338,6 +338,7 @@ def test_real_tuning_runner(case: Case, tmp_path):
         assert {"PerfConfig", "TFlops"} <= set(header) and ("Stats" in header) == case.stats
         assert {r["Chip"] for r in rows} == {case.gpu[0].split(":")[0]}
         assert {r["numCU"] for r in rows} == {case.gpu[1]}
+        problem_flops: dict[tuple[str, ...], float] = {}
         for row in rows if case.stats else []:
             # An N/A candidate has neither TFlops nor Stats (pandas writes NaN/None as "").
             # pandas writes the Stats dict as Python's repr (single quotes), not as JSON.
@@ -346,9 +347,12 @@ def test_real_tuning_runner(case: Case, tmp_path):
                 slow = "FAKE_ROCMLIR_SLOW" in case.env
                 shape = STATS_KEYS if slow else ONE_TIMER_KEYS
                 assert set(ast.literal_eval(row["Stats"])) == shape
-                assert stats_median_ns(row["Stats"]) == pytest.approx(
-                    tflops_ns(case, row), rel=1e-5
-                )
+                # The Stats time (ms) is the time the row's TFlops was computed from (ns):
+                # their product is the problem's flops, the same for each of its candidates.
+                flops = stats_median_ns(row["Stats"]) * float(row["TFlops"]) * 1e3
+                first = problem_flops.setdefault(problem_of(row), flops)
+                assert flops == pytest.approx(first, rel=1e-5)
+                assert flops == pytest.approx(known_flops(case, row) or flops, rel=1e-5)
     state = tmp_path / "out.tsv.state"
     assert state.exists() == bool(case.states)
     if case.states:
@@ -474,10 +478,22 @@ def stats_median_ns(cell: str) -> float:
     return value["median"] * 1e6
 
 
-def tflops_ns(case: Case, row: dict[str, str]) -> float:
-    """The row's time in ns from its TFlops: G1's or C1's flops (the cases with Stats)."""
-    flops = {"gemm": 2.0 * 256 * 512 * 128, "conv": 2.0 * 64 * 64 * 56 * 56 * 64 * 3 * 3}
-    return flops[case.args[1]] / (float(row["TFlops"]) * 1e3)
+# A .debug row's candidate columns; the others name its problem.
+CANDIDATE_COLUMNS = {"PerfConfig", "LDSBankConflict", "TFlops", "Stats"}
+
+
+def problem_of(row: dict[str, str]) -> tuple[str, ...]:
+    return tuple(v for k, v in row.items() if k not in CANDIDATE_COLUMNS)
+
+
+def known_flops(case: Case, row: dict[str, str]) -> float | None:
+    """The flops perfRunner's compute_tflops counts for the row's problem where this test can
+    say them itself: any gemm (2·G·M·N·K) and C1; None for the other ops."""
+    if case.args[1] == "gemm":
+        return 2.0 * int(row["G"]) * int(row["M"]) * int(row["N"]) * int(row["K"])
+    if case.name == "conv":
+        return 2.0 * 64 * 64 * 56 * 56 * 64 * 3 * 3
+    return None
 
 
 def tool_blocks(workdir: Path) -> dict[str, tuple[str, float, dict[str, tuple]]]:
