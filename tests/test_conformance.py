@@ -4,6 +4,12 @@ Opt-in. Set MLIRTUNA_ROCMLIR_SCRIPTS=DIR, DIR holding rocMLIR's own scripts from
 `mlir/utils/performance/` (tuningRunner.py, perfRunner.py, gpu_topology.py, perfCommonUtils.py,
 reportUtils.py) at ROCMLIR_COMMIT. The real tool needs numpy, pandas and tqdm: set
 MLIRTUNA_ROCMLIR_PYTHON to an interpreter that has them if this one does not.
+The code index stores only tuningRunner.py and perfRunner.py at that commit. What ran with them
+(issue 42): gpu_topology.py of ROCm/rocMLIR c9e14cdd (the one stored version with the six
+names tuningRunner imports), perfCommonUtils.py of rocmlirTriton 64b52410 without its
+SPLITK_IDX lines, and reportUtils.py of rocmlirTriton 046da074 with `TransO` taken out of
+GEMM_TEST_PARAMETERS in the scratch copy (3fc5be9e's gemm table_entry has 17 values, no TransO;
+every stored reportUtils lists 16 or 18 names and fails perfRunner's own assert).
 
 The fakes in src/mlirtuna/standin/rocmlir/below sit where the GPU stack would: rocmlir-gen,
 rocmlir-driver, rocmlir-opt, rocmlir-tuning-driver (bin/, found by the tool under
