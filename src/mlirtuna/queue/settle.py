@@ -275,17 +275,7 @@ def reclaim_expired(db: Database, *, max_retries: int, session_id: int | None = 
     expired = sa.and_(Job.state == RUNNING, Job.lease_expires_at < db_now())
     if session_id is not None:
         expired = sa.and_(expired, Job.session_id == session_id)
-    with db.session(immediate=True) as s:
-        pick = sa.select(
-            Job.id, Job.lease_token, Job.machine_name, Job.gpu_id, Job.retries, Job.stage,
-            Job.session_id, Job.problem_id,
-        ).where(expired)  # fmt: skip
-        if not db.is_sqlite:
-            pick = pick.with_for_update(skip_locked=True)
-        rows = s.execute(pick).all()
-        for row in rows:
-            _expire(s, row, expired, max_retries)
-        return len(rows)
+    return _expire_all(db, expired, max_retries)
 
 
 def take_back(db: Database, machine_name: str, pid: int, worker: str, *, max_retries: int) -> int:
@@ -304,16 +294,33 @@ def take_back(db: Database, machine_name: str, pid: int, worker: str, *, max_ret
         Attempt.ended_at.is_(None),
     )
     held = sa.and_(Job.state == RUNNING, Job.lease_token.in_(attempts))
+    return _expire_all(db, held, max_retries, why, fenced=True)
+
+
+def _expire_all(
+    db: Database,
+    which: sa.ColumnElement[bool],
+    max_retries: int,
+    why: str | None = None,
+    *,
+    fenced: bool = False,
+) -> int:
+    """Every running job `which` picks (rows another transaction holds skipped) expired as
+    _expire does; `fenced`: each on its own lease token, not on `which` again. How many."""
     with db.session(immediate=True) as s:
         pick = sa.select(
             Job.id, Job.lease_token, Job.machine_name, Job.gpu_id, Job.retries, Job.stage,
             Job.session_id, Job.problem_id,
-        ).where(held)  # fmt: skip
+        ).where(which)  # fmt: skip
         if not db.is_sqlite:
             pick = pick.with_for_update(skip_locked=True)
         rows = s.execute(pick).all()
         for row in rows:
-            fence = sa.and_(Job.state == RUNNING, Job.lease_token == row.lease_token)
+            fence = (
+                sa.and_(Job.state == RUNNING, Job.lease_token == row.lease_token)
+                if fenced
+                else which
+            )
             _expire(s, row, fence, max_retries, why)
         return len(rows)
 
