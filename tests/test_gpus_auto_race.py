@@ -121,3 +121,25 @@ def test_two_auto_workers_started_together_share_the_gpus(db, db_url, tmp_path):
         held = s.execute(sa.select(Attempt.gpu, Attempt.pid).distinct()).all()
     keys = [gpu for gpu, _pid in held]  # one worker process per GPU key, two GPUs at most
     assert len(keys) == len(set(keys)) <= 2
+
+
+def test_auto_with_every_gpu_held_says_so_in_one_line(db, db_url, tmp_path):
+    sid = standin_session(db_url, tmp_path)
+    env = standin_env(db_url, tmp_path / "locks", gpus=2)
+    held = [gpulock.acquire(i, f"worker pid {i} (session 1) on here", tmp_path / "locks")
+            for i in (0, 1)]  # fmt: skip
+    try:
+        run = subprocess.run(
+            mlirtuna_argv("worker", "--session", str(sid), "--gpus", "auto", "--until-empty",
+                          "--mlir-build-dir", str(standin.BUILD)),
+            env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    finally:
+        for lock in held:
+            if lock is not None:
+                lock.release()
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert lines[-1] == "error: every GPU of this host is held by a worker: one worker per GPU"
+    assert lines[:-1] == [f"GPU {i} skipped: held by a worker here" for i in (0, 1)]
+    assert job_states(db, sid) == {"new": len(GEMMS)}

@@ -1,7 +1,7 @@
 """A kernel time read from a `.debug` file is bounded like TFlops are (issue 43 §4): one run of a
 kernel takes 1 ns to a day (stats.MIN_KERNEL_NS, stats.MAX_KERNEL_NS). A Stats or MeasurementsMs
 cell with a time outside is the tool's fault: its candidate keeps the tool's TFlops, its
-statistics are dropped, and the job's notes say where (FILE:LINE) and why; nothing crashes."""
+statistics are dropped, and the outcome's notes say where (FILE:LINE) and why; nothing crashes."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ refuses to append another op's schema) is an error.
   (stats.MIN_KERNEL_NS to stats.MAX_KERNEL_NS, 1 ns to a day; a stddev at most a day): a cell
   with one outside is the tool's fault, not a measurement. Its row keeps its TFlops (the
   candidate stays) but drops its statistics, and says why (`DebugRow.dropped`, FILE:LINE), which
-  the job's notes carry.
+  the outcome's notes carry (the worker logs them).
 - `Status` (E4): `Measured`, `N/A` or `Discarded` (outside the top k of `--two-stage-topk`);
   a candidate without TFlops keeps it as its reason.
 
