@@ -173,3 +173,32 @@ def test_tsv_side_keeps_the_last_row_of_one_context(tmp_path):
 
 def _no_db():
     raise AssertionError("two files need no database")
+
+
+UNMEASURED, BOTH_UNKNOWN, KEPT = gemm(1024), gemm(2048), gemm(16)
+
+
+def gate(db_url: str, a: str, b: str, *flags: str) -> tuple[dict[str, tuple[str, bool]], int]:
+    """`compare --json --fail-on-regression`: each finding's (verdict, fails), and the exit."""
+    run = cli(db_url, "compare", a, b, "--json", "--fail-on-regression", *flags)
+    found = {r["test_vector"]: (r["verdict"], r["fails"]) for r in run.json()["verdicts"]}
+    return found, run.code
+
+
+def test_a_b_winner_without_tflops_is_missing_and_fails_the_gate(db, db_url, tmp_path):
+    """Issue 43: a B winner whose TFlops is unknown (import-tsv's nan, stored as NULL) was
+    skipped, so the gate passed a problem it never compared. It is `missing`, like a problem B
+    lacks, and --allow-missing lets it through alike. Unknown on both sides is no finding.
+    (test_compare_verdicts.py holds the other verdicts; it needs Chromium to run at all.)"""
+    a, b = new_session(db), new_session(db)
+    put_results(db, a, {UNMEASURED: ("p1", 10.0), BOTH_UNKNOWN: ("p1", None), KEPT: ("p1", 10.0)})
+    put_results(db, b, {UNMEASURED: ("p1", None), BOTH_UNKNOWN: ("p1", None), KEPT: ("p1", 10.0)})
+    assert gate(db_url, str(a), str(b)) == ({UNMEASURED: ("missing", True)}, 1)
+    assert gate(db_url, str(a), str(b), "--allow-missing") == ({UNMEASURED: ("missing", False)}, 0)
+    csv_rows = cli(db_url, "compare", str(a), str(b), "--csv").stdout.splitlines()
+    assert [r.split(",")[0] for r in csv_rows[1:]] == ["missing"]
+    # B as export writes it (nan for the unknown TFlops), compared as a .tsv: the same verdict.
+    out = tmp_path / "b.tsv"
+    assert cli(db_url, "export", "--session", str(b), "-o", str(out)).code == 0
+    assert "\tnan\t" in out.read_text().lower()
+    assert gate(db_url, str(a), str(out)) == ({UNMEASURED: ("missing", True)}, 1)

@@ -173,12 +173,16 @@ def test_gpus_auto_takes_only_free_gpus(db, tmp_path, monkeypatch):
         # GPU 1: a live attempt of a worker of this machine in another container
         assert queue.claim(db, sid, Claimant(settings.machine_name, 1, 77,
                                              gpu=f"{settings.machine_name}:1"), 30)  # fmt: skip
-        assert supervisor.free(db, settings, slots, said.append) == [Slot(2)]
+        taken, locks = supervisor.free(db, settings, slots, said.append)
+        assert taken == [Slot(2)] and sorted(locks) == [2]  # its lock kept, for its worker
+        supervisor.release(locks)
         assert said[0] == "GPU 0 skipped: held by a worker here"
         assert said[1].startswith("GPU 1 skipped: held by worker pid 77")
     finally:
         held.release()
-    assert supervisor.free(db, settings, [Slot(0)], said.append) == [Slot(0)]
+    taken, locks = supervisor.free(db, settings, [Slot(0)], said.append)
+    supervisor.release(locks)
+    assert taken == [Slot(0)]
 
 
 def test_one_worker_per_gpu_in_the_plan():

@@ -45,6 +45,9 @@ ENV_DOCKER_IMAGE = "MLIRTUNA_DOCKER_IMAGE"  # the image a session records (machi
 # One worker per GPU: the directory of the per-host GPU lock files (`worker --gpu-lock-dir`); one
 # directory for every user of the host, so a second worker on a GPU, whoever runs it, is refused.
 ENV_GPU_LOCK_DIR = "MLIRTUNA_GPU_LOCK_DIR"
+# `--gpus auto`: the descriptor of the GPU's lock the supervisor took and handed to the worker it
+# started (it took the lock first, so that two supervisors started together never share a GPU).
+ENV_GPU_LOCK_FD = "MLIRTUNA_GPU_LOCK_FD"
 # One worker per GPU across containers: the GPU's key as the operator names it (`--gpu-identity`),
 # where the kernel's KFD topology cannot tell it.
 ENV_GPU_IDENTITY = "MLIRTUNA_GPU_IDENTITY"

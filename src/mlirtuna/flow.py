@@ -325,10 +325,11 @@ def run_workers(
     gpu_workers = 1 if prepared.session.two_stage else plan.workers
     slots = supervisor.plan(plan.gpus, prepared.tuner, gpu_workers)
     slots = supervisor.name_gpus(slots, plan.gpu_identity)
-    if plan.gpus == "auto":
-        slots = supervisor.free(db, settings, slots, logging.getLogger(__name__).warning)
+    locks: supervisor.Locks = {}
+    if plan.gpus == "auto":  # the GPUs free now, their locks kept and handed to their workers
+        slots, locks = supervisor.free(db, settings, slots, logging.getLogger(__name__).warning)
     url = db.url.render_as_string(hide_password=False)
-    procs = supervisor.start(url, settings, slots, quiet=quiet)
+    procs = supervisor.start(url, settings, slots, quiet=quiet, locks=locks)
     if prepared.session.two_stage:  # its compile jobs need compile workers (no GPU) too
         compilers = replace(settings, role="compile")
         cpus = [supervisor.Slot(-1) for _ in range(max(plan.workers, 1))]

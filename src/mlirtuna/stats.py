@@ -32,6 +32,25 @@ NOTCH = 1.57
 # What a measurement of one kernel can physically be: no GPU reaches 10^6 TFlops (a MI300X
 # peaks near 10^4 at fp8), and a number past it is a tool's fault, never a winner.
 MAX_TFLOPS = 1e6
+# ... and what one run of one kernel can take, in ns: nothing a GPU launches completes in under
+# 1 ns (one clock of a 1 GHz part; a launch alone costs microseconds), and no tuning waits a day
+# for one run. A time outside is a tool's or a file's fault, never a measurement: 1e-300 ms was
+# once stored as a 1e-294 ns minimum, and 1e303 ms overflowed to inf and crashed summarize.
+MIN_KERNEL_NS = 1.0
+MAX_KERNEL_NS = 86_400e9
+
+
+def kernel_time_fault(ns: float) -> str:
+    """Why `ns` cannot be one run of a kernel ("" when it can): not a number, or outside
+    MIN_KERNEL_NS to MAX_KERNEL_NS (inf included)."""
+    if math.isnan(ns):
+        return "not a number"
+    if not MIN_KERNEL_NS <= ns <= MAX_KERNEL_NS:
+        return (
+            f"outside what one kernel run can take ({MIN_KERNEL_NS:g} ns to "
+            f"{MAX_KERNEL_NS:g} ns, a day)"
+        )
+    return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +94,8 @@ def summarize(samples: Sequence[float]) -> Spread:
     """The Spread of `samples` after the outlier rule of the module docstring."""
     if not samples:
         raise ValueError("no samples to summarize")
+    if not all(math.isfinite(t) for t in samples):  # inf's IQR is nan: no sample would be kept
+        raise ValueError("a sample to summarize is not a finite number")
     ordered = sorted(samples)
     q1, q3 = quartiles(ordered)
     fence = q3 + max(FENCE * (q3 - q1), FENCE_FLOOR * statistics.median(ordered))

@@ -183,10 +183,12 @@ def compare(
         "--fail-on-regression",
         help="Exit 1 on a finding whose verdict fails: regression (winner changed, beyond the "
         "threshold and the noise), slower (same winner, beyond them too) or missing (a problem "
-        "of A that B lacks). A row labelled noise never fails.",
+        "of A that B lacks, or whose B winner has no TFlops). A row labelled noise never fails.",
     ),
     allow_missing: bool = typer.Option(
-        False, "--allow-missing", help="Problems of A that B lacks do not fail the check."
+        False,
+        "--allow-missing",
+        help="Problems of A that B lacks, or whose B winner has no TFlops, do not fail the check.",
     ),
     changed_winner_only: bool = typer.Option(
         False,

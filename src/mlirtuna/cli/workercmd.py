@@ -21,7 +21,7 @@ from mlirtuna.defaults import (
 from mlirtuna.errors import UserError
 
 if TYPE_CHECKING:
-    from mlirtuna.worker import WorkerSettings, supervisor
+    from mlirtuna.worker import WorkerSettings, gpulock, supervisor
 
 GIB = 1 << 30
 
@@ -150,6 +150,7 @@ def worker(
         wait_for_gpu=wait_for_gpu,
         gpu_lock_dir=gpu_lock_dir,
     )
+    locks: supervisor.Locks = {}
     if gpu_id is not None:
         slots = supervisor.name_gpus([supervisor.Slot(gpu_id)], gpu_identity)
     elif role == "compile":  # compiling needs no GPU: no probe, no pinning
@@ -160,20 +161,24 @@ def worker(
         slots = supervisor.name_gpus(supervisor.plan(gpus, tuner, workers), gpu_identity)
         if len(slots) > 1:  # a GPU it cannot tell: refused before any starts (one: by itself)
             supervisor.identify(settings, slots, found.standin)
-        if gpus == "auto" and not wait_for_gpu:
-            slots = supervisor.free(db, settings, slots, common.err)
+        if gpus == "auto" and not wait_for_gpu:  # the GPUs free now, their locks kept
+            slots, locks = supervisor.free(db, settings, slots, common.err)
     if len(slots) == 1:
-        _run_here(db, settings, slots[0])
+        _run_here(db, settings, slots[0], locks.get(slots[0].gpu_id))
         return
     common.err(f"starting {len(slots)} workers: {', '.join(s.label for s in slots)}")
-    procs = supervisor.start(str(db.url.render_as_string(hide_password=False)), settings, slots)
+    url = str(db.url.render_as_string(hide_password=False))
+    procs = supervisor.start(url, settings, slots, locks=locks)
     supervisor.supervise(procs)
     bad = [p.returncode for p in procs if p.returncode not in (0, None)]
     if bad:
         raise typer.Exit(1)
 
 
-def _run_here(db, settings: WorkerSettings, slot: supervisor.Slot) -> None:
+def _run_here(
+    db, settings: WorkerSettings, slot: supervisor.Slot, taken: gpulock.GpuLock | None = None
+) -> None:
+    """One worker in this process on `slot`; `taken`: its GPU's lock, held already (auto)."""
     from mlirtuna.queue import GpuHolder
     from mlirtuna.tuners import process
     from mlirtuna.worker import Worker, gpulock
@@ -186,13 +191,15 @@ def _run_here(db, settings: WorkerSettings, slot: supervisor.Slot) -> None:
     lock = None
     if slot.gpu_id >= 0 and settings.role == "gpu":  # one worker per GPU on this host
         who = str(GpuHolder(settings.machine_name, os.getpid(), settings.session_id))
-        lock = gpulock.acquire(
-            slot.gpu_id,
-            who,
-            gpulock.lock_dir(settings.gpu_lock_dir),
-            settings.wait_for_gpu,
-            w.stop_requested,
-        )
+        directory = gpulock.lock_dir(settings.gpu_lock_dir)
+        if taken is not None:
+            taken.name_holder(who)
+        # held already: by this process (`auto`), or handed down by the supervisor that started it
+        lock = taken or gpulock.adopt(slot.gpu_id, who, directory)
+        if lock is None:
+            lock = gpulock.acquire(
+                slot.gpu_id, who, directory, settings.wait_for_gpu, w.stop_requested
+            )
         if lock is None:  # told to stop while it waited
             return
         w.gpu_lock = lock

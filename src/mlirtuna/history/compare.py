@@ -19,8 +19,12 @@ Keying (decided here, documented in the CLI help):
   A regression whose winner is the same perf config on both sides is the same kernel measured
   twice: it is counted apart (noise or a changed machine, not a worse tuning).
 - A problem of A that B lacks (its job failed or was cancelled) is a loss too: it fails
-  `--fail-on-regression` unless `--allow-missing`. Two sides with no problem in common are an
-  error, never "no regression".
+  `--fail-on-regression` unless `--allow-missing`. So is one whose B winner has no TFlops
+  (import-tsv's `nan`, a legacy row) where A measured one (issue 43): B's measurement is missing,
+  and a gate that skipped it would pass a problem it never compared. It is `missing` like a
+  problem B lacks, and `--allow-missing` lets both through alike (one word, one meaning). Where
+  A has no TFlops either, nothing was measured to lose: the problem is common, not a finding.
+  Two sides with no problem in common are an error, never "no regression".
 - Noise (issue 17): a session's winner carries the spread of its measurement (the candidate
   row's IQR and sample count). A drop past the threshold whose two TFlops lie within each
   other's noise (`mlirtuna.stats.within_noise`, the medians' ~95 % intervals overlap) is listed
@@ -66,7 +70,8 @@ VERDICT_MEANING = {
     SLOWER: "the same winner measured slower beyond the threshold and the noise "
     "(the kernel ran slower: machine or toolchain, not a changed tuning)",
     NOISE: "a drop past the threshold within the measurements' noise (never fails)",
-    MISSING: "a problem of A that B has no winner for (failed or cancelled in B?)",
+    MISSING: "a problem of A that B has no measured winner for (failed or cancelled in B, or "
+    "its TFlops unknown)",
     IMPROVEMENT: "B beats A by more than the threshold",
 }
 
@@ -128,7 +133,8 @@ class Comparison:
     regressions: list[Regression] = field(default_factory=list)  # beyond threshold and noise
     regressions_winner_changed: int = 0
     regressions_same_winner: int = 0
-    missing_in_b: list[str] = field(default_factory=list)  # A's vectors B has no winner for
+    # A's vectors B has no winner for, or a winner without TFlops where A has them
+    missing_in_b: list[str] = field(default_factory=list)
     within_noise: list[Regression] = field(default_factory=list)  # beyond threshold, in noise
 
     def as_dict(
@@ -378,7 +384,10 @@ def compare(a: Side, b: Side, threshold: float = DEFAULT_THRESHOLD) -> Compariso
             f"({len(b.entries)} winners): nothing to compare (another op, or --op needed?)"
         )
     out = Comparison(a.label, b.label, threshold)
-    out.missing_in_b = sorted(a.entries.keys() - common)
+    unmeasured = {
+        k for k in common if a.entries[k].tflops is not None and b.entries[k].tflops is None
+    }
+    out.missing_in_b = sorted((a.entries.keys() - common) | unmeasured)
     out.common, out.only_a, out.only_b = (
         len(common),
         len(a.entries) - len(common),

@@ -12,6 +12,11 @@ line) only when it is this user's own file with no other name; a foreign directo
 but its owner could rearrange (not sticky) is refused. A lock file another user left read-only
 still locks (flock needs no write access). Only HOLDER_BYTES of a lock file are ever read.
 
+`--gpus auto` takes the GPUs no worker holds by locking each one (try_acquire) and keeping what
+it got: the supervisor hands each lock to the worker it starts as an inherited descriptor
+(ENV_GPU_LOCK_FD, adopt), never checks a lock and lets it go, so two supervisors started together
+split the GPUs between them instead of starting two workers on one.
+
 Containers with a /tmp of their own do not share this directory: the claim's check in the
 database (queue/sql.py, GPU_HOLDERS) covers them.
 """
@@ -28,7 +33,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlirtuna.defaults import DEFAULT_GPU_LOCK_DIR, ENV_GPU_LOCK_DIR
+from mlirtuna.defaults import DEFAULT_GPU_LOCK_DIR, ENV_GPU_LOCK_DIR, ENV_GPU_LOCK_FD
 from mlirtuna.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -60,6 +65,14 @@ class GpuLock:
     path: Path
     fd: int
     previous: str = ""
+    own: bool = False  # this user's file with no other name: its holder line may be rewritten
+
+    def name_holder(self, who: str) -> None:
+        """Write `who` as the holder's line (only into an own file: module docstring)."""
+        if self.own and self.fd >= 0:  # another user's file: locked, its text left alone
+            with contextlib.suppress(OSError):  # a full disk: the holder goes unnamed
+                os.ftruncate(self.fd, 0)
+                os.pwrite(self.fd, f"{who}\n".encode(), 0)
 
     def release(self) -> None:
         if self.fd >= 0:
@@ -228,18 +241,64 @@ def acquire(
             return None
         if stop is None:
             threading.Event().wait(WAIT_POLL_S)
-    previous = holder_line(fd)
-    if own:  # another user's file (read-only or not): locked, its text left alone
-        with contextlib.suppress(OSError):  # a full disk: the holder goes unnamed
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{who}\n".encode(), 0)
-    return GpuLock(path, fd, previous)
+    return _held(path, fd, own, who)
+
+
+def _held(path: Path, fd: int, own: bool, who: str) -> GpuLock:
+    """The lock just taken on `fd`, its holder line rewritten to `who` where the file is own."""
+    lock = GpuLock(path, fd, holder_line(fd), own)
+    lock.name_holder(who)
+    return lock
+
+
+def try_acquire(gpu_id: int, who: str, directory: Path) -> GpuLock | None:
+    """Hold GPU `gpu_id` for `who` if no worker on this host holds it now, else None: what
+    `--gpus auto` takes, kept (a check that let the lock go would race another supervisor)."""
+    path, fd, own = _open(directory, gpu_id)
+    if not _try_lock(fd):
+        os.close(fd)
+        return None
+    return _held(path, fd, own, who)
 
 
 def is_free(gpu_id: int, directory: Path) -> bool:
-    """Whether no worker on this host holds GPU `gpu_id` now (`--gpus auto` takes only these)."""
+    """Whether no worker on this host holds GPU `gpu_id` now: a look only, stale as soon as it
+    returns (to take a free GPU, try_acquire)."""
     _, fd, _ = _open(directory, gpu_id)
     try:
         return _try_lock(fd)
     finally:
         os.close(fd)
+
+
+def hand_down(lock: GpuLock, env: dict[str, str]) -> int:
+    """Name `lock` in a child's environment; returns the descriptor the child must inherit
+    (subprocess's pass_fds). The flock belongs to the open file, so it is the child's too, and
+    stays with it once this process lets go of its own copy."""
+    env[ENV_GPU_LOCK_FD] = str(lock.fd)
+    return lock.fd
+
+
+def adopt(gpu_id: int, who: str, directory: Path) -> GpuLock | None:
+    """The lock of GPU `gpu_id` that the supervisor took for this worker and handed down
+    (hand_down), now this worker's; None when none was (then `acquire` as usual). A descriptor
+    that is not that GPU's lock file in `directory`, or whose lock is another's, is left alone
+    and not adopted: the variable is a hint, the lock file decides."""
+    text = os.environ.pop(ENV_GPU_LOCK_FD, "")  # not for the tools this worker starts
+    if not text.isdigit():
+        return None
+    fd, name = int(text), f"gpu{gpu_id}.lock"
+    try:
+        dir_fd = open_dir(directory)
+        try:
+            named = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        finally:
+            os.close(dir_fd)
+        info = os.fstat(fd)
+    except (OSError, UserError):
+        return None
+    same = stat.S_ISREG(info.st_mode) and (info.st_dev, info.st_ino) == (named.st_dev, named.st_ino)
+    if not same or not _try_lock(fd):  # the same open file as the supervisor's: its lock holds
+        return None
+    os.set_inheritable(fd, False)  # only the tools' guard gets it, on purpose
+    return _held(directory / name, fd, _is_own(info), who)

@@ -17,7 +17,13 @@ from dataclasses import dataclass, replace
 
 from mlirtuna import machine, tuners
 from mlirtuna.db import Database
-from mlirtuna.defaults import DEFAULT_BATCH_WAIT_S, ENV_DB, ENV_GPU_IDENTITY, ENV_GPU_LOCK_DIR
+from mlirtuna.defaults import (
+    DEFAULT_BATCH_WAIT_S,
+    ENV_DB,
+    ENV_GPU_IDENTITY,
+    ENV_GPU_LOCK_DIR,
+    ENV_GPU_LOCK_FD,
+)
 from mlirtuna.errors import UserError
 from mlirtuna.worker import gpulock
 from mlirtuna.worker.loop import gpu_holder_of, gpu_key
@@ -96,26 +102,48 @@ def identify(settings: WorkerSettings, slots: list[Slot], standin: bool) -> None
             gpu_key(slot_settings(settings, slot), settings.tuner or "", standin)
 
 
+#: The GPU locks `free` took, by GPU index: each is handed to the worker started on its GPU.
+Locks = dict[int, gpulock.GpuLock]
+
+
 def free(
     db: Database, settings: WorkerSettings, slots: list[Slot], say: Callable[[str], None]
-) -> list[Slot]:
-    """`--gpus auto`: the slots whose GPU no worker holds (this host's lock files, and the
-    database's live attempts: a container with a /tmp of its own); each GPU skipped is said."""
+) -> tuple[list[Slot], Locks]:
+    """`--gpus auto`: the slots whose GPU no worker holds, and their locks, taken and kept
+    (this host's lock files: a look that let them go would let a second supervisor started at
+    the same moment take them too), where no live attempt in the database holds it either (a
+    container with a /tmp of its own); each GPU skipped is said. None left: GpuHeld (exit 2)."""
     if all(s.gpu_id < 0 for s in slots):
-        return slots
-    taken = []
-    for slot in slots:
-        here = not gpulock.is_free(slot.gpu_id, gpulock.lock_dir(settings.gpu_lock_dir))
-        holder: object = (
-            "a worker here" if here else gpu_holder_of(db, slot_settings(settings, slot))
-        )
-        if holder:
+        return slots, {}
+    directory = gpulock.lock_dir(settings.gpu_lock_dir)
+    # the lock file's holder line until the worker started on the GPU writes its own
+    who = f"supervisor pid {os.getpid()} (session {settings.session_id}) on {settings.machine_name}"
+    taken: list[Slot] = []
+    locks: Locks = {}
+    try:
+        for slot in slots:
+            lock = gpulock.try_acquire(slot.gpu_id, who, directory)
+            holder: object = "a worker here"
+            if lock is not None:
+                holder = gpu_holder_of(db, slot_settings(settings, slot))
+                if not holder:
+                    taken.append(slot)
+                    locks[slot.gpu_id] = lock
+                    continue
+                lock.release()
             say(f"GPU {slot.gpu_id} skipped: held by {holder}")
-        else:
-            taken.append(slot)
+    except BaseException:
+        release(locks)
+        raise
     if not taken:
         raise gpulock.GpuHeld("every GPU of this host is held by a worker: one worker per GPU")
-    return taken
+    return taken, locks
+
+
+def release(locks: Locks) -> None:
+    """Let go of the locks this process still holds (each worker started holds its own)."""
+    for lock in locks.values():
+        lock.release()
 
 
 def worker_argv(settings: WorkerSettings, slot: Slot) -> list[str]:
@@ -164,8 +192,22 @@ def worker_argv(settings: WorkerSettings, slot: Slot) -> list[str]:
     return argv
 
 
-def start(db_url: str, settings: WorkerSettings, slots: list[Slot], quiet: bool = False):
-    """Start one worker process per slot; the URL travels in the environment, not in argv."""
+def start(
+    db_url: str,
+    settings: WorkerSettings,
+    slots: list[Slot],
+    quiet: bool = False,
+    locks: Locks | None = None,
+):
+    """Start one worker process per slot; the URL travels in the environment, not in argv.
+    `locks` (from `free`): each is handed to its GPU's worker, then let go of here."""
+    try:
+        return _start(db_url, settings, slots, quiet, locks or {})
+    finally:
+        release(locks or {})
+
+
+def _start(db_url: str, settings: WorkerSettings, slots: list[Slot], quiet: bool, locks: Locks):
     procs = []
     for slot in slots:
         env = {**os.environ, ENV_DB: db_url}
@@ -176,6 +218,9 @@ def start(db_url: str, settings: WorkerSettings, slots: list[Slot], quiet: bool 
             # Pin at the ROCr level: inside the worker the GPU is device 0 for HIP and rocMLIR.
             env["ROCR_VISIBLE_DEVICES"] = str(slot.gpu_id)
             env.pop("HIP_VISIBLE_DEVICES", None)
+        env.pop(ENV_GPU_LOCK_FD, None)  # a lock of this process's own parent is not the child's
+        lock = locks.get(slot.gpu_id)
+        inherited = (gpulock.hand_down(lock, env),) if lock is not None else ()
         procs.append(
             subprocess.Popen(
                 worker_argv(settings, slot),
@@ -183,8 +228,11 @@ def start(db_url: str, settings: WorkerSettings, slots: list[Slot], quiet: bool 
                 start_new_session=True,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL if quiet else None,
+                pass_fds=inherited,
             )
         )
+        if lock is not None:
+            lock.release()  # the worker's copy holds it now, for as long as the worker runs
     return procs
 
 

@@ -28,6 +28,11 @@ refuses to append another op's schema) is an error.
   Summarized in ns with stats.summarize; empty for N/A and Discarded candidates. Its fastest run
   can never be slower than the row's time (the driver's median, `--use-median`): outcome.py
   checks that, a violation is a malformed file.
+- Every time read from Stats or MeasurementsMs must be one a kernel run can take
+  (stats.MIN_KERNEL_NS to stats.MAX_KERNEL_NS, 1 ns to a day; a stddev at most a day): a cell
+  with one outside is the tool's fault, not a measurement. Its row keeps its TFlops (the
+  candidate stays) but drops its statistics, and says why (`DebugRow.dropped`, FILE:LINE), which
+  the outcome's notes carry (the worker logs them).
 - `Status` (E4): `Measured`, `N/A` or `Discarded` (outside the top k of `--two-stage-topk`);
   a candidate without TFlops keeps it as its reason.
 
@@ -126,6 +131,10 @@ PROBLEM_COLUMNS = frozenset(
 )
 
 
+class ImplausibleTime(ValueError):
+    """A Stats or MeasurementsMs time no kernel run can take (stats.kernel_time_fault)."""
+
+
 @dataclass(frozen=True)
 class DebugRow:
     """One candidate line of a `.debug` file: its perf config and the tool's TFlops (None for
@@ -139,6 +148,7 @@ class DebugRow:
     # The problem's columns as (name, value) pairs: one config's rows share them.
     problem: tuple[tuple[str, str], ...] = ()
     source: str = ""  # the file it was read from, for FILE:LINE errors
+    dropped: str = ""  # why its statistics were dropped (a time no kernel run can take)
 
     @property
     def where(self) -> str:
@@ -199,19 +209,32 @@ def _debug_row(
         raise TunerError(f"{path}:{lineno}: TFlops {text!r} is not a number") from None
     if not fields[pc_col]:
         raise TunerError(f"{path}:{lineno}: empty PerfConfig")
-    spread = None
-    if "Stats" in named:
-        spread = parse_stats(fields[named["Stats"]], f"{path}:{lineno}")
-    elif "MeasurementsMs" in named:
-        spread = _measurements(fields[named["MeasurementsMs"]])
+    spread, dropped = _statistics(fields, named, f"{path}:{lineno}")
     status = fields[named["Status"]].strip() or None if "Status" in named else None
-    return DebugRow(fields[pc_col], tflops, lineno, spread, status, source=str(path))
+    return DebugRow(
+        fields[pc_col], tflops, lineno, spread, status, source=str(path), dropped=dropped
+    )
+
+
+def _statistics(
+    fields: list[str], named: Mapping[str, int], where: str
+) -> tuple[stats.Spread | None, str]:
+    """The row's Spread (Stats or MeasurementsMs), and why it was dropped ("" if it was not)."""
+    try:
+        if "Stats" in named:
+            return parse_stats(fields[named["Stats"]], where), ""
+        if "MeasurementsMs" in named:
+            return _measurements(fields[named["MeasurementsMs"]]), ""
+    except ImplausibleTime as exc:
+        return None, f"{where}: {exc}: its statistics are dropped (a tool's fault)"
+    return None, ""
 
 
 def parse_stats(text: str, where: str = "Stats") -> stats.Spread | None:
     """A Stats cell (module docstring) as a Spread in ns; None when empty or unreadable: the
     statistics are extra, a candidate without them is still a candidate. A min above the
-    median is no measurement at all: TunerError naming `where` (FILE:LINE)."""
+    median is no measurement at all: TunerError naming `where` (FILE:LINE). A time no kernel
+    run can take (module docstring): ImplausibleTime."""
     if not text.strip():
         return None
     try:
@@ -234,6 +257,11 @@ def _runs_stats(value: Mapping[str, Any], where: str) -> stats.Spread | None:
     stddev = _ms_to_ns(value.get("stddev"))
     if median is None or median <= 0:
         return None
+    _plausible("Stats median", median, value["median"])
+    if low is not None and low > 0:
+        _plausible("Stats min", low, value["min"])
+    if stddev is not None and stddev > stats.MAX_KERNEL_NS:  # 0 and a fraction of 1 ns are fine
+        _plausible("Stats stddev", stddev, value["stddev"])
     if low is not None and low > median:
         raise TunerError(
             f"{where}: Stats min {low / NS_PER_MS:g} ms exceeds its median "
@@ -253,7 +281,17 @@ def _one_timer(value: Mapping[str, Any]) -> stats.Spread | None:
     total, iterations = _ms_to_ns(value.get("total_cpu_time")), _count(value.get("iterations"))
     if total is None or total <= 0 or iterations is None:
         return None
-    return stats.Spread(median=total / iterations, min=None, iqr=None, samples=None)
+    mean = total / iterations
+    _plausible("Stats total_cpu_time / iterations", mean, value["total_cpu_time"] / iterations)
+    return stats.Spread(median=mean, min=None, iqr=None, samples=None)
+
+
+def _plausible(what: str, ns: float, ms: float | None = None) -> None:
+    """ImplausibleTime unless `ns` is a time one kernel run can take; `ms`: the cell's value
+    as written, where the conversion overflowed (1e303 ms is inf ns)."""
+    fault = stats.kernel_time_fault(ns)
+    if fault:
+        raise ImplausibleTime(f"{what} {ns / NS_PER_MS if ms is None else ms:g} ms is {fault}")
 
 
 def _count(value: Any) -> int | None:
@@ -262,6 +300,7 @@ def _count(value: Any) -> int | None:
 
 
 def _ms_to_ns(value: Any) -> float | None:
+    """ms as ns; inf where it overflows (1e303 ms), for _plausible to refuse."""
     ms = _number(value)
     return None if ms is None else ms * NS_PER_MS
 
@@ -274,7 +313,7 @@ def _number(value: Any) -> float | None:
 
 def _measurements(text: str) -> stats.Spread | None:
     """A MeasurementsMs cell (the list's repr, in ms) summarized in ns; None when empty or
-    unreadable."""
+    unreadable; ImplausibleTime when a run is a time no kernel run can take."""
     try:
         values = json.loads(text) if text.strip() else None
     except ValueError:
@@ -287,6 +326,8 @@ def _measurements(text: str) -> stats.Spread | None:
         return None
     if not all(math.isfinite(v) and v > 0 for v in ms):
         return None
+    for value in (min(ms), max(ms)):  # 1e303 ms overflows to inf ns: checked as converted
+        _plausible("MeasurementsMs run", value * NS_PER_MS, value)
     return stats.summarize([m * NS_PER_MS for m in ms])
 
 

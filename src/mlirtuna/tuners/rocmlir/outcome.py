@@ -206,6 +206,7 @@ def row_outcome(
         if discarded is None:
             discarded = set(_DISCARDED_RE.findall(run.stderr))
         candidates = debug_candidates(debug_rows, flops, discarded, two_stage)
+        notes.extend(dropped_statistics(debug_rows))
     else:
         candidates = []
         notes.append("tuningRunner wrote no .debug file; only its winner is recorded")
@@ -220,6 +221,16 @@ def row_outcome(
         compile_end=end,  # are interleaved inside rocmlir-tuning-driver
         notes=notes,
     )
+
+
+def dropped_statistics(rows: list[DebugRow]) -> list[str]:
+    """One note for the rows whose statistics were dropped (a time no kernel run can take):
+    the first one's reason at FILE:LINE and how many more (a file of such rows is one note)."""
+    dropped = [row.dropped for row in rows if row.dropped]
+    if not dropped:
+        return []
+    more = f" (and {len(dropped) - 1} more rows)" if len(dropped) > 1 else ""
+    return [f"{dropped[0]}{more}; their candidates keep the tool's TFlops"]
 
 
 def _row_phase(row: tuningdb.TuningRow) -> tuple[dt.datetime, dt.datetime] | None:
