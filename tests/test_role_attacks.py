@@ -221,3 +221,53 @@ def test_db_roles_prints_a_login_per_host(server_db, tmp_path):
     assert "GRANT INSERT (" in printed.stdout  # column grants: never the id
     bad = cli(url, "db", "roles", "--host", "Gpu-01")
     assert bad.code == 2 and "bad host name 'Gpu-01'" in bad.stderr
+
+
+# -- issue 43 §1: one host's login cannot stop other hosts' workers ---------------------------
+PASSWORDS = {host: f"pw-{host}-{i}" for i, host in enumerate(HOSTS)}
+
+
+@pytest.fixture
+def host_logins(server_db, monkeypatch):
+    """Per-host worker logins only (no shared one), each with a password of its own; a login
+    maker for each host."""
+    for host, password in PASSWORDS.items():
+        monkeypatch.setenv(roles.PASSWORD_ENV.format(f"WORKER_{host.upper()}"), password)
+    with role_prefix(server_db, hosts=HOSTS) as name:
+        roles.apply_roles(server_db, name, hosts=HOSTS)
+        yield lambda host: Database(
+            server_db.url.set(username=f"{name}_worker_{host}", password=PASSWORDS[host])
+        )
+        if server_db.backend == "postgresql":
+            with server_db.engine.begin() as conn:
+                for role in roles.host_roles(name, HOSTS):
+                    conn.exec_driver_sql(f'ALTER ROLE "{role}" RESET ALL')
+
+
+def _run(worker_db: Database, sid: int, **settings):
+    w = Worker(worker_db, WorkerSettings(session_id=sid, tuner="sleep", until_empty=True,
+               **settings), tuner=SleepTuner(0))  # fmt: skip
+    try:
+        return w.run()
+    finally:
+        worker_db.dispose()
+
+
+def test_a_forged_result_row_fails_only_its_job(server_db, host_logins, tmp_path):
+    """Host a's login writes the winner of a job host b will record: b fails that job (final,
+    naming the row) and goes on; before, b exited 2 and so did every next claimer."""
+    sid = make_session(server_db, tmp_path, 3, tuner="sleep")
+    ids = _ids(server_db, sid)
+    with host_logins("a").engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO result (session_id, problem_id, job_id, perf_config, perf_family, "
+            f"key_suffix) VALUES ({sid}, {ids['problem_id']}, {ids['job_id']}, 'x', '', '')"
+        )
+    stats = _run(host_logins("b"), sid)
+    assert (stats.completed, stats.failed) == (2, 1)
+    assert job_states(server_db, sid) == {"completed": 2, "error": 1}
+    with server_db.session() as s:
+        message = s.scalar(sa.text(f"SELECT result FROM job WHERE id = {ids['job_id']}"))
+    assert "record refused: result row" in message and "did not write it" in message
+    # Failed for good: a next worker finds nothing to do (no poison job claimed again).
+    assert _run(host_logins("a"), sid).failed == 0
