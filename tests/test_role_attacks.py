@@ -26,7 +26,7 @@ pytestmark = pytest.mark.backends("postgresql", "mysql")
 @pytest.fixture
 def prefix(server_db):
     with role_prefix(server_db, hosts=HOSTS) as name:
-        roles.apply_roles(server_db, name, hosts=HOSTS)
+        roles.apply_roles(server_db, name, hosts=HOSTS, shared=True)
         yield name
         if server_db.backend == "postgresql":  # the attacks' settings, undone before DROP ROLE
             with server_db.engine.begin() as conn:
@@ -209,7 +209,8 @@ def test_every_growing_id_is_64_bit(db):
 
 def test_db_roles_prints_a_login_per_host(server_db, tmp_path):
     url = server_db.url.render_as_string(hide_password=False)
-    printed = cli(url, "db", "roles", "--prefix", "tq", "--host", "gpu01", "--host", "gpu02")
+    hosts = ("--host", "gpu01", "--host", "gpu02")
+    printed = cli(url, "db", "roles", "--prefix", "tq", *hosts, "--shared-worker-login")
     assert printed.code == 0, printed.stderr
     if server_db.backend == "postgresql":
         assert 'CREATE ROLE "tq_workers" NOLOGIN' in printed.stdout
@@ -218,6 +219,7 @@ def test_db_roles_prints_a_login_per_host(server_db, tmp_path):
         )
     else:
         assert "CREATE USER IF NOT EXISTS 'tq_worker_gpu02'@'%'" in printed.stdout
+        assert "CREATE USER IF NOT EXISTS 'tq_worker'@'%'" in printed.stdout
     assert "GRANT INSERT (" in printed.stdout  # column grants: never the id
     bad = cli(url, "db", "roles", "--host", "Gpu-01")
     assert bad.code == 2 and "bad host name 'Gpu-01'" in bad.stderr
@@ -233,11 +235,18 @@ def host_logins(server_db, monkeypatch):
     maker for each host."""
     for host, password in PASSWORDS.items():
         monkeypatch.setenv(roles.PASSWORD_ENV.format(f"WORKER_{host.upper()}"), password)
+    made: list[Database] = []
+
+    def login(host: str) -> Database:
+        made.append(Database(server_db.url.set(username=f"{name}_worker_{host}",
+                                               password=PASSWORDS[host])))  # fmt: skip
+        return made[-1]
+
     with role_prefix(server_db, hosts=HOSTS) as name:
         roles.apply_roles(server_db, name, hosts=HOSTS)
-        yield lambda host: Database(
-            server_db.url.set(username=f"{name}_worker_{host}", password=PASSWORDS[host])
-        )
+        yield login
+        for db in made:
+            db.dispose()
         if server_db.backend == "postgresql":
             with server_db.engine.begin() as conn:
                 for role in roles.host_roles(name, HOSTS):
@@ -271,3 +280,59 @@ def test_a_forged_result_row_fails_only_its_job(server_db, host_logins, tmp_path
     assert "record refused: result row" in message and "did not write it" in message
     # Failed for good: a next worker finds nothing to do (no poison job claimed again).
     assert _run(host_logins("a"), sid).failed == 0
+
+
+def _login_exists(db: Database, name: str) -> bool:
+    query = (
+        "SELECT 1 FROM pg_roles WHERE rolname = :n"
+        if db.backend == "postgresql"
+        else "SELECT 1 FROM mysql.user WHERE user = :n"
+    )
+    with db.engine.connect() as conn:
+        return conn.execute(sa.text(query), {"n": name}).first() is not None
+
+
+def test_per_host_logins_make_no_shared_login(server_db, host_logins, tmp_path):
+    """With --host, no PREFIX_worker that every host could share (and so stop): unless asked."""
+    prefix = host_logins("a").url.username.removesuffix("_worker_a")
+    assert not _login_exists(server_db, f"{prefix}_worker")
+    assert _login_exists(server_db, f"{prefix}_worker_a")
+    url = server_db.url.render_as_string(hide_password=False)
+    printed = cli(url, "db", "roles", "--prefix", "tq", "--host", "gpu01")
+    assert printed.code == 0, printed.stderr
+    assert "no shared login tq_worker" in printed.stderr
+    if server_db.backend == "postgresql":
+        assert 'GRANT "tq_workers" TO "tq_worker_gpu01";' in printed.stdout
+        assert "rolname = 'tq_worker'" not in printed.stdout
+    else:
+        assert "'tq_worker_gpu01'@" in printed.stdout and "'tq_worker'@" not in printed.stdout
+
+
+def test_the_worker_group_draws_no_session_problem_or_quick_list_id(server_db, host_logins):
+    """Those ids are 32-bit and workers never insert there: drawn to their end by one login,
+    they stopped import and `session new`. The worker's own sequences stay drawable."""
+    a = host_logins("a")
+    try:
+        for table in ("session", "problem", "quick_list"):
+            if server_db.backend == "postgresql":
+                assert denied(a, f"SELECT nextval('{table}_id_seq')"), table
+            else:  # AUTO_INCREMENT: drawn only by an INSERT, which the worker may not do there
+                assert denied(a, f"INSERT INTO {table} () VALUES ()"), table
+        if server_db.backend == "postgresql":
+            with a.engine.begin() as conn:
+                assert conn.exec_driver_sql("SELECT nextval('attempt_id_seq')").scalar()
+    finally:
+        a.dispose()
+
+
+def test_search_path_set_on_the_workers_role_cannot_stop_it(server_db, host_logins, tmp_path):
+    """A role may set its own search_path; the worker sends its own in the startup packet."""
+    if server_db.backend != "postgresql":
+        pytest.skip("ALTER ROLE … SET is PostgreSQL's (MariaDB has no per-user defaults)")
+    a = host_logins("a")
+    try:
+        assert not denied(a, f"ALTER ROLE \"{a.url.username}\" SET search_path = 'nowhere'")
+    finally:
+        a.dispose()
+    sid = make_session(server_db, tmp_path, 2, tuner="sleep")
+    assert _run(host_logins("a"), sid).completed == 2

@@ -68,6 +68,12 @@ def roles(
         help="A worker login of this host's own, PREFIX_worker_NAME (repeatable): a member of "
         "the worker group, so that no host can change another's login or end its connections.",
     ),
+    shared_worker_login: bool = typer.Option(
+        False,
+        "--shared-worker-login",
+        help="With --host, make the shared login PREFIX_worker too (without --host it is "
+        "always made): any host on it can stop every other host on it.",
+    ),
 ) -> None:
     """Least-privilege roles: admin (everything), worker (claim and record only), reader (SELECT).
 
@@ -77,8 +83,14 @@ def roles(
 
     db = common.database(ctx)
     hosts = tuple(host or ())
+    shared = roles_api.shared_login(hosts, shared_worker_login or None)
+    if not shared:
+        common.err(
+            f"no shared login {prefix}_worker: each --host logs in as its own "
+            "(--shared-worker-login makes it; one made before keeps its grants until dropped)"
+        )
     if apply:
-        unset = roles_api.unset_password_variables(hosts)
+        unset = roles_api.unset_password_variables(hosts, shared)
         if unset and not without_passwords:
             # Roles made without a password exist, yet nobody can log in as them: say so first.
             raise UserError(
@@ -88,9 +100,10 @@ def roles(
             )
         if unset:
             common.err(f"warning: {', '.join(unset)} unset: those roles get no new password")
-        roles_api.apply_roles(db, prefix, hosts)
+        roles_api.apply_roles(db, prefix, hosts, shared)
         names = [*roles_api.role_names(prefix).values(), *roles_api.host_roles(prefix, hosts)]
+        names = [n for n in names if shared or n != f"{prefix}_worker"]
         common.err(f"{db.display_url}: roles {', '.join(names)} ready")
         return
-    for statement in roles_api.roles_sql(db, prefix, hosts=hosts):
+    for statement in roles_api.roles_sql(db, prefix, hosts=hosts, shared=shared):
         print(f"{statement};")
