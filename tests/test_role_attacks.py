@@ -11,6 +11,7 @@ from support.clitools import cli
 from support.dbroles import as_role, fixture_server_db, role_prefix  # noqa: F401 (the server_db fixture)
 from support.workers import job_states, make_session
 
+from mlirtuna import machine
 from mlirtuna.db import Database, roles
 from mlirtuna.tuners.sleep import SleepTuner
 from mlirtuna.worker import Worker, WorkerSettings
@@ -336,3 +337,42 @@ def test_search_path_set_on_the_workers_role_cannot_stop_it(server_db, host_logi
         a.dispose()
     sid = make_session(server_db, tmp_path, 2, tuner="sleep")
     assert _run(host_logins("a"), sid).completed == 2
+
+
+FAR_FUTURE = "2999-01-01 00:00:00"
+
+
+def test_a_forged_gpu_holder_does_not_stop_gpu_workers(server_db, host_logins, tmp_path,
+                                                       monkeypatch):  # fmt: skip
+    """Host a's login sets a job running under an unbounded lease, with an attempt naming host
+    b's GPU key: before, every worker on that GPU exited 2 (or waited forever with
+    --wait-for-gpu). A lease no claim could set is not trusted, and lease expiry ends it."""
+    monkeypatch.setattr(machine, "gpu_identity", lambda i: machine.GpuIdentity("uid:0xbeef"))
+    sid = make_session(server_db, tmp_path, 3, tuner="sleep")
+    forged = _ids(server_db, sid)["job_id"]
+    with host_logins("a").engine.begin() as conn:
+        conn.exec_driver_sql(
+            f"UPDATE job SET state = 'running', lease_token = 'forged', "
+            f"lease_expires_at = '{FAR_FUTURE}' WHERE id = {forged}"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO attempt (job_id, lease_token, machine_name, gpu_id, pid, claimed_at, "
+            f"gpu, gpu_perf, worker) VALUES ({forged}, 'forged', 'elsewhere', 0, 1, "
+            "CURRENT_TIMESTAMP, 'uid:0xbeef', '', 'forger')"
+        )
+    for wait in (False, True):
+        settings = WorkerSettings(session_id=sid, tuner="sleep", gpu_id=0, until_empty=True,
+                                  machine_name="b", wait_for_gpu=wait)  # fmt: skip
+        worker = Worker(host_logins("b"), settings, tuner=SleepTuner(0))
+        assert worker.claimant.gpu == "uid:0xbeef"
+        worker.run()  # neither GpuHeld nor a wait without end
+    # The forged job went back to the queue (lease expiry) and was tuned like the others.
+    assert job_states(server_db, sid) == {"completed": 3}
+
+
+def test_a_lease_longer_than_the_longest_allowed_is_refused(server_db, tmp_path):
+    sid = make_session(server_db, tmp_path, 1, tuner="sleep")
+    url = server_db.url.render_as_string(hide_password=False)
+    ran = cli(url, "worker", "--session", str(sid), "--lease", "1e9", "--until-empty")
+    assert ran.code == 2 and "--lease 1e+09: give more than 0 and at most 3600" in ran.stderr
+    assert job_states(server_db, sid) == {"new": 1}

@@ -320,8 +320,10 @@ def release(db: Database, lease: Lease, why: str = "given back by a stopping wor
 
 
 def reclaim_expired(db: Database, *, max_retries: int, session_id: int | None = None) -> int:
-    """Jobs whose lease ran out (worker killed, machine gone) go back to new, or to error."""
-    expired = sa.and_(Job.state == RUNNING, Job.lease_expires_at < db_now())
+    """Jobs whose lease ran out (worker killed, machine gone) go back to new, or to error; so
+    does a job whose lease runs out later than any claim or heartbeat sets (forged)."""
+    lease = Job.lease_expires_at
+    expired = sa.and_(Job.state == RUNNING, sa.or_(lease < db_now(), lease > sql.PLAUSIBLE_LEASE))
     if session_id is not None:
         expired = sa.and_(expired, Job.session_id == session_id)
     with db.session(immediate=True) as s:
