@@ -15,12 +15,15 @@
 
 The worker never chooses an id: INSERT is granted on every column but `id` (a row named ahead
 of its sequence made every later insert fail "duplicate key"; one at 2^31 - 2 left MariaDB's
-AUTO_INCREMENT at its maximum). On PostgreSQL the worker's privileges belong to a NOLOGIN
-group role, PREFIX_workers; PREFIX_worker and each host's PREFIX_worker_HOST (`--host`) log in
-as members of it. A host's role can change only its own settings and password and end only its
-own connections (ALTER ROLE … SET, pg_terminate_backend), and the worker sets the session
-settings it relies on when it connects (engine.py), so one host cannot stop another. On
-MariaDB/MySQL each host is a user of its own with the worker's grants.
+AUTO_INCREMENT at its maximum), and it draws only the sequences of the rows it inserts (never
+session, problem or quick_list: 32-bit, drawn to their end they stopped import). On PostgreSQL
+the worker's privileges belong to a NOLOGIN group role, PREFIX_workers; each host's
+PREFIX_worker_HOST (`--host`) logs in as a member of it, and so does the shared PREFIX_worker,
+made only without `--host` or when asked for (shared_login). A host's role can change only its
+own settings and password and end only its own connections (ALTER ROLE … SET,
+pg_terminate_backend), and the worker sets the session settings it relies on when it connects
+(engine.py), so one host cannot stop another. On MariaDB/MySQL each host is a user of its own
+with the worker's grants.
 
 What each role can still do is listed in docs/architecture.md's failure-model table.
 
