@@ -17,7 +17,6 @@ from mlirtuna.defaults import (
     DEFAULT_LEASE_S,
     ENV_GPU_LOCK_DIR,
     ENV_RETRY_BACKOFF,
-    MAX_LEASE_S,
 )
 from mlirtuna.errors import UserError
 
@@ -119,14 +118,10 @@ def worker(
 ) -> None:
     """Run workers for a session: one process per GPU, each claiming jobs until stopped."""
     from mlirtuna import sessions, tuners
-    from mlirtuna.worker import WorkerSettings, role_stage, session_tuner, supervisor
+    from mlirtuna.worker import WorkerSettings, check_lease, role_stage, session_tuner, supervisor
 
     common.check_batch(batch)
-    if not 0 < lease <= MAX_LEASE_S:
-        raise UserError(
-            f"--lease {lease:g}: give more than 0 and at most {MAX_LEASE_S:g} seconds (a longer "
-            "lease is not trusted: the claim's GPU check ignores it and lease expiry ends it)"
-        )
+    check_lease(lease)
     if batch_wait < 0:
         raise UserError(f"--batch-wait {batch_wait:g}: give 0 or more seconds")
     if not common.state(ctx).debug:
