@@ -376,3 +376,18 @@ def test_a_lease_longer_than_the_longest_allowed_is_refused(server_db, tmp_path)
     ran = cli(url, "worker", "--session", str(sid), "--lease", "1e9", "--until-empty")
     assert ran.code == 2 and "--lease 1e+09: give more than 0 and at most 3600" in ran.stderr
     assert job_states(server_db, sid) == {"new": 1}
+
+
+def test_a_rerun_without_host_keeps_to_the_per_host_logins(server_db, host_logins):
+    """`db roles --apply` again (after `db upgrade`) without --host: the hosts' logins are
+    granted again, and no shared login appears beside them."""
+    prefix = host_logins("a").url.username.removesuffix("_worker_a")
+    url = server_db.url.render_as_string(hide_password=False)
+    ran = cli(url, "db", "roles", "--prefix", prefix, "--apply", "--without-passwords")
+    assert ran.code == 0, ran.stderr
+    assert "hosts with a worker login already: a, b" in ran.stderr
+    assert not _login_exists(server_db, f"{prefix}_worker")
+    printed = cli(url, "db", "roles", "--prefix", prefix)
+    assert f"{prefix}_worker_b" in printed.stdout
+    with host_logins("a").engine.connect() as conn:  # its password kept
+        assert conn.exec_driver_sql("SELECT 1").scalar() == 1

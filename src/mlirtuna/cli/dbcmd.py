@@ -82,15 +82,20 @@ def roles(
     from mlirtuna.db import roles as roles_api
 
     db = common.database(ctx)
-    hosts = tuple(host or ())
+    given = tuple(host or ())
+    found = tuple(h for h in roles_api.existing_hosts(db, prefix) if h not in given)
+    if found:
+        common.err(f"hosts with a worker login already: {', '.join(found)} (granted again)")
+    hosts = given + found
     shared = roles_api.shared_login(hosts, shared_worker_login or None)
     if not shared:
         common.err(
-            f"no shared login {prefix}_worker: each --host logs in as its own "
+            f"no shared login {prefix}_worker: each host logs in as its own "
             "(--shared-worker-login makes it; one made before keeps its grants until dropped)"
         )
     if apply:
-        unset = roles_api.unset_password_variables(hosts, shared)
+        # A login found keeps its password unless its variable is set.
+        unset = roles_api.unset_password_variables(given, shared)
         if unset and not without_passwords:
             # Roles made without a password exist, yet nobody can log in as them: say so first.
             raise UserError(

@@ -137,6 +137,25 @@ def host_roles(prefix: str, hosts: tuple[str, ...] | list[str]) -> list[str]:
     return names
 
 
+def existing_hosts(db: Database, prefix: str) -> tuple[str, ...]:
+    """The hosts whose logins PREFIX_worker_HOST exist already (an earlier `db roles --host`):
+    a later run without --host grants them again and makes no shared login beside them. ()
+    where the server's list of users cannot be read."""
+    query = (
+        "SELECT rolname FROM pg_roles WHERE rolcanlogin"
+        if db.backend == "postgresql"
+        else "SELECT user FROM mysql.user WHERE host = '%%'"
+    )
+    start = f"{role_names(prefix)['worker']}_"
+    try:
+        with db.engine.connect() as conn:
+            users = [row[0] for row in conn.exec_driver_sql(query)]
+    except sa.exc.DBAPIError:  # no right to read the list of users: only --host counts
+        return ()
+    found = (u.removeprefix(start) for u in users if isinstance(u, str) and u.startswith(start))
+    return tuple(sorted(h for h in found if _NAME.match(h)))
+
+
 def _logins(names: dict[str, str], logins: list[str], shared: bool) -> list[tuple[str, str]]:
     """(password key, login) of every role that logs in (the shared worker login only when
     `shared`): a host's password is read from MLIRTUNA_ROLE_PASSWORD_WORKER_<HOST>."""
