@@ -3,6 +3,7 @@ expired leases, release, requeue, cancel."""
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -322,3 +323,42 @@ def test_cli_jobs_list_show_requeue_cancel(db_url, tmp_path):
     assert cli(db_url, "jobs", "requeue", "--session", str(sid)).stdout.strip() == "1 jobs requeued"
     cancelled = cli(db_url, "jobs", "cancel", "--session", str(sid), "--all")
     assert cancelled.stdout.strip() == "2 jobs cancelled"
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_record_that_clashes_with_a_row_it_did_not_write_fails_only_its_job(db, tmp_path, batch):
+    """Issue 43 §1 on every backend: a result row already there for a job's session and problem
+    (written by anyone but this record) fails that job for good, naming the row; the worker
+    records the others (one at a time: the record that claims the next; a batch: each alone)."""
+    from support.workers import job_states, make_session
+
+    from mlirtuna.tuners.sleep import SleepTuner
+    from mlirtuna.worker import Worker, WorkerSettings
+
+    sid = make_session(db, tmp_path, 4, tuner="sleep")
+    with db.session() as s:
+        job = s.scalars(sa.select(Job).where(Job.session_id == sid).order_by(Job.id)).all()[1]
+        s.add(Result(session_id=sid, problem_id=job.problem_id, job_id=job.id, perf_config="x"))
+        s.commit()
+        job_id = job.id
+    settings = WorkerSettings(session_id=sid, tuner="sleep", until_empty=True, batch=batch)
+    stats = Worker(db, settings, tuner=SleepTuner(0)).run()
+    assert (stats.completed, stats.failed) == (3, 1)
+    assert job_states(db, sid) == {"completed": 3, "error": 1}
+    with db.session() as s:
+        failed = s.get(Job, job_id)
+        assert failed is not None and failed.state == "error"
+        assert "record refused: result row" in (failed.result or "")
+
+
+def test_a_worker_refuses_a_lease_longer_than_the_longest_allowed(db, tmp_path):
+    from support.workers import make_session
+
+    from mlirtuna.worker import Worker, WorkerSettings
+
+    sid = make_session(db, tmp_path, 1, tuner="sleep")
+    for lease_s in (0.0, 3600.5, 1e9):
+        with pytest.raises(
+            UserError, match=rf"^--lease {re.escape(f'{lease_s:g}')}: give more than 0"
+        ):
+            Worker(db, WorkerSettings(session_id=sid, tuner="sleep", lease_s=lease_s))

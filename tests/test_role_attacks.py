@@ -11,6 +11,7 @@ from support.clitools import cli
 from support.dbroles import as_role, fixture_server_db, role_prefix  # noqa: F401 (the server_db fixture)
 from support.workers import job_states, make_session
 
+from mlirtuna import machine
 from mlirtuna.db import Database, roles
 from mlirtuna.tuners.sleep import SleepTuner
 from mlirtuna.worker import Worker, WorkerSettings
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.backends("postgresql", "mysql")
 @pytest.fixture
 def prefix(server_db):
     with role_prefix(server_db, hosts=HOSTS) as name:
-        roles.apply_roles(server_db, name, hosts=HOSTS)
+        roles.apply_roles(server_db, name, hosts=HOSTS, shared=True)
         yield name
         if server_db.backend == "postgresql":  # the attacks' settings, undone before DROP ROLE
             with server_db.engine.begin() as conn:
@@ -209,7 +210,8 @@ def test_every_growing_id_is_64_bit(db):
 
 def test_db_roles_prints_a_login_per_host(server_db, tmp_path):
     url = server_db.url.render_as_string(hide_password=False)
-    printed = cli(url, "db", "roles", "--prefix", "tq", "--host", "gpu01", "--host", "gpu02")
+    hosts = ("--host", "gpu01", "--host", "gpu02")
+    printed = cli(url, "db", "roles", "--prefix", "tq", *hosts, "--shared-worker-login")
     assert printed.code == 0, printed.stderr
     if server_db.backend == "postgresql":
         assert 'CREATE ROLE "tq_workers" NOLOGIN' in printed.stdout
@@ -218,6 +220,174 @@ def test_db_roles_prints_a_login_per_host(server_db, tmp_path):
         )
     else:
         assert "CREATE USER IF NOT EXISTS 'tq_worker_gpu02'@'%'" in printed.stdout
+        assert "CREATE USER IF NOT EXISTS 'tq_worker'@'%'" in printed.stdout
     assert "GRANT INSERT (" in printed.stdout  # column grants: never the id
     bad = cli(url, "db", "roles", "--host", "Gpu-01")
     assert bad.code == 2 and "bad host name 'Gpu-01'" in bad.stderr
+
+
+# -- issue 43 §1: one host's login cannot stop other hosts' workers ---------------------------
+PASSWORDS = {host: f"pw-{host}-{i}" for i, host in enumerate(HOSTS)}
+
+
+@pytest.fixture
+def host_logins(server_db, monkeypatch):
+    """Per-host worker logins only (no shared one), each with a password of its own; a login
+    maker for each host."""
+    for host, password in PASSWORDS.items():
+        monkeypatch.setenv(roles.PASSWORD_ENV.format(f"WORKER_{host.upper()}"), password)
+    made: list[Database] = []
+
+    def login(host: str) -> Database:
+        made.append(Database(server_db.url.set(username=f"{name}_worker_{host}",
+                                               password=PASSWORDS[host])))  # fmt: skip
+        return made[-1]
+
+    with role_prefix(server_db, hosts=HOSTS) as name:
+        roles.apply_roles(server_db, name, hosts=HOSTS)
+        yield login
+        for db in made:
+            db.dispose()
+        if server_db.backend == "postgresql":
+            with server_db.engine.begin() as conn:
+                for role in roles.host_roles(name, HOSTS):
+                    conn.exec_driver_sql(f'ALTER ROLE "{role}" RESET ALL')
+
+
+def _run(worker_db: Database, sid: int, **settings):
+    w = Worker(worker_db, WorkerSettings(session_id=sid, tuner="sleep", until_empty=True,
+               **settings), tuner=SleepTuner(0))  # fmt: skip
+    try:
+        return w.run()
+    finally:
+        worker_db.dispose()
+
+
+def test_a_forged_result_row_fails_only_its_job(server_db, host_logins, tmp_path):
+    """Host a's login writes the winner of a job host b will record: b fails that job (final,
+    naming the row) and goes on; before, b exited 2 and so did every next claimer."""
+    sid = make_session(server_db, tmp_path, 3, tuner="sleep")
+    ids = _ids(server_db, sid)
+    with host_logins("a").engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO result (session_id, problem_id, job_id, perf_config, perf_family, "
+            f"key_suffix) VALUES ({sid}, {ids['problem_id']}, {ids['job_id']}, 'x', '', '')"
+        )
+    stats = _run(host_logins("b"), sid)
+    assert (stats.completed, stats.failed) == (2, 1)
+    assert job_states(server_db, sid) == {"completed": 2, "error": 1}
+    with server_db.session() as s:
+        message = s.scalar(sa.text(f"SELECT result FROM job WHERE id = {ids['job_id']}"))
+    assert "record refused: result row" in message and "did not write it" in message
+    # Failed for good: a next worker finds nothing to do (no poison job claimed again).
+    assert _run(host_logins("a"), sid).failed == 0
+
+
+def _login_exists(db: Database, name: str) -> bool:
+    query = (
+        "SELECT 1 FROM pg_roles WHERE rolname = :n"
+        if db.backend == "postgresql"
+        else "SELECT 1 FROM mysql.user WHERE user = :n"
+    )
+    with db.engine.connect() as conn:
+        return conn.execute(sa.text(query), {"n": name}).first() is not None
+
+
+def test_per_host_logins_make_no_shared_login(server_db, host_logins, tmp_path):
+    """With --host, no PREFIX_worker that every host could share (and so stop): unless asked."""
+    prefix = host_logins("a").url.username.removesuffix("_worker_a")
+    assert not _login_exists(server_db, f"{prefix}_worker")
+    assert _login_exists(server_db, f"{prefix}_worker_a")
+    url = server_db.url.render_as_string(hide_password=False)
+    printed = cli(url, "db", "roles", "--prefix", "tq", "--host", "gpu01")
+    assert printed.code == 0, printed.stderr
+    assert "no shared login tq_worker" in printed.stderr
+    if server_db.backend == "postgresql":
+        assert 'GRANT "tq_workers" TO "tq_worker_gpu01";' in printed.stdout
+        assert "rolname = 'tq_worker'" not in printed.stdout
+    else:
+        assert "'tq_worker_gpu01'@" in printed.stdout and "'tq_worker'@" not in printed.stdout
+
+
+def test_the_worker_group_draws_no_session_problem_or_quick_list_id(server_db, host_logins):
+    """Those ids are 32-bit and workers never insert there: drawn to their end by one login,
+    they stopped import and `session new`. The worker's own sequences stay drawable."""
+    a = host_logins("a")
+    try:
+        for table in ("session", "problem", "quick_list"):
+            if server_db.backend == "postgresql":
+                assert denied(a, f"SELECT nextval('{table}_id_seq')"), table
+            else:  # AUTO_INCREMENT: drawn only by an INSERT, which the worker may not do there
+                assert denied(a, f"INSERT INTO {table} () VALUES ()"), table
+        if server_db.backend == "postgresql":
+            with a.engine.begin() as conn:
+                assert conn.exec_driver_sql("SELECT nextval('attempt_id_seq')").scalar()
+    finally:
+        a.dispose()
+
+
+def test_search_path_set_on_the_workers_role_cannot_stop_it(server_db, host_logins, tmp_path):
+    """A role may set its own search_path; the worker sends its own in the startup packet."""
+    if server_db.backend != "postgresql":
+        pytest.skip("ALTER ROLE … SET is PostgreSQL's (MariaDB has no per-user defaults)")
+    a = host_logins("a")
+    try:
+        assert not denied(a, f"ALTER ROLE \"{a.url.username}\" SET search_path = 'nowhere'")
+    finally:
+        a.dispose()
+    sid = make_session(server_db, tmp_path, 2, tuner="sleep")
+    assert _run(host_logins("a"), sid).completed == 2
+
+
+FAR_FUTURE = "2999-01-01 00:00:00"
+
+
+def test_a_forged_gpu_holder_does_not_stop_gpu_workers(server_db, host_logins, tmp_path,
+                                                       monkeypatch):  # fmt: skip
+    """Host a's login sets a job running under an unbounded lease, with an attempt naming host
+    b's GPU key: before, every worker on that GPU exited 2 (or waited forever with
+    --wait-for-gpu). A lease no claim could set is not trusted, and lease expiry ends it."""
+    monkeypatch.setattr(machine, "gpu_identity", lambda i: machine.GpuIdentity("uid:0xbeef"))
+    sid = make_session(server_db, tmp_path, 3, tuner="sleep")
+    forged = _ids(server_db, sid)["job_id"]
+    with host_logins("a").engine.begin() as conn:
+        conn.exec_driver_sql(
+            f"UPDATE job SET state = 'running', lease_token = 'forged', "
+            f"lease_expires_at = '{FAR_FUTURE}' WHERE id = {forged}"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO attempt (job_id, lease_token, machine_name, gpu_id, pid, claimed_at, "
+            f"gpu, gpu_perf, worker) VALUES ({forged}, 'forged', 'elsewhere', 0, 1, "
+            "CURRENT_TIMESTAMP, 'uid:0xbeef', '', 'forger')"
+        )
+    for wait in (False, True):
+        settings = WorkerSettings(session_id=sid, tuner="sleep", gpu_id=0, until_empty=True,
+                                  machine_name="b", wait_for_gpu=wait)  # fmt: skip
+        worker = Worker(host_logins("b"), settings, tuner=SleepTuner(0))
+        assert worker.claimant.gpu == "uid:0xbeef"
+        worker.run()  # neither GpuHeld nor a wait without end
+    # The forged job went back to the queue (lease expiry) and was tuned like the others.
+    assert job_states(server_db, sid) == {"completed": 3}
+
+
+def test_a_lease_longer_than_the_longest_allowed_is_refused(server_db, tmp_path):
+    sid = make_session(server_db, tmp_path, 1, tuner="sleep")
+    url = server_db.url.render_as_string(hide_password=False)
+    ran = cli(url, "worker", "--session", str(sid), "--lease", "1e9", "--until-empty")
+    assert ran.code == 2 and "--lease 1e+09: give more than 0 and at most 3600" in ran.stderr
+    assert job_states(server_db, sid) == {"new": 1}
+
+
+def test_a_rerun_without_host_keeps_to_the_per_host_logins(server_db, host_logins):
+    """`db roles --apply` again (after `db upgrade`) without --host: the hosts' logins are
+    granted again, and no shared login appears beside them."""
+    prefix = host_logins("a").url.username.removesuffix("_worker_a")
+    url = server_db.url.render_as_string(hide_password=False)
+    ran = cli(url, "db", "roles", "--prefix", prefix, "--apply", "--without-passwords")
+    assert ran.code == 0, ran.stderr
+    assert "hosts with a worker login already: a, b" in ran.stderr
+    assert not _login_exists(server_db, f"{prefix}_worker")
+    printed = cli(url, "db", "roles", "--prefix", prefix)
+    assert f"{prefix}_worker_b" in printed.stdout
+    with host_logins("a").engine.connect() as conn:  # its password kept
+        assert conn.exec_driver_sql("SELECT 1").scalar() == 1

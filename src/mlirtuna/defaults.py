@@ -11,6 +11,10 @@ CONFIG_LIST_OPS = OPS[:-1]
 DEFAULT_TUNING_SPACE = "full"  # tuningRunner E3's default
 DEFAULT_TUNER = "cpu"  # `session new`: what runs anywhere (tuners/registry.py knows them all)
 DEFAULT_LEASE_S = 120.0
+# The longest lease a worker may take (`--lease`): a job's lease that runs out later than this
+# from now was not set by a claim or a heartbeat (a worker login may UPDATE lease_expires_at):
+# the claim's GPU check does not trust it and lease expiry takes the job back (issue 43).
+MAX_LEASE_S = 3600.0
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_BACKOFF_S = 10.0
 DEFAULT_BATCH_WAIT_S = 2.0  # a GPU worker's wait for a full batch of bundles: ~ one tool start-up

@@ -50,6 +50,11 @@ class NotFound(UserError):
     """A session, job or problem that does not exist."""
 
 
+class RecordConflict(MlirtunaError):
+    """A job's record clashes with a row already in the database (a result for its session and
+    problem that its own record did not write): the job fails, never the worker."""
+
+
 class TunerError(MlirtunaError):
     """The tuner failed on one job: the job is retried or ends in error, never lost.
 

@@ -68,6 +68,12 @@ def roles(
         help="A worker login of this host's own, PREFIX_worker_NAME (repeatable): a member of "
         "the worker group, so that no host can change another's login or end its connections.",
     ),
+    shared_worker_login: bool = typer.Option(
+        False,
+        "--shared-worker-login",
+        help="With --host, make the shared login PREFIX_worker too (without --host it is "
+        "always made): any host on it can stop every other host on it.",
+    ),
 ) -> None:
     """Least-privilege roles: admin (everything), worker (claim and record only), reader (SELECT).
 
@@ -76,9 +82,20 @@ def roles(
     from mlirtuna.db import roles as roles_api
 
     db = common.database(ctx)
-    hosts = tuple(host or ())
+    given = tuple(host or ())
+    found = tuple(h for h in roles_api.existing_hosts(db, prefix) if h not in given)
+    if found:
+        common.err(f"hosts with a worker login already: {', '.join(found)} (granted again)")
+    hosts = given + found
+    shared = roles_api.shared_login(hosts, shared_worker_login or None)
+    if not shared:
+        common.err(
+            f"no shared login {prefix}_worker: each host logs in as its own "
+            "(--shared-worker-login makes it; one made before keeps its grants until dropped)"
+        )
     if apply:
-        unset = roles_api.unset_password_variables(hosts)
+        # A login found keeps its password unless its variable is set.
+        unset = roles_api.unset_password_variables(given, shared)
         if unset and not without_passwords:
             # Roles made without a password exist, yet nobody can log in as them: say so first.
             raise UserError(
@@ -88,9 +105,10 @@ def roles(
             )
         if unset:
             common.err(f"warning: {', '.join(unset)} unset: those roles get no new password")
-        roles_api.apply_roles(db, prefix, hosts)
+        roles_api.apply_roles(db, prefix, hosts, shared)
         names = [*roles_api.role_names(prefix).values(), *roles_api.host_roles(prefix, hosts)]
+        names = [n for n in names if shared or n != f"{prefix}_worker"]
         common.err(f"{db.display_url}: roles {', '.join(names)} ready")
         return
-    for statement in roles_api.roles_sql(db, prefix, hosts=hosts):
+    for statement in roles_api.roles_sql(db, prefix, hosts=hosts, shared=shared):
         print(f"{statement};")

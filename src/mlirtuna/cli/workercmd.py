@@ -118,9 +118,10 @@ def worker(
 ) -> None:
     """Run workers for a session: one process per GPU, each claiming jobs until stopped."""
     from mlirtuna import sessions, tuners
-    from mlirtuna.worker import WorkerSettings, role_stage, session_tuner, supervisor
+    from mlirtuna.worker import WorkerSettings, check_lease, role_stage, session_tuner, supervisor
 
     common.check_batch(batch)
+    check_lease(lease)
     if batch_wait < 0:
         raise UserError(f"--batch-wait {batch_wait:g}: give 0 or more seconds")
     if not common.state(ctx).debug:

@@ -59,6 +59,9 @@ OWN_SESSION_SETTINGS = {
     "statement_timeout": "0",
     "lock_timeout": "0",
     "idle_in_transaction_session_timeout": "0",
+    # mlirtuna's tables live in schema public (db roles grants there); a role's own
+    # `search_path = 'nowhere'` made every worker on it say "no mlirtuna schema" (issue 43).
+    "search_path": "public",
 }
 # Settings of newer servers (14, 17): asked for too; a server without them refuses the startup
 # packet ("unrecognized configuration parameter"), and is asked again without them.
@@ -66,9 +69,12 @@ NEWER_SESSION_SETTINGS = {"idle_session_timeout": "0", "transaction_timeout": "0
 
 
 def _options(url: URL, settings: dict[str, str]) -> str:
-    ours = " ".join(f"-c {k}={v}" for k, v in settings.items())
     theirs = url.query.get("options", "")
-    return f"{theirs} {ours}".strip() if isinstance(theirs, str) else ours
+    theirs = theirs if isinstance(theirs, str) else ""
+    # A search_path the URL names is the operator's choice (tables in another schema): kept.
+    keep = {"search_path"} & set(re.findall(r"(\w+)=", theirs))
+    ours = " ".join(f"-c {k}={v}" for k, v in settings.items() if k not in keep)
+    return f"{theirs} {ours}".strip()
 
 
 def _own_session_settings(engine: Engine, url: URL) -> None:

@@ -15,12 +15,15 @@
 
 The worker never chooses an id: INSERT is granted on every column but `id` (a row named ahead
 of its sequence made every later insert fail "duplicate key"; one at 2^31 - 2 left MariaDB's
-AUTO_INCREMENT at its maximum). On PostgreSQL the worker's privileges belong to a NOLOGIN
-group role, PREFIX_workers; PREFIX_worker and each host's PREFIX_worker_HOST (`--host`) log in
-as members of it. A host's role can change only its own settings and password and end only its
-own connections (ALTER ROLE … SET, pg_terminate_backend), and the worker sets the session
-settings it relies on when it connects (engine.py), so one host cannot stop another. On
-MariaDB/MySQL each host is a user of its own with the worker's grants.
+AUTO_INCREMENT at its maximum), and it draws only the sequences of the rows it inserts (never
+session, problem or quick_list: 32-bit, drawn to their end they stopped import). On PostgreSQL
+the worker's privileges belong to a NOLOGIN group role, PREFIX_workers; each host's
+PREFIX_worker_HOST (`--host`) logs in as a member of it, and so does the shared PREFIX_worker,
+made only without `--host` or when asked for (shared_login). A host's role can change only its
+own settings and password and end only its own connections (ALTER ROLE … SET,
+pg_terminate_backend), and the worker sets the session settings it relies on when it connects
+(engine.py), so one host cannot stop another. On MariaDB/MySQL each host is a user of its own
+with the worker's grants.
 
 What each role can still do is listed in docs/architecture.md's failure-model table.
 
@@ -104,10 +107,18 @@ def role_names(prefix: str) -> dict[str, str]:
     return {role: f"{prefix}_{role}" for role in ROLES}
 
 
-def unset_password_variables(hosts: tuple[str, ...] = ()) -> list[str]:
+def shared_login(hosts: tuple[str, ...] | list[str], shared: bool | None) -> bool:
+    """Whether the shared worker login PREFIX_worker is made: only without per-host logins,
+    unless asked for (`shared`): every host on one login lets one host stop the others by
+    changing that login's settings or password (issue 43)."""
+    return not hosts if shared is None else shared
+
+
+def unset_password_variables(hosts: tuple[str, ...] = (), shared: bool | None = None) -> list[str]:
     """The MLIRTUNA_ROLE_PASSWORD_* variables not set (or empty), in role order, then each
     host's (MLIRTUNA_ROLE_PASSWORD_WORKER_<HOST>)."""
-    keys = [*ROLES, *(f"worker_{host}" for host in hosts)]
+    own = [r for r in ROLES if r != "worker" or shared_login(hosts, shared)]
+    keys = [*own, *(f"worker_{host}" for host in hosts)]
     names = [PASSWORD_ENV.format(key.upper()) for key in keys]
     return [name for name in names if not os.environ.get(name)]
 
@@ -126,12 +137,37 @@ def host_roles(prefix: str, hosts: tuple[str, ...] | list[str]) -> list[str]:
     return names
 
 
-def _logins(names: dict[str, str], logins: list[str]) -> list[tuple[str, str]]:
-    """(password key, login) of every role that logs in: a host's password is read from
-    MLIRTUNA_ROLE_PASSWORD_WORKER_<HOST>."""
+def existing_hosts(db: Database, prefix: str) -> tuple[str, ...]:
+    """The hosts whose logins PREFIX_worker_HOST exist already (an earlier `db roles --host`):
+    a later run without --host grants them again and makes no shared login beside them. ()
+    where the server's list of users cannot be read."""
+    query = (
+        "SELECT rolname FROM pg_roles WHERE rolcanlogin"
+        if db.backend == "postgresql"
+        else "SELECT user FROM mysql.user WHERE host = '%%'"
+    )
+    start = f"{role_names(prefix)['worker']}_"
+    try:
+        with db.engine.connect() as conn:
+            users = [row[0] for row in conn.exec_driver_sql(query)]
+    except sa.exc.DBAPIError:  # no right to read the list of users: only --host counts
+        return ()
+    found = (u.removeprefix(start) for u in users if isinstance(u, str) and u.startswith(start))
+    return tuple(sorted(h for h in found if _NAME.match(h)))
+
+
+def _logins(names: dict[str, str], logins: list[str], shared: bool) -> list[tuple[str, str]]:
+    """(password key, login) of every role that logs in (the shared worker login only when
+    `shared`): a host's password is read from MLIRTUNA_ROLE_PASSWORD_WORKER_<HOST>."""
     worker = names["worker"]
     hosts = [(f"worker_{login.removeprefix(f'{worker}_')}", login) for login in logins]
-    return [*((role, name) for role, name in names.items()), *hosts]
+    own = [(role, name) for role, name in names.items() if role != "worker" or shared]
+    return [*own, *hosts]
+
+
+def worker_logins(names: dict[str, str], logins: list[str], shared: bool) -> list[str]:
+    """The logins that hold the worker's privileges: the shared one (when made), each host's."""
+    return [*([names["worker"]] if shared else []), *logins]
 
 
 def _password(role: str, with_passwords: bool) -> str | None:
@@ -140,34 +176,41 @@ def _password(role: str, with_passwords: bool) -> str | None:
 
 
 def roles_sql(
-    db: Database, prefix: str = "tuna", with_passwords: bool = False, hosts: tuple[str, ...] = ()
+    db: Database,
+    prefix: str = "tuna",
+    with_passwords: bool = False,
+    hosts: tuple[str, ...] = (),
+    shared: bool | None = None,
 ) -> list[str]:
     """The statements that create (if missing) and grant the three roles, and a worker login of
-    its own for each of `hosts`, for this database."""
+    its own for each of `hosts`, for this database (the shared worker login: shared_login)."""
     names = role_names(prefix)
     logins = host_roles(prefix, hosts)
+    made = shared_login(hosts, shared)
     if db.backend == "postgresql":
-        return _postgresql(db, names, with_passwords, logins)
+        return _postgresql(db, names, with_passwords, logins, made)
     if db.backend in ("mysql", "mariadb"):
-        return _mysql(db, names, with_passwords, logins)
+        return _mysql(db, names, with_passwords, logins, made)
     raise UserError("roles exist on PostgreSQL and MariaDB/MySQL; SQLite has no users")
 
 
 def _postgresql(
-    db: Database, names: dict[str, str], with_passwords: bool, logins: list[str]
+    db: Database, names: dict[str, str], with_passwords: bool, logins: list[str], shared: bool
 ) -> list[str]:
     database = db.url.database
     prefix = names["admin"].removesuffix("_admin")
     group = worker_group(prefix)
     sql = [_create_pg(group, "NOLOGIN")]
-    for role, name in _logins(names, logins):
+    for role, name in _logins(names, logins, shared):
         sql.append(_create_pg(name, "LOGIN"))
         password = _password(role, with_passwords)
         if password:
             sql.append(f"ALTER ROLE \"{name}\" PASSWORD '{password}'")
         sql.append(f'GRANT CONNECT ON DATABASE "{database}" TO "{name}"')
-    admin, worker, reader = names["admin"], names["worker"], names["reader"]
-    members = ", ".join(f'"{n}"' for n in (worker, *logins))
+    admin, reader = names["admin"], names["reader"]
+    workers = worker_logins(names, logins, shared)
+    members = ", ".join(f'"{n}"' for n in workers)
+    holders = ", ".join(f'"{n}"' for n in (*workers, group))
     sql += [
         f'GRANT USAGE ON SCHEMA public TO "{admin}", "{group}", "{reader}"',
         f'GRANT "{group}" TO {members}',
@@ -178,8 +221,8 @@ def _postgresql(
         # Column privileges only: what an older `db roles` granted (a table-level UPDATE or
         # INSERT, or grants to the worker login itself) goes first (revoking a table's
         # privilege revokes its column privileges too); all of it is granted again below.
-        f'REVOKE ALL ON ALL TABLES IN SCHEMA public FROM "{worker}", "{group}"',
-        f'REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM "{worker}", "{group}"',
+        f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {holders}",
+        f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {holders}",
         f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{group}", "{reader}"',
         *(
             f'GRANT UPDATE ({_quoted(columns, _DQ)}) ON {table} TO "{group}"'
@@ -191,8 +234,9 @@ def _postgresql(
         ),
         f'GRANT DELETE ON {", ".join(WORKER_DELETE)} TO "{group}"',
         # The ids of the rows a worker inserts come from these tables' sequences (USAGE:
-        # nextval, never setval).
-        f'GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO "{group}"',
+        # nextval, never setval), and only theirs: the 32-bit session, problem and quick_list
+        # sequences, drawn to their end, stopped import and `session new` (issue 43).
+        f'GRANT USAGE ON SEQUENCE {", ".join(worker_sequences())} TO "{group}"',
         # Row-level security on job: everyone with SELECT reads every row; the admin role
         # writes any; the worker UPDATEs only a job it can move on (the table's owner and
         # superusers are not subject to it).
@@ -207,6 +251,12 @@ def _postgresql(
         ),
     ]
     return sql
+
+
+def worker_sequences() -> list[str]:
+    """The sequences of the ids the worker's inserts draw (PostgreSQL's TABLE_id_seq)."""
+    inserted = worker_insert_columns()
+    return [f"{table}_{_DRAWN_ID}_seq" for table, columns in inserted.items() if columns]
 
 
 def _create_pg(name: str, login: str) -> str:
@@ -230,18 +280,18 @@ def _policy(prefix: str, name: str, body: str) -> list[str]:
 
 
 def _mysql(
-    db: Database, names: dict[str, str], with_passwords: bool, logins: list[str]
+    db: Database, names: dict[str, str], with_passwords: bool, logins: list[str], shared: bool
 ) -> list[str]:
     database = db.url.database or ""  # a MariaDB/MySQL URL names its database
     sql = []
-    for role, name in _logins(names, logins):
+    for role, name in _logins(names, logins, shared):
         password = _password(role, with_passwords)
         identified = f" IDENTIFIED BY '{password}'" if password else ""
         sql.append(f"CREATE USER IF NOT EXISTS '{name}'@'%'{identified}")
     admin, reader = names["admin"], names["reader"]
     sql.append(f"GRANT ALL ON `{database}`.* TO '{admin}'@'%'")
     sql.append(f"GRANT SELECT ON `{database}`.* TO '{reader}'@'%'")
-    for worker in (names["worker"], *logins):
+    for worker in worker_logins(names, logins, shared):
         sql += _mysql_worker(database, worker)
     return sql
 
@@ -261,11 +311,14 @@ def _mysql_worker(database: str, worker: str) -> list[str]:
     ]
 
 
-def apply_roles(db: Database, prefix: str = "tuna", hosts: tuple[str, ...] = ()) -> list[str]:
+def apply_roles(
+    db: Database, prefix: str = "tuna", hosts: tuple[str, ...] = (), shared: bool | None = None
+) -> list[str]:
     """Run roles_sql (passwords from MLIRTUNA_ROLE_PASSWORD_*); returns the statements run."""
-    statements = roles_sql(db, prefix, with_passwords=True, hosts=hosts)
+    statements = roles_sql(db, prefix, with_passwords=True, hosts=hosts, shared=shared)
     if db.backend != "postgresql":
-        for worker in (role_names(prefix)["worker"], *host_roles(prefix, hosts)):
+        logins = host_roles(prefix, hosts)
+        for worker in worker_logins(role_names(prefix), logins, shared_login(hosts, shared)):
             _revoke_table_grants(db, worker)
     with db.engine.begin() as conn:
         for statement in statements:

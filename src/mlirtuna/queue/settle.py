@@ -21,9 +21,21 @@ from sqlalchemy.orm import Session
 
 import mlirtuna.queue.sql as sql
 from mlirtuna.db import Database, db_now, rowcount
-from mlirtuna.db.models import BENCHMARK, COMPILE, ERROR, NEW, RUNNING, WAITING, Attempt, Job
+from mlirtuna.db.faults import first_line
+from mlirtuna.db.models import (
+    BENCHMARK,
+    COMPILE,
+    ERROR,
+    NEW,
+    RUNNING,
+    WAITING,
+    Attempt,
+    Job,
+    Result,
+)
 from mlirtuna.db.text import MAX_CANDIDATE_ERROR_BYTES
 from mlirtuna.db.text import cut_text as _cut
+from mlirtuna.errors import RecordConflict
 from mlirtuna.keys import perf_config_family
 from mlirtuna.queue.claim import Lease, NextClaim, claimed_with
 
@@ -92,6 +104,50 @@ def _record(
     claim: NextClaim | None,
     also: AlsoInTransaction | None,
 ) -> tuple[bool, Lease | None]:
+    try:
+        recorded, taken = _record_once(db, lease, outcome, claim, also)
+    except sa.exc.IntegrityError as exc:
+        # Nothing of this transaction was written. Waiting or another worker cannot cure it
+        # (a result row the record did not write: a login that may INSERT result forged one),
+        # so it is the job's failure, never the worker's (issue 43).
+        raise RecordConflict(_conflict(db, lease, exc)) from exc
+    if recorded:
+        return True, taken
+    with db.session() as s:
+        if _attempt_outcome(s, lease.token) == "completed":
+            # An earlier try committed (with its claim); its reply was lost.
+            return True, claimed_with(db, claim.token) if claim is not None else None
+    log.warning("job %s: lease lost before recording; recording nothing", lease.job_id)
+    return False, None
+
+
+def _conflict(db: Database, lease: Lease, exc: sa.exc.IntegrityError) -> str:
+    """What the record clashed with: the result row already there for the job's session and
+    problem, named, with what to do; else the server's own words."""
+    with db.session() as s:
+        row = s.execute(
+            sa.select(Result.id, Result.job_id, Result.perf_config).where(
+                Result.session_id == lease.session_id, Result.problem_id == lease.problem_id
+            )
+        ).first()
+    if row is None:
+        return f"record refused by the database: {first_line(exc.orig)}"
+    return (
+        f"record refused: result row {row.id} (job {row.job_id}, perf config "
+        f"{row.perf_config!r}) already holds session {lease.session_id}'s winner for problem "
+        f"{lease.problem_id}, and this job's record did not write it; an admin checks it, "
+        "deletes it and requeues the job"
+    )
+
+
+def _record_once(
+    db: Database,
+    lease: Lease,
+    outcome: TuneOutcome,
+    claim: NextClaim | None,
+    also: AlsoInTransaction | None,
+) -> tuple[bool, Lease | None]:
+    """One try of the record (and claim): (whether the fence held, the job taken)."""
     params = _record_params(lease, outcome)
     pg = db.backend == "postgresql"
     taken: Lease | None = None
@@ -125,14 +181,7 @@ def _record(
             also(conn)
         if recorded and claim is not None and db.is_sqlite:
             taken = claim.take(db, conn)
-    if recorded:
-        return True, taken
-    with db.session() as s:
-        if _attempt_outcome(s, lease.token) == "completed":
-            # An earlier try committed (with its claim); its reply was lost.
-            return True, claimed_with(db, claim.token) if claim is not None else None
-    log.warning("job %s: lease lost before recording; recording nothing", lease.job_id)
-    return False, None
+    return recorded, taken
 
 
 def complete(db: Database, lease: Lease, output: str, also: AlsoInTransaction) -> bool:
@@ -271,8 +320,10 @@ def release(db: Database, lease: Lease, why: str = "given back by a stopping wor
 
 
 def reclaim_expired(db: Database, *, max_retries: int, session_id: int | None = None) -> int:
-    """Jobs whose lease ran out (worker killed, machine gone) go back to new, or to error."""
-    expired = sa.and_(Job.state == RUNNING, Job.lease_expires_at < db_now())
+    """Jobs whose lease ran out (worker killed, machine gone) go back to new, or to error; so
+    does a job whose lease runs out later than any claim or heartbeat sets (forged)."""
+    lease = Job.lease_expires_at
+    expired = sa.and_(Job.state == RUNNING, sa.or_(lease < db_now(), lease > sql.PLAUSIBLE_LEASE))
     if session_id is not None:
         expired = sa.and_(expired, Job.session_id == session_id)
     return _expire_all(db, expired, max_retries)

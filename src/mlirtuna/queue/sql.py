@@ -34,6 +34,7 @@ from mlirtuna.db.models import (
     Result,
 )
 from mlirtuna.db.models import Problem as ProblemRow
+from mlirtuna.defaults import MAX_LEASE_S
 
 _J, _A, _P = Job.__table__, Attempt.__table__, ProblemRow.__table__
 _R, _C = Result.__table__, Candidate.__table__
@@ -46,8 +47,12 @@ _WORKER = sa.bindparam("p_worker", type_=sa.String(32))
 # One worker per GPU: a GPU (its key, models.Attempt.gpu) on which another worker holds a live
 # attempt (open, its job running under that attempt's lease, the lease not expired) is not
 # claimed on ("" : a worker without a GPU). Containers with a /tmp of their own share the GPU,
-# not the host's lock file (worker/gpulock.py).
+# not the host's lock file (worker/gpulock.py). Only a lease a claim or a heartbeat could have
+# set counts (at most MAX_LEASE_S ahead), of an attempt claimed by now: a job set running with
+# an unbounded lease by a worker login, with an attempt naming another machine's GPU, stopped
+# every worker on that GPU (issue 43).
 _HELD = _J.alias("held")
+PLAUSIBLE_LEASE = db_now(MAX_LEASE_S)
 GPU_HOLDERS = (
     sa.select(_A.c.machine_name, _A.c.pid, _HELD.c.session_id, _A.c.claimed_at, _A.c.worker)
     .join(_HELD, _HELD.c.id == _A.c.job_id)
@@ -58,6 +63,8 @@ GPU_HOLDERS = (
         _HELD.c.lease_token == _A.c.lease_token,
         _HELD.c.state == RUNNING,
         _HELD.c.lease_expires_at > _NOW,
+        _HELD.c.lease_expires_at <= PLAUSIBLE_LEASE,
+        _A.c.claimed_at <= _NOW,
     )
 )
 _GPU_HELD = sa.exists(GPU_HOLDERS.with_only_columns(_A.c.id))

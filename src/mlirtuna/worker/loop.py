@@ -28,6 +28,7 @@ import mlirtuna.worker.stages as stages
 from mlirtuna import machine, queue, sessions, tuners
 from mlirtuna.db import Database, faults
 from mlirtuna.db.models import BENCHMARK, COMPILE, TUNE
+from mlirtuna.defaults import MAX_LEASE_S
 from mlirtuna.errors import TunerError, UserError
 from mlirtuna.queue import Claimant, Lease, jobs
 from mlirtuna.queue.wakeup import Wakeup
@@ -58,6 +59,7 @@ class Worker:
     Runner until stopped, the queue drained (`until_empty`) or `max_jobs` done."""
 
     def __init__(self, db: Database, settings: WorkerSettings, tuner: Tuner | None = None) -> None:
+        check_lease(settings.lease_s)
         self.db = db
         self.settings = settings
         self.stop_requested = threading.Event()
@@ -530,6 +532,17 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def check_lease(lease_s: float) -> None:
+    """UserError for a lease no worker may take: a longer one than MAX_LEASE_S is not trusted
+    (the claim's GPU check ignores it and lease expiry ends it)."""
+    if not 0 < lease_s <= MAX_LEASE_S:
+        raise UserError(
+            f"--lease {lease_s:g}: give more than 0 and at most {MAX_LEASE_S:g} seconds (a "
+            "longer lease is not trusted: the claim's GPU check ignores it and lease expiry "
+            "ends it)"
+        )
+
+
 def role_stage(session: sessions.Session, role: str) -> str:
     """The job stage a worker of this role claims in this session: a GPU worker tunes, or, in
     a split session, benchmarks; a compile worker compiles (split sessions only)."""
@@ -557,7 +570,15 @@ def session_tuner(session: sessions.Session, asked: str | None) -> str:
     return asked
 
 
-__all__ = ["POLL_MAX_S", "POLL_MIN_S", "SWEEP_S", "Worker", "role_stage", "session_tuner"]
+__all__ = [
+    "POLL_MAX_S",
+    "POLL_MIN_S",
+    "SWEEP_S",
+    "Worker",
+    "check_lease",
+    "role_stage",
+    "session_tuner",
+]
 
 
 def claimant_of(db: Database, settings: WorkerSettings) -> Claimant:

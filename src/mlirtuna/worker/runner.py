@@ -34,7 +34,14 @@ from mlirtuna.defaults import (
     DEFAULT_MAX_RETRIES,
     KILL_GRACE_S,
 )
-from mlirtuna.errors import BatchRefused, DatabaseError, NotRun, TunerError, Unsupported
+from mlirtuna.errors import (
+    BatchRefused,
+    DatabaseError,
+    NotRun,
+    RecordConflict,
+    TunerError,
+    Unsupported,
+)
 from mlirtuna.problems import Problem
 from mlirtuna.queue import AlsoInTransaction, Lease, NextClaim, bundles
 from mlirtuna.tuners.base import BatchItem, BatchTuner, TuneContext, TuneOutcome, Tuner
@@ -300,7 +307,13 @@ class Runner:
         for note in outcome.notes:
             log.info("job %s: %s", lease.job_id, note)
         also, committed = record_with(self.session, lease)
-        if self.record(lease, outcome, also):
+        try:
+            recorded = self.record(lease, outcome, also)
+        except RecordConflict as exc:
+            # Final: every next try would clash with the same row (a poison job otherwise).
+            self.fail(lease, str(exc), final=True)
+            return
+        if recorded:
             committed()
             self.stats.completed += 1
             log.info(
