@@ -109,10 +109,16 @@ def candidates(db: Database, session_id: int, problem_id: int) -> Candidates:
             kind: s.scalar(sa.select(sa.func.count()).select_from(C).where(*mine, where)) or 0
             for kind, where in _kinds().items()
         }
-        reasons = s.execute(
-            sa.select(sa.func.substr(C.error, 1, ERROR_TEXT_READ), sa.func.count())
+        # Grouped on a subquery's column: PostgreSQL takes substr(…, $1, $2) in the GROUP BY
+        # for another expression than the one selected (its parameters are other binds).
+        texts = (
+            sa.select(sa.func.substr(C.error, 1, ERROR_TEXT_READ).label("text"))
             .where(*mine, _kinds()["invalid"])
-            .group_by(sa.func.substr(C.error, 1, ERROR_TEXT_READ))
+            .subquery()
+        )
+        reasons = s.execute(
+            sa.select(texts.c.text, sa.func.count())
+            .group_by(texts.c.text)
             .order_by(sa.func.count().desc())
             .limit(REASONS_READ)
         ).all()
@@ -122,8 +128,10 @@ def candidates(db: Database, session_id: int, problem_id: int) -> Candidates:
             )
         )
     # A stored number that is none (query.flagged) makes a "valid" row a failed one.
-    valid = [c for c in shown["valid"] if c.error is None and c.kernel_time is not None]
-    invalid = [c for c in shown["valid"] if c not in valid] + shown["invalid"]
+    readable = [c.error is None and c.kernel_time is not None for c in shown["valid"]]
+    valid = [c for c, ok in zip(shown["valid"], readable, strict=True) if ok]
+    invalid = [c for c, ok in zip(shown["valid"], readable, strict=True) if not ok]
+    invalid += shown["invalid"]
     counted: Counter[str] = Counter()
     for text, n in reasons:
         counted[first_line(text)] += n
