@@ -105,10 +105,13 @@ def candidates(db: Database, session_id: int, problem_id: int) -> Candidates:
             stmt = sa.select(*columns).where(*mine, where)
             stmt = stmt.order_by(*order.get(kind, (C.id,))).limit(CANDIDATES_SHOWN)
             shown[kind] = [_candidate_row(*r) for r in s.execute(stmt)]
-        totals = {
-            kind: s.scalar(sa.select(sa.func.count()).select_from(C).where(*mine, where)) or 0
-            for kind, where in _kinds().items()
-        }
+        # One scan of the tuning's rows for the three counts.
+        counts = s.execute(
+            sa.select(*(sa.func.sum(sa.case((w, 1), else_=0)) for w in _kinds().values()))
+            .select_from(C)
+            .where(*mine)
+        ).one()
+        totals = {kind: int(n or 0) for kind, n in zip(_kinds(), counts, strict=True)}
         # Grouped on a subquery's column: PostgreSQL takes substr(…, $1, $2) in the GROUP BY
         # for another expression than the one selected (its parameters are other binds).
         texts = (
