@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from support.clitools import cli
-from support.webfarm import Farm, make, run_folder
+from support.webfarm import Farm, add_candidates, make, run_folder
 
 from mlirtuna.db import Database
 from mlirtuna.db.models import Candidate, Job, Result, TuningSession
@@ -39,23 +39,6 @@ def client(db_url, farm) -> TestClient:
     ro = open_read_only(db_url)
     yield TestClient(create_app(ro), base_url="http://127.0.0.1")
     ro.dispose()
-
-
-def add_candidates(db: Database, sid: int, pid: int, n: int) -> None:
-    """`n` more candidates of one tuning: every third failed, the others rising and falling."""
-    with db.transaction() as s:
-        job = s.scalar(sa.select(Job.id).where(Job.session_id == sid, Job.problem_id == pid))
-        rows = [
-            {"session_id": sid, "problem_id": pid, "job_id": job,
-             "perf_config": f"cpu:v1:{i},{i % 7},8", "perf_family": "cpu",
-             "kernel_time": None if i % 3 == 0 else 1000.0 + i % 97,
-             "tflops": None if i % 3 == 0 else 1.0 + (i % 89) / 10 + i / n,
-             "error": "did not compile\nat line 3" if i % 3 == 0 else None,
-             "remeasured": False}
-            for i in range(n)
-        ]  # fmt: skip
-        for i in range(0, n, 1000):
-            s.execute(sa.insert(Candidate), rows[i : i + 1000])
 
 
 def test_candidates_and_history_are_bounded_at_any_size(db, client, farm):
