@@ -128,7 +128,7 @@ def clamp_page(offset: int, limit: int) -> tuple[int, int]:
 
 def now(s: OrmSession) -> dt.datetime:
     """The database clock, naive UTC."""
-    # The database writes its clock as a timestamp: utcnow() is never used, only typed.
+    # Never None (the database writes its clock as a timestamp); utcnow() only satisfies typing.
     return stored_time(s.scalar(sa.select(db_now()))) or utcnow()
 
 
