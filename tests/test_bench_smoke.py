@@ -110,6 +110,11 @@ def test_bench_dashboard_smoke(tmp_path):
     assert "`/api/sessions?offset=500&limit=50`" in text and "**page total**" in text
 
 
+def test_bench_big_tuning_smoke(tmp_path):
+    text = run_script("bench_big_tuning", tmp_path, "--backends", "sqlite", "--repeat", "1")
+    assert "| sqlite | /api/problems/P/candidates |" in text and "server memory" in text
+
+
 def test_repeatability_runs(tmp_path: Path) -> None:
     text = run_script("bench_repeatability", tmp_path, "--conditions", "budget-quiet,fixed-busy")
     for condition in ("budget-quiet", "fixed-busy"):

@@ -16,6 +16,8 @@ from support.clitools import cli
 from support.results import cand, gemm, new_session, record
 from support.webserve import serving
 
+from mlirtuna.formats.csvcells import read_cell
+
 NOISE, SLOWER, CHANGED, MISSING, SAME = gemm(64), gemm(128), gemm(256), gemm(512), gemm(32)
 
 
@@ -46,7 +48,7 @@ def tune_pair(db, tmp_path) -> tuple[int, int, int]:
 def verdicts_of_cli(db_url: str, a: int, b: int, *gate: str) -> tuple[dict, dict, int]:
     """(CSV kind per vector, JSON verdict per vector with its fails flag, the gate's exit)."""
     rows = list(csv.DictReader(io.StringIO(cli(db_url, "compare", str(a), str(b), "--csv").stdout)))
-    kinds = {r["test_vector"]: r["kind"] for r in rows}
+    kinds = {read_cell(r["test_vector"]): r["kind"] for r in rows}  # formats.csvcells
     run = cli(db_url, "compare", str(a), str(b), "--json", "--fail-on-regression", *gate)
     verdicts = {r["test_vector"]: (r["verdict"], r["fails"]) for r in run.json()["verdicts"]}
     return kinds, verdicts, run.code

@@ -59,7 +59,7 @@ def test_large_numbers_within_range_are_answered_not_crashed(client, farm):
     big = MAX_INT
     assert client.get(f"/api/sessions/{big}").status_code == 404
     assert client.get(f"/api/jobs/{big}").status_code == 404
-    assert client.get(f"/api/jobs/{big + 1}").status_code == 400
+    assert client.get(f"/api/sessions/{big + 1}").status_code == 400
     res = client.get(f"/api/sessions?offset={big}&limit={big}")
     assert res.status_code == 200 and res.json()["sessions"] == []
     res = client.get(f"/api/sessions/{farm.cpu_a}/winners?offset={big}&q={'x' * 900}")

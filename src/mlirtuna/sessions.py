@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -146,8 +147,9 @@ class SessionSpec:
     standin: bool = False  # the build is mlirtuna's stand-in (filled by detect, from the build)
 
 
-def _iso(when) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+def _iso(when: dt.datetime | None) -> str:
+    """A stored time as text; "" where the row holds none a reader could read (db.stored_time)."""
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ") if when else ""
 
 
 def tuner_name(spec: str) -> str:

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from mlirtuna import catalog, sessions, standin
 from mlirtuna.db import Database
-from mlirtuna.db.models import Base
+from mlirtuna.db.models import Base, Candidate, Job
 from mlirtuna.problems import ExpandOptions
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
@@ -175,3 +175,20 @@ def _tune(db: Database, spec: SessionSpec, build: Path | None = None) -> int:
     )
     Worker(db, settings).run()
     return sid
+
+
+def add_candidates(db: Database, sid: int, pid: int, n: int) -> None:
+    """`n` more candidates of one tuning: every third failed, the others rising and falling."""
+    with db.transaction() as s:
+        job = s.scalar(sa.select(Job.id).where(Job.session_id == sid, Job.problem_id == pid))
+        rows = [
+            {"session_id": sid, "problem_id": pid, "job_id": job,
+             "perf_config": f"cpu:v1:{i},{i % 7},8", "perf_family": "cpu",
+             "kernel_time": None if i % 3 == 0 else 1000.0 + i % 97,
+             "tflops": None if i % 3 == 0 else 1.0 + (i % 89) / 10 + i / n,
+             "error": "did not compile\nat line 3" if i % 3 == 0 else None,
+             "remeasured": False}
+            for i in range(n)
+        ]  # fmt: skip
+        for i in range(0, n, 1000):
+            s.execute(sa.insert(Candidate), rows[i : i + 1000])

@@ -8,7 +8,6 @@ so that `mlirtuna --help` loads none of them (docs/benchmarks.md, "Start-up").
 
 from __future__ import annotations
 
-import csv
 import json
 import sys
 from collections.abc import Iterable
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from mlirtuna.errors import MlirtunaError, UserError
+from mlirtuna.formats.csvcells import write_csv
 from mlirtuna.textinput import printable
 
 if TYPE_CHECKING:
@@ -180,9 +180,8 @@ def plain_table(table: TextTable) -> str:
 
 
 def print_csv(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> None:
-    writer = csv.writer(sys.stdout, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
+    """A table as CSV on stdout, cells a spreadsheet would evaluate made text (csvcells)."""
+    write_csv(sys.stdout, header, rows)
 
 
 def output_format(as_json: bool, as_csv: bool) -> str:

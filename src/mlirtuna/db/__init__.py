@@ -6,14 +6,14 @@ this package or of the queue's statements (queue/sql.py).
 
 - urls: which database, the password from the environment, masking, URLs that cannot work;
 - engine: pools and per-backend connection settings (SQLite pragmas, MariaDB scripts);
-- clock: utcnow and db_now, the database's clock;
+- clock: utcnow and db_now, the database's clock; stored_time, a timestamp as read back;
 - statements: Precompiled (the hot path's statements) and json_object;
 - faults: what a driver error means (run again, wait, stop), and the retry policies;
 - database: Database (transactions, the one schema check), connect, error_line;
 - models (the schema only), roles, text.
 """
 
-from mlirtuna.db.clock import DbNow, db_now, utcnow
+from mlirtuna.db.clock import DbNow, db_now, stored_time, utcnow
 from mlirtuna.db.database import Database, connect, error_line
 from mlirtuna.db.engine import PING_IDLE_S, SQLITE_BUSY_TIMEOUT_MS
 from mlirtuna.db.faults import ROLLED_BACK, UNAVAILABLE, fault_of, is_transient
@@ -50,6 +50,7 @@ __all__ = [
     "mask_text",
     "resolve_url",
     "rowcount",
+    "stored_time",
     "utcnow",
     "wrong_url",
 ]

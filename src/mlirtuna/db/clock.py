@@ -9,6 +9,22 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import FunctionElement
 
 
+def stored_time(value: object) -> dt.datetime | None:
+    """A timestamp column's value as read back, or None when it is not a timestamp: SQLite keeps
+    whatever it was given (`'yesterday'` in a DATETIME column), so a reader shows such a row
+    without its time instead of failing on it (the timestamps' stats.stored_number)."""
+    if isinstance(value, dt.datetime):
+        return value
+    if not isinstance(value, str):
+        return None
+    try:
+        when = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    # Every column holds naive UTC; an offset written from outside is made so, not compared raw.
+    return when if when.tzinfo is None else when.astimezone(dt.UTC).replace(tzinfo=None)
+
+
 def utcnow() -> dt.datetime:
     """Now, as the naive UTC datetime every timestamp column holds."""
     return dt.datetime.now(dt.UTC).replace(tzinfo=None)

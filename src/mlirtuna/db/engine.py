@@ -9,10 +9,12 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy import event
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 import mlirtuna.db.statements as statements
+from mlirtuna.db.clock import stored_time
 from mlirtuna.db.urls import mask
 from mlirtuna.errors import DatabaseError
 
@@ -164,6 +166,9 @@ def _sqlite_engine(url: URL, read_only: bool = False) -> Engine:
         connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
     )
 
+    if read_only:  # a reader (the dashboard) shows a row SQLite let a wrong time into
+        engine.dialect.colspecs = {**engine.dialect.colspecs, sa.DateTime: ReadBackDateTime}
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record) -> None:
         # We issue BEGIN ourselves (below); pysqlite's own transaction handling would defer it.
@@ -186,6 +191,15 @@ def _sqlite_engine(url: URL, read_only: bool = False) -> Engine:
         statements.run_at_driver(conn, "BEGIN IMMEDIATE" if immediate else "BEGIN", ())
 
     return engine
+
+
+class ReadBackDateTime(sqlite.DATETIME):
+    """SQLite's DATETIME read through clock.stored_time: text that is no timestamp (written
+    outside mlirtuna) reads as None where SQLAlchemy's own parser raises, failing the whole
+    query. Writers keep the strict type: a queue must not take an unreadable lease for none."""
+
+    def result_processor(self, dialect, coltype):
+        return stored_time
 
 
 def has_tables(engine: Engine) -> bool:

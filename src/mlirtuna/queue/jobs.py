@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from mlirtuna import catalog, keys, sessions
+from mlirtuna import catalog, keys, sessions, stats
 from mlirtuna.db import Database, db_now, rowcount
 from mlirtuna.db.models import (
     BENCHMARK,
@@ -352,7 +352,8 @@ def show(db: Database, job_id: int) -> JobInfo:
         n = s.scalar(sa.select(sa.func.count()).where(Candidate.job_id == job_id)) or 0
     info = JobInfo(**row._asdict(), attempts=attempts, candidates=n)
     if winner is not None:
-        info = JobInfo(**{**info.__dict__, "perf_config": winner[0], "tflops": winner[1]})
+        tflops = stats.stored_number(winner[1])  # text SQLite let in a REAL column: none
+        info = JobInfo(**{**info.__dict__, "perf_config": winner[0], "tflops": tflops})
     return info
 
 

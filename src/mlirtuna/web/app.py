@@ -8,7 +8,8 @@ role (docs/ci.md) does the same again.
 What a browser gets is data, never markup or a way in (issue 23): every answer carries a CSP with
 no inline script, `X-Frame-Options: DENY` and `nosniff`; a request whose Host is not a loopback
 name (or one given with `serve --allow-host`) is refused, so DNS rebinding cannot read the API;
-ids, offsets and query strings out of range are a 400, never a database overflow (500). The
+ids, offsets and query strings out of range are a 400, never a database overflow (500): a job
+id up to 2^63-1 (bigint), every other number up to 2^31-1. The
 interactive API docs are off (they load their scripts from a CDN); /api/openapi.json stays.
 """
 
@@ -37,7 +38,9 @@ HERE = Path(__file__).parent
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8765
 POLL_MS = 2000  # how often the farm page asks for fresh numbers
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
-MAX_INT = 2**31 - 1  # ids, offsets, limits: the servers' id columns are 32-bit integers
+MAX_INT = 2**31 - 1  # ids, offsets, limits: the servers' session and problem ids are int4
+MAX_BIG_ID = 2**63 - 1  # a job id: bigint since migration 0019 (db.models.BigId)
+BIG_ID_PATHS = ("jobs",)  # /api/jobs/ID and /jobs/ID: the segment after one of these is a bigint
 MAX_PARAM_CHARS = 1000  # a query parameter (`q`, a tag, a threshold)
 SECURITY_HEADERS = [
     (b"content-security-policy",
@@ -149,12 +152,15 @@ class Guard:
         if host not in self.hosts:
             return "unknown Host: serve --allow-host NAME answers another name"
         query = scope.get("query_string", b"").decode("latin-1")
-        values = [*scope["path"].split("/"), *(v for _, v in parse_qsl(query))]
-        for value in values:
+        segments = scope["path"].split("/")
+        values = [*segments, *(v for _, v in parse_qsl(query))]
+        for i, value in enumerate(values):
             if len(value) > MAX_PARAM_CHARS:
                 return f"a parameter longer than {MAX_PARAM_CHARS} characters"
-            if _INT.fullmatch(value.strip()) and abs(int(value)) > MAX_INT:
-                return f"a number out of range (at most {MAX_INT})"
+            big = 0 < i < len(segments) and segments[i - 1] in BIG_ID_PATHS
+            most = MAX_BIG_ID if big else MAX_INT
+            if _INT.fullmatch(value.strip()) and abs(int(value)) > most:
+                return f"a number out of range (at most {most})"
         return None
 
 

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session as OrmSession
 
 from mlirtuna import catalog, sessions
-from mlirtuna.db import Database, db_now
+from mlirtuna.db import Database, db_now, stored_time, utcnow
 from mlirtuna.db.models import (
     CANCELLED,
     COMPLETED,
@@ -128,8 +128,8 @@ def clamp_page(offset: int, limit: int) -> tuple[int, int]:
 
 def now(s: OrmSession) -> dt.datetime:
     """The database clock, naive UTC."""
-    value = s.scalar(sa.select(db_now()))
-    return value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
+    # Never None (the database writes its clock as a timestamp); utcnow() only satisfies typing.
+    return stored_time(s.scalar(sa.select(db_now()))) or utcnow()
 
 
 def farm(
@@ -258,7 +258,7 @@ def _finished_recently(
     )
     out = {}
     for sid, finished, first in s.execute(stmt):
-        started = max(_as_dt(first) or since, since)
+        started = max(stored_time(first) or since, since)
         out[sid] = (finished, max((clock - started).total_seconds(), 1.0))
     return out
 
@@ -307,7 +307,7 @@ def workers(db: Database, session_id: int | None = None) -> list[BusyWorker]:
 
 def _busy(row: sa.Row, clock: dt.datetime) -> BusyWorker:
     claimed, beat, expires = (
-        _as_dt(v) for v in (row.claimed_at, row.heartbeat_at, row.lease_expires_at)
+        stored_time(v) for v in (row.claimed_at, row.heartbeat_at, row.lease_expires_at)
     )
     beat = beat or claimed or clock
     expires = expires or clock
@@ -330,12 +330,6 @@ def _busy(row: sa.Row, clock: dt.datetime) -> BusyWorker:
         stale=left > 0 and age > STALE_FRACTION * lease_s,
         expired=left <= 0,
     )
-
-
-def _as_dt(value: Any) -> dt.datetime | None:
-    if value is None or isinstance(value, dt.datetime):
-        return value
-    return dt.datetime.fromisoformat(str(value))
 
 
 def _iso(value: dt.datetime) -> str:

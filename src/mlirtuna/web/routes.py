@@ -7,7 +7,6 @@ scripts and monitoring read (docs/dashboard.md lists them).
 
 from __future__ import annotations
 
-import csv
 import io
 from collections.abc import Iterable
 from typing import Any
@@ -21,6 +20,7 @@ import mlirtuna.web.importance as importance
 from mlirtuna import sessions
 from mlirtuna.db import Database
 from mlirtuna.errors import UserError
+from mlirtuna.formats.csvcells import write_csv
 from mlirtuna.history import compare, perffields, winners
 from mlirtuna.queue import jobs
 
@@ -38,11 +38,10 @@ def _db(request: Request) -> Database:
 
 
 def _csv(name: str, header: list[str], rows: Iterable[Iterable[Any]]) -> Response:
-    """A table as a CSV download (the same columns the CLI's --csv writes, where it has one)."""
+    """A table as a CSV download (the same columns the CLI's --csv writes, where it has one;
+    a cell a spreadsheet would evaluate made text: formats.csvcells)."""
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
+    write_csv(out, header, rows)
     return Response(
         out.getvalue(),
         media_type="text/csv; charset=utf-8",
@@ -225,11 +224,9 @@ def api_trend(request: Request, problem_id: int) -> list[dict[str, Any]]:
 
 @api.get("/problems/{problem_id}/candidates")
 def api_candidates(request: Request, problem_id: int, session: int) -> dict[str, Any]:
-    """Every perf config tried in one session: valid ones best first, invalid ones apart."""
-    found = explore.candidates(_db(request), session, problem_id)
-    out = found.as_dict()
-    out["invalid_reasons"] = explore.error_reasons(found)
-    return out
+    """The perf configs tried in one session: the best valid ones first, the failed and the
+    dropped ones apart (at most explore.CANDIDATES_SHOWN each; `totals` counts them all)."""
+    return explore.candidates(_db(request), session, problem_id).as_dict()
 
 
 @api.get("/problems/{problem_id}/history")

@@ -7,6 +7,7 @@ and open to scripts (`from mlirtuna.web import explore; explore.winners_page(...
 from mlirtuna.web.explore.candidates import (
     CANDIDATE_SHOWS,
     CANDIDATE_SORTS,
+    CANDIDATES_SHOWN,
     DROPPED_PREFIX,
     CandidateFilter,
     CandidatePage,
@@ -15,7 +16,6 @@ from mlirtuna.web.explore.candidates import (
     TableRow,
     candidate_page,
     candidates,
-    error_reasons,
     is_dropped,
     winner_rule,
 )
@@ -28,7 +28,7 @@ from mlirtuna.web.explore.problem import (
     sessions_of_problem,
     trend,
 )
-from mlirtuna.web.explore.progress import EDF_SAMPLE, Edf, History, edf, history
+from mlirtuna.web.explore.progress import EDF_SAMPLE, HISTORY_POINTS, Edf, History, edf, history
 from mlirtuna.web.explore.query import labels, mask_numbers
 from mlirtuna.web.explore.session import (
     WINNER_SORTS,
@@ -46,10 +46,12 @@ from mlirtuna.web.explore.session import (
 )
 
 __all__ = [
+    "CANDIDATES_SHOWN",
     "CANDIDATE_SHOWS",
     "CANDIDATE_SORTS",
     "DROPPED_PREFIX",
     "EDF_SAMPLE",
+    "HISTORY_POINTS",
     "PARALLEL_LIMIT",
     "WINNER_SORTS",
     "CandidateFilter",
@@ -73,7 +75,6 @@ __all__ = [
     "compare_rows",
     "edf",
     "error_groups",
-    "error_reasons",
     "facets",
     "history",
     "is_dropped",

@@ -16,7 +16,13 @@ from mlirtuna.db.models import Candidate, Result
 from mlirtuna.errors import UserError
 from mlirtuna.history import perffields
 from mlirtuna.web.explore.problem import problem
-from mlirtuna.web.explore.query import escape_like, first_line, flagged, numbers
+from mlirtuna.web.explore.query import (
+    ERROR_TEXT_READ,
+    escape_like,
+    first_line,
+    flagged,
+    numbers,
+)
 from mlirtuna.web.farm import clamp_page
 
 
@@ -40,14 +46,24 @@ def is_dropped(error: str | None) -> bool:
     return bool(error) and str(error).startswith(DROPPED_PREFIX)
 
 
+# The scatter and the two lists of the problem page draw at most this many candidates each
+# (the best valid ones, the first failed and dropped ones by id); the candidate table pages
+# through every one. 200,000 candidates unpaged were 34 MB of JSON (issue 43).
+CANDIDATES_SHOWN = 1000
+REASONS_READ = 200  # distinct error texts read to count the reasons (most frequent first)
+
+
 @dataclass(frozen=True)
 class Candidates:
     session_id: int
     problem_id: int
     winner: str | None
-    valid: list[CandidateRow]  # best first
+    valid: list[CandidateRow]  # best first; at most CANDIDATES_SHOWN
     invalid: list[CandidateRow]  # failed: not applicable, did not compile, crashed, …
     dropped: list[CandidateRow] = field(default_factory=list)  # measured, then not re-measured
+    # How many there are of each in all (the lists above are the first CANDIDATES_SHOWN).
+    totals: dict[str, int] = field(default_factory=dict)
+    invalid_reasons: dict[str, int] = field(default_factory=dict)  # first line: how many
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,39 +80,68 @@ def _candidate_row(
     )  # fmt: skip
 
 
+def _kinds() -> dict[str, sa.ColumnElement[bool]]:
+    """Valid, invalid (failed) and dropped (E4's "Discarded") candidates, as conditions."""
+    C = Candidate
+    valid = sa.and_(C.error.is_(None), C.kernel_time.is_not(None))
+    dropped = sa.func.coalesce(C.error, "").like(f"{DROPPED_PREFIX}%")
+    return {"valid": valid, "invalid": sa.and_(sa.not_(valid), sa.not_(dropped)),
+            "dropped": dropped}  # fmt: skip
+
+
 def candidates(db: Database, session_id: int, problem_id: int) -> Candidates:
-    """Every perf config tried for one problem in one session, valid ones best first."""
+    """The problem page's candidates of one session: the CANDIDATES_SHOWN best valid ones, the
+    first failed and dropped ones, how many of each, and the failures' reasons."""
     sessions.get(db, session_id)
     problem(db, problem_id)
+    C = Candidate
+    mine = [C.session_id == session_id, C.problem_id == problem_id]
+    columns = (C.perf_config, C.tflops, C.kernel_time, C.error, C.remeasured)
+    order = {"valid": (sa.case((C.tflops.is_(None), 1), else_=0), C.tflops.desc(),
+                       C.kernel_time, C.id)}  # fmt: skip
+    shown: dict[str, list[CandidateRow]] = {}
     with db.session() as s:
-        rows = s.execute(
-            sa.select(
-                Candidate.perf_config,
-                Candidate.tflops,
-                Candidate.kernel_time,
-                Candidate.error,
-                Candidate.remeasured,
-            )
-            .where(Candidate.session_id == session_id, Candidate.problem_id == problem_id)
-            .order_by(Candidate.id)
+        for kind, where in _kinds().items():
+            stmt = sa.select(*columns).where(*mine, where)
+            stmt = stmt.order_by(*order.get(kind, (C.id,))).limit(CANDIDATES_SHOWN)
+            shown[kind] = [_candidate_row(*r) for r in s.execute(stmt)]
+        # One scan of the tuning's rows for the three counts.
+        counts = s.execute(
+            sa.select(*(sa.func.sum(sa.case((w, 1), else_=0)) for w in _kinds().values()))
+            .select_from(C)
+            .where(*mine)
+        ).one()
+        totals = {kind: int(n or 0) for kind, n in zip(_kinds(), counts, strict=True)}
+        # Grouped on a subquery's column: PostgreSQL takes substr(…, $1, $2) in the GROUP BY
+        # for another expression than the one selected (its parameters are other binds).
+        texts = (
+            sa.select(sa.func.substr(C.error, 1, ERROR_TEXT_READ).label("text"))
+            .where(*mine, _kinds()["invalid"])
+            .subquery()
+        )
+        reasons = s.execute(
+            sa.select(texts.c.text, sa.func.count())
+            .group_by(texts.c.text)
+            .order_by(sa.func.count().desc())
+            .limit(REASONS_READ)
         ).all()
         winner = s.scalar(
             sa.select(Result.perf_config).where(
                 Result.session_id == session_id, Result.problem_id == problem_id
             )
         )
-    every = [_candidate_row(*r) for r in rows]
-    valid = [c for c in every if c.error is None and c.kernel_time is not None]
-    invalid = [c for c in every if c.error is not None or c.kernel_time is None]
-    valid.sort(key=lambda c: (-(c.tflops or 0.0), c.kernel_time or 0.0))
-    dropped = [c for c in invalid if is_dropped(c.error)]
-    invalid = [c for c in invalid if not is_dropped(c.error)]
-    return Candidates(session_id, problem_id, winner, valid, invalid, dropped)
-
-
-def error_reasons(c: Candidates) -> dict[str, int]:
-    """How many invalid candidates gave each reason (first line)."""
-    return dict(Counter(first_line(x.error) for x in c.invalid).most_common())
+    # A stored number that is none (query.flagged) makes a "valid" row a failed one.
+    readable = [c.error is None and c.kernel_time is not None for c in shown["valid"]]
+    valid = [c for c, ok in zip(shown["valid"], readable, strict=True) if ok]
+    invalid = [c for c, ok in zip(shown["valid"], readable, strict=True) if not ok]
+    invalid += shown["invalid"]
+    counted: Counter[str] = Counter()
+    for text, n in reasons:
+        counted[first_line(text)] += n
+    return Candidates(
+        session_id, problem_id, winner, valid, invalid[:CANDIDATES_SHOWN], shown["dropped"],
+        totals, dict(counted.most_common()),
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------- the candidate table
@@ -188,14 +233,10 @@ def candidate_page(
     C = Candidate
     mine = [C.session_id == session_id, C.problem_id == problem_id]
     conditions = list(mine)
-    valid = sa.and_(C.error.is_(None), C.kernel_time.is_not(None))
-    dropped = sa.func.coalesce(C.error, "").like(f"{DROPPED_PREFIX}%")
-    if where.show == "valid":
-        conditions.append(valid)
-    elif where.show == "invalid":  # failed; E4's dropped ones are shown apart
-        conditions.append(sa.and_(sa.not_(valid), sa.not_(dropped)))
-    elif where.show == "dropped":
-        conditions.append(dropped)
+    kinds = _kinds()  # "invalid": failed; E4's dropped ones are shown apart
+    valid = kinds["valid"]
+    if where.show in kinds:
+        conditions.append(kinds[where.show])
     elif where.show == "remeasured":
         conditions.append(C.remeasured == sa.true())
     if where.search:

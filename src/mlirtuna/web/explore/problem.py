@@ -13,7 +13,7 @@ from mlirtuna import catalog
 from mlirtuna.db import Database
 from mlirtuna.db.models import CONFIG_TABLES, Problem, ProblemTag, Result, TuningSession
 from mlirtuna.errors import NotFound
-from mlirtuna.web.explore.query import as_datetime, data_type_column, with_configs, with_labels
+from mlirtuna.web.explore.query import data_type_column, numbers, with_configs, with_labels
 
 
 @dataclass(frozen=True)
@@ -107,13 +107,12 @@ def trend(db: Database, problem_id: int) -> list[TrendPoint]:
         return [
             TrendPoint(
                 r.id,
-                as_datetime(r.created_at).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                r.created_at.strftime("%Y-%m-%dT%H:%M:%SZ") if r.created_at else "",
                 f"{r.arch_full} {r.num_cu}CU {r.num_chiplets}xCD {r.tuning_space} {r.tuner}",
                 r.rocm_v,
                 r.mlir_v,
                 r.perf_config,
-                r.tflops,
-                r.kernel_time,
+                *numbers(r.tflops, r.kernel_time),
             )
             for r in s.execute(stmt)
         ]

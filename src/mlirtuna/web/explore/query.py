@@ -3,7 +3,6 @@ holds it, the joins that give it and a problem's label, LIKE escaping, error fir
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from typing import Any
 
@@ -61,10 +60,6 @@ def escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def as_datetime(value: Any) -> dt.datetime:
-    return value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
-
-
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
@@ -77,6 +72,9 @@ def mask_numbers(line: str) -> str:
 # queue.fail writes "attempt 2/3 failed: <why>" (or "attempt failed, not retried: <why>" for a
 # failure retrying cannot fix); the count is not part of what went wrong.
 _ATTEMPT = re.compile(r"^attempt (?:\d+/\d+ failed|failed, not retried): ")
+
+
+ERROR_TEXT_READ = 400  # characters of an error read to find its first line
 
 
 def first_line(text: str | None) -> str:

@@ -13,12 +13,12 @@ import numpy as np
 import sqlalchemy as sa
 
 from mlirtuna import catalog, sessions
-from mlirtuna.db import Database
+from mlirtuna.db import Database, stored_time
 from mlirtuna.db.models import COMPLETED, ERROR, Job, Problem, ProblemTag, Result
 from mlirtuna.errors import UserError
 from mlirtuna.history import winners
 from mlirtuna.web.explore.query import (
-    as_datetime,
+    ERROR_TEXT_READ,
     data_type_column,
     escape_like,
     first_line,
@@ -39,7 +39,6 @@ WINNER_SORTS = (
     "candidates",
 )
 HISTOGRAM_BINS = 30
-ERROR_TEXT_READ = 400  # characters of each error read to find its first line
 ERROR_JOBS_LISTED = 50  # job links per error group
 
 
@@ -254,10 +253,9 @@ def job_times(db: Database, session_id: int) -> Histogram:
                 Job.finished_at.is_not(None),
             )
         ).all()
-    seconds = np.fromiter(
-        ((as_datetime(end) - as_datetime(start)).total_seconds() for start, end in rows),
-        float,
-        len(rows),
+    times = [(stored_time(start), stored_time(end)) for start, end in rows]
+    seconds = np.fromiter(  # a row with a time that is none: skipped (db.stored_time)
+        ((end - start).total_seconds() for start, end in times if start and end), float
     )
     return _histogram(seconds)
 

@@ -275,15 +275,17 @@ function edfPlot(sid) {
 async function historyPlot(problemId, sid) {
   const h = await api(`/api/problems/${encodeURIComponent(problemId)}/history?session=${encodeURIComponent(sid)}`);
   const el = $("#tried-plot");
-  const n = h.tflops.map((_, i) => i + 1);
-  const ok = n.filter((i) => h.tflops[i - 1] !== null);
-  el.dataset.count = h.tflops.length;
+  // At most HISTORY_POINTS of the candidates (every k-th and each that raised the best so far):
+  // `index` is each drawn one's place in the order tried.
+  const ok = h.index.map((_, j) => j).filter((j) => h.tflops[j] !== null);
+  el.dataset.count = h.total;
+  const drawn = h.index.length < h.total ? `${h.index.length} of ${h.total} drawn: every k-th and each new best; ` : "";
   Plotly.newPlot(el, [
-    { type: "scatter", mode: "markers", name: "candidate", x: ok, y: ok.map((i) => h.tflops[i - 1]),
-      text: ok.map((i) => esc(h.perf_configs[i - 1])), hovertemplate: "#%{x} %{text}<br>%{y:.3g} TFlops<extra></extra>" },
-    { type: "scatter", mode: "lines", name: "best so far", x: n, y: h.best_so_far, line: { shape: "hv", color: "#c0392b" } },
+    { type: "scatter", mode: "markers", name: "candidate", x: ok.map((j) => h.index[j]), y: ok.map((j) => h.tflops[j]),
+      text: ok.map((j) => esc(h.perf_configs[j])), hovertemplate: "#%{x} %{text}<br>%{y:.3g} TFlops<extra></extra>" },
+    { type: "scatter", mode: "lines", name: "best so far", x: h.index, y: h.best_so_far, line: { shape: "hv", color: "#c0392b" } },
   ], { margin: { t: PLOT_TOP }, height: 300, legend: { orientation: "h" },
-    xaxis: { title: { text: `candidate, in the order tried (${h.tflops.length - ok.length} failed, not drawn)` } },
+    xaxis: { title: { text: `candidate, in the order tried (${drawn}${h.index.length - ok.length} failed, not drawn)` } },
     yaxis: { title: { text: "TFlops" } } }, PLOT_CONFIG);
 }
 
@@ -397,7 +399,7 @@ function problemPage() {
         customdata: c.valid.map((v) => `${esc(v.perf_config)}<br>${v.remeasured ? "re-measured" : "first pass"}<br>` +
           Object.entries(v.fields || {}).map(([k, x]) => `${esc(k)}=${esc(x)}`).join(" ")),
         hovertemplate: "%{customdata}<br>%{y:.3g} TFlops<extra></extra>",
-      }], { margin: { t: PLOT_TOP, b: 40 }, height: 340, xaxis: { showticklabels: false, title: { text: `${c.valid.length} valid perf configs, best first; ◆ re-measured (${c.valid.filter((v) => v.remeasured).length}), red: winner` } },
+      }], { margin: { t: PLOT_TOP, b: 40 }, height: 340, xaxis: { showticklabels: false, title: { text: `${c.valid.length < c.totals.valid ? `the best ${c.valid.length} of ${c.totals.valid}` : c.valid.length} valid perf configs, best first; ◆ re-measured (${c.valid.filter((v) => v.remeasured).length}), red: winner` } },
         yaxis: { title: { text: "TFlops" } } }, PLOT_CONFIG);
       table($("#invalid"), [
         { label: "perf config", key: "perf_config", cls: "vector" },
