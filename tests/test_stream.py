@@ -252,6 +252,22 @@ def test_a_hung_stream_is_stopped_at_the_job_timeout_and_started_again(
     assert len(streams(tmp_path)) == 2
 
 
+def test_a_request_the_stream_skips_fails_once_a_later_one_is_answered(
+    db, tmp_path, build, monkeypatch
+):
+    # Replies come in order: once the request fed after it is answered, the skipped one's
+    # never will be. Its job fails then (a retry counted), not at the job timeout after the
+    # others, and the stream is not stopped as hung.
+    sid = compiled_session(db, tmp_path, build, 3)
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_FAULT", "stream_skip")
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_FAULT_CONFIG", "-m 128 ")
+    gpu = work(db, sid, build, "gpu", max_retries=0, job_timeout_s=30)
+    (skipped,) = [j for j in benchmark_jobs(db, sid) if j.state != "completed"]
+    assert skipped.state == "error" and "never this request" in skipped.result
+    assert gpu.stats.completed == 2 and gpu.stats.failed == 1
+    assert len(streams(tmp_path)) == 1
+
+
 def test_a_request_the_stream_fails_fails_only_its_job(db, tmp_path, build, monkeypatch):
     sid = compiled_session(db, tmp_path, build, 4)
     monkeypatch.setenv("FAKE_TUNINGRUNNER_FAULT", "gpu_timeout")

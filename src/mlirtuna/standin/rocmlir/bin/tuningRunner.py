@@ -1668,7 +1668,8 @@ def e4_bundle_benchmark(args, gpu: Gpu, gpu_id: int, configs: list[str], log: Lo
 # status: the exit status that call would have had (2: a request it cannot parse). Requests are
 # benchmarked one at a time, in order; EOF on stdin ends the process (status 0).
 # FAKE_TUNINGRUNNER_FAULT=stream_crash (with _FAULT_CONFIG) kills the process at that request,
-# stream_hang makes it hang there, stream_bad_reply answers it with status "zero";
+# stream_hang makes it hang there, stream_bad_reply answers it with status "zero", stream_skip
+# never answers it (and answers the next ones);
 # FAKE_TUNINGRUNNER_FAULT=stream_exit makes it exit 1 at start, before reading any request (a
 # GPU it cannot open), and FAKE_TUNINGRUNNER_STREAM_FOREIGN=N prints, after its first reply, N
 # reply lines naming requests nobody made (a stdout that something else writes to as well).
@@ -1700,6 +1701,8 @@ def e4_stream(args, log: Log) -> int:
         if fault_for(config) == "stream_hang":  # a GPU run that never returns
             while True:
                 time.sleep(60)
+        if fault_for(config) == "stream_skip":  # read, never answered (a lost request)
+            continue
         if fault_for(config) == "stream_bad_reply":  # a reply no exit status is (issue 34 M6)
             print(json.dumps({"id": rid, "status": "zero", "error": ""}), flush=True)
             continue
