@@ -6,6 +6,7 @@ waits out what waiting cures (always backing off), and stops with one line on wh
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sqlite3
 import threading
@@ -245,6 +246,19 @@ def test_a_heartbeat_racing_the_record_is_not_a_lost_lease(db, tmp_path, caplog)
     hb.renew(lease, lost)  # the renewal that was in flight when the job ended
     assert not lost.is_set()
     assert "lease lost" not in caplog.text
+
+
+def test_a_job_claimed_again_marks_its_earlier_attempt_lost(db, tmp_path):
+    # Issue 43 §2: a worker whose lease ran out (a server restart) claims the job again while
+    # the first attempt is still in its benchmark stream: that attempt is lost from then on.
+    sid = make_session(db, tmp_path, 1)
+    first = queue.claim(db, sid, Claimant("h", 0, 1), 30.0)
+    hb = Heartbeat(db, 30.0, 3600.0)
+    earlier = hb.add([first])[first.job_id]
+    again = dataclasses.replace(first, token=queue.new_token())
+    now = hb.add([again])[again.job_id]
+    assert earlier.is_set() and not now.is_set()
+    assert hb.add([again])[again.job_id] is now  # the same attempt again keeps its event
 
 
 def _ctx():

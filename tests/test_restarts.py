@@ -10,6 +10,9 @@ import pytest
 import sqlalchemy as sa
 from plugins.claimlog import read_log
 from support.ownservers import OwnMariadb, OwnPostgres
+from support.rocmlir import fake_build, work
+from support.streamrace import LeasesLostInStream, assert_each_recorded_from_its_second_attempt
+from support.twostage import problems, session
 from support.workers import (
     assert_done_exactly_once,
     assert_never_held_twice,
@@ -81,3 +84,29 @@ def test_workers_outlive_server_restarts(own_server, tmp_path):
     db.dispose()
     assert_never_held_twice(read_log(log))
     assert "database unavailable" in "".join(stderr_of(p) for p in procs)
+
+
+def test_a_crash_restart_during_a_benchmark_stream_strands_no_job(
+    own_server, tmp_path, monkeypatch
+):
+    # Issue 43 §2 (MariaDB, 23 s): the server crashes while both jobs sit in the worker's
+    # stream and stays down past their leases; the worker claims them again when it is back and
+    # feeds them again before the stream answered the first attempts. Each new attempt's reply
+    # is recorded; the old ones' are dropped; nothing waits out the job timeout.
+    build = fake_build(tmp_path, monkeypatch)
+    for name, value in (("ERA", "E4"), ("STREAM", "1"), ("LOG", str(tmp_path / "tool.jsonl"))):
+        monkeypatch.setenv(f"FAKE_TUNINGRUNNER_{name}", value)
+    db = Database(_fresh_database(own_server))
+    problems(db, tmp_path, 2)
+    sid = session(db, build)
+    work(db, sid, build, "compile")
+    lease_s = 5.0
+    race = LeasesLostInStream(
+        monkeypatch, 2, lambda: own_server.restart("immediate", down_s=lease_s + 1)
+    )
+    try:
+        gpu = work(db, sid, build, "gpu", max_retries=3, job_timeout_s=60, lease_s=lease_s)
+    finally:
+        race.release()
+    assert_each_recorded_from_its_second_attempt(db, sid, gpu, race, 2)
+    db.dispose()

@@ -10,6 +10,7 @@ per problem; one bad problem never fails the others."""
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import json
 import os
@@ -21,12 +22,13 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from support.rocmlir import fake_build, work, worker_settings
+from support.streamrace import LeasesLostInStream, assert_each_recorded_from_its_second_attempt
 from support.twostage import count, gemm, problems, recorded, session, states
 
 import mlirtuna.tuners.rocmlir.stream as rocmlir_stream
 import mlirtuna.worker.stream as worker_stream
 from mlirtuna import catalog, keys
-from mlirtuna.db.models import BENCHMARK, COMPILE, Attempt, Bundle, Job, Result
+from mlirtuna.db.models import BENCHMARK, COMPILE, RUNNING, Attempt, Bundle, Job, Result
 from mlirtuna.queue import bundles, jobs
 from mlirtuna.tuners.rocmlir import RocmlirTuner
 from mlirtuna.worker import Worker, WorkerSettings, supervisor
@@ -145,7 +147,7 @@ def test_a_fed_job_whose_lease_is_lost_is_not_recorded(db, tmp_path, build, monk
 
     def feed(self, key, problem, artifacts):  # taken away once it is in the stream
         real(self, key, problem, artifacts)
-        if key == f"job-{target.id}":
+        if key.startswith(f"job-{target.id}-"):
             assert jobs.cancel(db, sid, target.id) == 1
 
     monkeypatch.setattr(rocmlir_stream.Stream, "feed", feed)
@@ -155,6 +157,53 @@ def test_a_fed_job_whose_lease_is_lost_is_not_recorded(db, tmp_path, build, monk
     (job,) = [j for j in benchmark_jobs(db, sid) if j.id == target.id]
     assert job.state == "cancelled"
     assert count(db, Result, Result.problem_id == target.problem_id, Result.session_id == sid) == 0
+
+
+def test_a_job_claimed_again_while_its_old_attempt_is_in_the_stream_is_recorded_once(
+    db, tmp_path, build, monkeypatch
+):
+    sid = compiled_session(db, tmp_path, build, 2)
+
+    def lose() -> None:  # both leases run out (as in a server restart longer than the lease)
+        with db.session() as s:
+            s.execute(
+                sa.update(Job)
+                .where(Job.session_id == sid, Job.stage == BENCHMARK, Job.state == RUNNING)
+                .values(lease_expires_at=dt.datetime(2000, 1, 1))
+            )
+
+    race = LeasesLostInStream(monkeypatch, 2, lose)
+    try:
+        gpu = work(db, sid, build, "gpu", max_retries=3, job_timeout_s=10)
+    finally:
+        race.release()
+    assert_each_recorded_from_its_second_attempt(db, sid, gpu, race, 2)
+    assert len(streams(tmp_path)) == 1  # never stopped as hung
+
+
+def test_foreign_replies_cost_no_job_its_reply(db, tmp_path, build, monkeypatch):
+    # 200,000 reply lines naming no request of ours after the first reply (issue 43 §4): they
+    # are dropped as they are read, never queued ahead of our replies, and no job times out.
+    sid = compiled_session(db, tmp_path, build, 3)
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_STREAM_FOREIGN", "200000")
+    gpu = work(db, sid, build, "gpu", max_retries=0, job_timeout_s=10)
+    assert [j.state for j in benchmark_jobs(db, sid)] == ["completed"] * 3
+    assert gpu.stats.completed == 3 and gpu.stats.failed == 0
+    assert len(streams(tmp_path)) == 1
+
+
+def test_a_stream_that_exits_at_start_falls_back_to_calls(db, tmp_path, build, monkeypatch, caplog):
+    sid = compiled_session(db, tmp_path, build, 4)
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_FAULT", "stream_exit")
+    with caplog.at_level("WARNING", logger="mlirtuna.worker.stream"):
+        gpu = work(db, sid, build, "gpu", max_retries=0)
+    rows = benchmark_jobs(db, sid)
+    assert [j.state for j in rows] == ["completed"] * 4 and [j.retries for j in rows] == [0] * 4
+    assert gpu.stats.completed == 4 and gpu.stats.failed == 0
+    assert len(streams(tmp_path)) == 1  # tried once, never started again
+    assert len(with_flag(tmp_path, "--benchmark-artifacts=")) == 4
+    said = [r.getMessage() for r in caplog.records if "benchmarking in calls" in r.getMessage()]
+    assert len(said) == 1
 
 
 @pytest.mark.slow  # kills and signals a worker's stream
@@ -201,6 +250,22 @@ def test_a_hung_stream_is_stopped_at_the_job_timeout_and_started_again(
     assert hung.state == "error" and "timed out" in hung.result
     assert gpu.stats.completed == 2  # the one fed behind it went back, then ran
     assert len(streams(tmp_path)) == 2
+
+
+def test_a_request_the_stream_skips_fails_once_a_later_one_is_answered(
+    db, tmp_path, build, monkeypatch
+):
+    # Replies come in order: once the request fed after it is answered, the skipped one's
+    # never will be. Its job fails then (a retry counted), not at the job timeout after the
+    # others, and the stream is not stopped as hung.
+    sid = compiled_session(db, tmp_path, build, 3)
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_FAULT", "stream_skip")
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_FAULT_CONFIG", "-m 128 ")
+    gpu = work(db, sid, build, "gpu", max_retries=0, job_timeout_s=30)
+    (skipped,) = [j for j in benchmark_jobs(db, sid) if j.state != "completed"]
+    assert skipped.state == "error" and "never this request" in skipped.result
+    assert gpu.stats.completed == 2 and gpu.stats.failed == 1
+    assert len(streams(tmp_path)) == 1
 
 
 def test_a_request_the_stream_fails_fails_only_its_job(db, tmp_path, build, monkeypatch):

@@ -153,7 +153,7 @@ class BenchmarkStream(Protocol):
     """A long-lived benchmark process on one GPU (StreamingTuner.open_stream), started once and
     fed one bundle at a time; it benchmarks them one after the other, in the order fed.
 
-    `feed` hands it a problem's unpacked bundle under a key (the caller's; one per job);
+    `feed` hands it a problem's unpacked bundle under a key (the caller's; one per attempt);
     `reply` waits up to `timeout` seconds for the next finished request: (key, outcome or
     error), or None when none finished yet. Both raise StreamBroken when the process is gone
     (exited, killed): what was fed and not replied to is lost with it. `close` stops the

@@ -97,10 +97,18 @@ class Heartbeat:
         with self._cv:
             for lease in leases:
                 if not self._holds(lease):
+                    self._supersede(lease.job_id)
                     self._held[lease.job_id] = (lease, threading.Event())
             self._claims += 1
             self._cv.notify_all()
             return {lease.job_id: self._held[lease.job_id][1] for lease in leases}
+
+    def _supersede(self, job_id: int) -> None:
+        """Under _cv: the job is claimed again (its earlier lease ran out and was swept back,
+        e.g. over a server restart): the earlier attempt's lease is lost, whoever still waits
+        on it (a stream request fed under it) learns so now, not from a refused record."""
+        if (earlier := self._held.get(job_id)) is not None:
+            earlier[1].set()
 
     def renew_now(self, leases: list[Lease]) -> None:
         """Renew these held leases at once (not at the next interval): a lease lost meanwhile

@@ -10,10 +10,20 @@ is recorded (or failed) as its reply arrives, through the runner as any benchmar
 
 Leases: every held job is renewed by the worker's one Heartbeat from its claim. A job whose
 lease is lost before it is fed is never fed; one lost after is benchmarked, but its reply is
-discarded and nothing recorded (counted as lost). The stream dying (exit, kill, a feed that
-fails) or hanging (no reply within the job timeout and its grace) ends the jobs in flight as a
-tool crash ends a batch's: the one it was on fails (a retry counted), the ones fed behind it
-are given back (no retry counted); then the process is started again. A stopping worker feeds
+discarded and nothing recorded (counted as lost). Each request is keyed by its attempt (job id
+and lease token), not by its job: a job whose lease was lost (a server restart outlasting the
+lease) and that this worker claimed again is fed again under its new attempt's key, and the
+stream answers both; the old attempt's reply is dropped, the new one's recorded (issue 43 §2).
+
+No job is held without progress past its expected time: the request at the head has the job
+timeout and its grace from the reply before it (else the stream hung), and since requests are
+answered in order, a reply to a later request means the ones fed before it were skipped: they
+fail (a retry counted) at once. The stream dying (exit, kill, a feed that fails) or hanging
+ends the jobs in flight as a tool crash ends a batch's: the one it was on fails (a retry
+counted), the ones fed behind it are given back (no retry counted); then the process is
+started again. A stream that exits before answering anything never worked on this host (a GPU
+it cannot open, a build without the flag's runtime): the worker benchmarks in calls from then
+on, and the jobs it had fed are benchmarked that way, no retry counted. A stopping worker feeds
 nothing more, gives back what it claimed but did not feed, and waits for the replies of what it
 fed (a second signal gives those back too).
 """
@@ -71,14 +81,17 @@ class Streamer:
         self.alone: list[Lease] = []  # claimed jobs the stream cannot take (benchmarked alone)
         self.restarts = 0
         self._since = time.monotonic()  # when the job at the head of the stream began
+        self._answered = False  # whether the stream now running answered any request of ours
+        self.in_calls = False  # the stream exited before answering: benchmark in calls
 
     @property
     def stopping(self) -> bool:
         return self.runner.stop_requested.is_set()
 
     def run(self) -> bool:
-        """Run until stopped or done; False when the stream could not be started at all
-        (nothing claimed: the worker falls back to the batch path)."""
+        """Run until stopped or done; False when the stream could not be started at all, or
+        exited before answering anything (what it had been fed is settled by then): the worker
+        goes on in the batch path."""
         try:
             self._open()
         except TunerError as exc:
@@ -98,12 +111,12 @@ class Streamer:
         finally:
             self._close()
             self.runner.current = None
-        return True
+        return not self.in_calls
 
     def _loop(self) -> None:
         while True:
-            if self.stream is None and not self.stopping:
-                self._open()
+            if self.stream is None and not self.stopping and not self.in_calls:
+                self._reopen()
             if not self.stopping and self.stream is not None:
                 self._fill()
             if not self.inflight:
@@ -111,7 +124,7 @@ class Streamer:
                 if self.alone:
                     self._run_alone()
                     continue
-                if self.stopping or not self._idle():
+                if self.in_calls or self.stopping or not self._idle():
                     return
                 continue
             self.runner.current = self.inflight[0].lease
@@ -122,7 +135,17 @@ class Streamer:
         """Start the stream (before the first claim, and again after it died)."""
         self.stream = self.tuner.open_stream(self.runner.context())
         self._since = time.monotonic()
+        self._answered = False
         log.info("benchmark stream started on GPU %s", self.runner.settings.gpu_id)
+
+    def _reopen(self) -> None:
+        """Start it again after it died; where it cannot start, benchmark in calls."""
+        try:
+            self._open()
+        except TunerError as exc:
+            log.warning("cannot start the benchmark stream again (%s); benchmarking in calls",
+                        error_text(exc).splitlines()[0])  # fmt: skip
+            self.in_calls = True
 
     def _close(self) -> None:
         if self.stream is not None:
@@ -168,14 +191,13 @@ class Streamer:
             return
         if not self.inflight:
             self._since = time.monotonic()
-        key = f"job-{lease.job_id}"
-        fed = Fed(lease, lost, prepared, key)
+        fed = Fed(lease, lost, prepared, request_key(lease))
         self.inflight.append(fed)  # before the feed: a broken stream settles it with the rest
         assert self.stream is not None
         try:
-            self.stream.feed(key, problem, directory)
-        except StreamBroken as exc:
-            self._broken(exc)
+            self.stream.feed(fed.key, problem, directory)
+        except StreamBroken as exc:  # its stdin is closed: the process is gone
+            self._broken(exc, exited=True)
             return
         log.info("job %s: fed to the benchmark stream (%s)", lease.job_id, problem.canonical())
 
@@ -194,7 +216,7 @@ class Streamer:
         try:
             item = self.stream.reply(wait)
         except StreamBroken as exc:
-            self._broken(exc)
+            self._broken(exc, exited=True)
             return
         if item is None:
             if time.monotonic() >= deadline:
@@ -205,22 +227,42 @@ class Streamer:
         fed = next((f for f in self.inflight if f.key == key), None)
         if fed is None:
             return
+        self._answered = True
+        self._skipped(fed)
         self.inflight.remove(fed)
         self._since = time.monotonic()
         self._drop(fed.lease, fed.prepared)
         if fed.lost.is_set():
             self.runner.stats.lost += 1
-            log.warning("job %s: lease lost while it benchmarked; reply discarded", key)
+            log.warning(
+                "job %s: lease lost while it benchmarked; reply discarded", fed.lease.job_id
+            )
             return
         outcome, error, final = _settled(result)
         self.runner.settle(fed.lease, outcome, error, final)
 
-    def _broken(self, exc: StreamBroken) -> None:
+    def _skipped(self, answered: Fed) -> None:
+        """Fail the requests fed before the one answered: replies come in order, so theirs
+        will never come, and holding them would heartbeat jobs that make no progress."""
+        while self.inflight and self.inflight[0] is not answered:
+            fed = self.inflight.popleft()
+            self._drop(fed.lease, fed.prepared)
+            if fed.lost.is_set():
+                self.runner.stats.lost += 1
+                continue
+            why = f"the benchmark stream answered {answered.key} first and never this request"
+            self.runner.settle(fed.lease, None, why, False)
+
+    def _broken(self, exc: StreamBroken, exited: bool = False) -> None:
         """The stream died or hung: the job it was on fails (a retry counted, as a tool crash),
-        the ones fed behind it go back; the next loop starts it again."""
+        the ones fed behind it go back; the next loop starts it again. `exited`: the process
+        is gone; before it answered anything, the worker benchmarks in calls instead."""
         why = error_text(exc)
         log.warning("benchmark stream: %s", why.splitlines()[0])
         self._close()
+        if exited and not self._answered and not self.stopping:
+            self._to_calls()
+            return
         self.restarts += 1
         first = True
         while self.inflight:
@@ -238,6 +280,21 @@ class Streamer:
             first = False
         if not self.stopping:
             self.runner.stop_requested.wait(RESTART_PAUSE_S)
+
+    def _to_calls(self) -> None:
+        """The stream exited before answering anything: what was fed is benchmarked alone (in
+        calls, no retry counted: the stream, not the job, failed), and so is everything else."""
+        log.warning("the benchmark stream exited before answering any request; benchmarking "
+                    "in calls (one --benchmark-artifacts call per job) from now on")  # fmt: skip
+        self.in_calls = True
+        while self.inflight:
+            fed = self.inflight.popleft()
+            fed.prepared.discard()
+            if fed.lost.is_set():
+                self.runner.heartbeat.drop(fed.lease)
+                self.runner.stats.lost += 1
+            else:
+                self.alone.append(fed.lease)  # still held: its call renews the same lease
 
     def _run_alone(self) -> None:
         """A job the stream cannot take, once nothing is in flight (one benchmark at a time on
@@ -260,10 +317,16 @@ class Streamer:
         self.runner.give_back(leases, why)
 
 
+def request_key(lease: Lease) -> str:
+    """A request's key: its attempt (the lease token), not its job, so that a reply to an
+    attempt whose lease was lost is never taken for the next attempt's (docs/formats.md)."""
+    return f"job-{lease.job_id}-{lease.token}"
+
+
 def _settled(result: TuneOutcome | TunerError) -> tuple[TuneOutcome | None, str | None, bool]:
     if isinstance(result, TunerError):
         return None, error_text(result), isinstance(result, Unsupported)
     return result, None, False
 
 
-__all__ = ["STREAM_DEPTH", "Fed", "Streamer"]
+__all__ = ["STREAM_DEPTH", "Fed", "Streamer", "request_key"]

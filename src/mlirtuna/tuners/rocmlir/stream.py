@@ -7,6 +7,10 @@ bundle directory and output file; it benchmarks the requests one at a time, in o
 each one's output, `.debug` and `.state` files (and its log lines to `<output>.log`) exactly as
 a `--benchmark-artifacts` call for that one config would, and answers each with one JSON line
 on stdout. So each reply is read with the same functions as a one-config call (read_outcome).
+
+Replies are matched to requests as they are read, in the reader thread: a line naming no request
+in flight (a foreign reply) is dropped there at the cost of its parse, so a flood of them never
+queues ahead of the replies that are ours, and the queue holds at most one reply per request.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import contextlib
 import datetime as dt
 import io
 import json
+import logging
 import queue
 import shutil
 import subprocess
@@ -40,8 +45,31 @@ STREAM_OPS = ("conv", "gemm")
 STREAM_FLAG = "--benchmark-stream"
 MAX_REPLY_BYTES = process.MAX_LINE_BYTES  # a reply is ~60 bytes; a longer line is refused
 LOG_KEEP_BYTES = 64 << 10  # of a request's .log: its last lines say why it failed
-MAX_ID_CHARS = 64  # request ids are "job-N"
+MAX_ID_CHARS = 64  # request ids are "job-N-TOKEN": one per attempt (worker/stream.py)
 CLOSE_WAIT_S = 1.0  # for a stream with nothing in flight to exit on EOF before it is stopped
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Fed:
+    """A request in flight: its problem, its output file, when it was fed."""
+
+    problem: Problem
+    out: Path
+    fed_at: float
+
+
+@dataclass(frozen=True)
+class _Answered:
+    """A reply matched to its request in the reader thread: `start`, when its benchmark can
+    have begun (its feed, or the reply before it, whichever came later); `end`, when read."""
+
+    key: str
+    reply: Reply
+    fed: _Fed
+    start: float
+    end: float
 
 
 class Stream:
@@ -58,21 +86,43 @@ class Stream:
         self.stderr = process.TailReader(
             cast("io.BufferedReader | None", self.proc.stderr), process.STDERR_KEEP_BYTES
         )
-        self._replies: queue.Queue[Reply | None] = queue.Queue()
-        self._fed: dict[str, tuple[Problem, Path, float]] = {}
+        self._replies: queue.Queue[_Answered | None] = queue.Queue()
+        self._lock = threading.Lock()  # _fed: fed here, matched in the reader thread
+        self._fed: dict[str, _Fed] = {}
         self._last_reply = time.time()
+        self.foreign = 0  # reply lines that named no request in flight (dropped)
         threading.Thread(target=self._read, daemon=True, name="stream-replies").start()
 
     def _read(self) -> None:
-        """Reply lines from stdout into the queue (each read up to MAX_REPLY_BYTES and checked
-        by parse_reply, which never raises); None once the process closed it."""
+        """Reply lines from stdout (each read up to MAX_REPLY_BYTES and checked by parse_reply,
+        which never raises), matched to their requests; None once the process closed it."""
         pipe = self.proc.stdout
         assert pipe is not None
         with contextlib.suppress(OSError, ValueError), pipe:
             for raw in process.capped_lines(pipe, MAX_REPLY_BYTES):
                 if raw is None or raw.strip():
-                    self._replies.put(parse_reply(raw))
+                    self._match(parse_reply(raw))
         self._replies.put(None)
+
+    def _match(self, got: Reply) -> None:
+        """Queue a reply with its request; drop one that names no request in flight."""
+        now = time.time()
+        with self._lock:
+            # A reply that names no request is the oldest one's: requests are answered in order.
+            key = got.key if got.key is not None else next(iter(self._fed), None)
+            fed = self._fed.pop(key, None) if key is not None else None
+            if key is None or fed is None:
+                self._foreign(got)
+                return
+            start, self._last_reply = max(fed.fed_at, self._last_reply), now
+        self._replies.put(_Answered(key, got, fed, start, now))
+
+    def _foreign(self, got: Reply) -> None:
+        """Count a reply to no request in flight; say so once per stream, not per line."""
+        self.foreign += 1
+        if self.foreign == 1:
+            log.warning("the benchmark stream answered a request it was not sent (id %s); "
+                        "such replies are dropped", textinput.clip(repr(got.key)))  # fmt: skip
 
     def feed(self, key: str, problem: Problem, artifacts: Path) -> None:
         out = self.tmp / key / "tuning.tsv"
@@ -84,6 +134,8 @@ class Stream:
             "artifacts": str(artifacts),
             "output": str(out),
         }
+        with self._lock:  # known before it is sent: its reply may come at once
+            self._fed[key] = _Fed(problem, out, time.time())
         stdin = self.proc.stdin
         try:
             assert stdin is not None
@@ -91,7 +143,6 @@ class Stream:
             stdin.flush()
         except (OSError, ValueError) as exc:
             raise self._broken(f"cannot feed it ({exc})") from None
-        self._fed[key] = (problem, out, time.time())
 
     def reply(self, timeout: float) -> StreamItem | None:
         try:
@@ -101,15 +152,9 @@ class Stream:
         if got is None:
             self._replies.put(None)  # every later call says the same
             raise self._broken("it exited")
-        # A reply that names no request is the oldest one's: requests are answered in order.
-        key = got.key if got.key is not None else next(iter(self._fed), None)
-        fed = self._fed.pop(key, None) if key is not None else None
-        if key is None or fed is None:
-            return None  # not a request of ours
-        problem, out, fed_at = fed
-        start, self._last_reply = max(fed_at, self._last_reply), time.time()
+        key, out = got.key, got.fed.out
         try:
-            return key, self._outcome(got, problem, out, start)
+            return key, self._outcome(got.reply, got.fed.problem, out, got.start, got.end)
         except TunerError as exc:
             return key, exc
         except Exception as exc:  # whatever the tool wrote costs its job, never the worker
@@ -118,7 +163,9 @@ class Stream:
         finally:
             shutil.rmtree(out.parent, ignore_errors=True)
 
-    def _outcome(self, got: Reply, problem: Problem, out: Path, start: float) -> TuneOutcome:
+    def _outcome(
+        self, got: Reply, problem: Problem, out: Path, start: float, end: float
+    ) -> TuneOutcome:
         """One request's outcome from its reply and the files it wrote (read_outcome's)."""
         process.check_outputs(out)
         log = out.with_name(out.name + ".log")
@@ -129,7 +176,7 @@ class Stream:
             )
         if got.error and got.status != 0:
             text += f"\nERROR: {got.error}\n"
-        run = process.Run(got.status, "", text, _utc(start), _utc(self._last_reply))
+        run = process.Run(got.status, "", text, _utc(start), _utc(end))
         if run.returncode != 0 and commit_refused(run.stderr):
             raise Unsupported(
                 f"tuningRunner refused the bundle: {process.last_error_line(run.stderr)}"

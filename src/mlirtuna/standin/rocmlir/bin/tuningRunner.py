@@ -1668,14 +1668,22 @@ def e4_bundle_benchmark(args, gpu: Gpu, gpu_id: int, configs: list[str], log: Lo
 # status: the exit status that call would have had (2: a request it cannot parse). Requests are
 # benchmarked one at a time, in order; EOF on stdin ends the process (status 0).
 # FAKE_TUNINGRUNNER_FAULT=stream_crash (with _FAULT_CONFIG) kills the process at that request,
-# stream_hang makes it hang there, stream_bad_reply answers it with status "zero".
+# stream_hang makes it hang there, stream_bad_reply answers it with status "zero", stream_skip
+# never answers it (and answers the next ones);
+# FAKE_TUNINGRUNNER_FAULT=stream_exit makes it exit 1 at start, before reading any request (a
+# GPU it cannot open), and FAKE_TUNINGRUNNER_STREAM_FOREIGN=N prints, after its first reply, N
+# reply lines naming requests nobody made (a stdout that something else writes to as well).
 # ---------------------------------------------------------------------------------------------
 
 
 def e4_stream(args, log: Log) -> int:
     gpu = Gpu()
     gpu_id = args.gpus[0]
+    if FAULT == "stream_exit":
+        log.error(f"GPU {gpu_id}: cannot start the benchmark stream (FAKE_TUNINGRUNNER_FAULT)")
+        return 1
     log.info(f"Using 1 GPU(s)\nGPU {gpu_id}: benchmark stream ready")
+    foreign = int(os.environ.get("FAKE_TUNINGRUNNER_STREAM_FOREIGN", "0"))
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -1693,6 +1701,8 @@ def e4_stream(args, log: Log) -> int:
         if fault_for(config) == "stream_hang":  # a GPU run that never returns
             while True:
                 time.sleep(60)
+        if fault_for(config) == "stream_skip":  # read, never answered (a lost request)
+            continue
         if fault_for(config) == "stream_bad_reply":  # a reply no exit status is (issue 34 M6)
             print(json.dumps({"id": rid, "status": "zero", "error": ""}), flush=True)
             continue
@@ -1702,7 +1712,17 @@ def e4_stream(args, log: Log) -> int:
         except Exception as e:  # a request's own failure never ends the stream
             status, error = 1, f"{type(e).__name__}: {e}"
         e4_reply(rid, status, error)
+        if foreign:
+            e4_foreign(foreign)
+            foreign = 0
     return 0
+
+
+def e4_foreign(count: int) -> None:
+    out = sys.stdout
+    for n in range(count):
+        out.write(json.dumps({"id": f"job-{n}-foreign", "status": 0, "error": ""}) + "\n")
+    out.flush()
 
 
 def e4_reply(rid, status: int, error: str) -> None:
