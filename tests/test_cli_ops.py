@@ -105,7 +105,7 @@ def test_worker_retries_come_from_the_environment_and_a_flag_beats_it(
     sid = two_job_session(db, tmp_path)
     started = []  # the settings each `worker --gpus 0,1` would start its processes with
 
-    def start(_url, settings, _slots, quiet=False):
+    def start(_url, settings, _slots, quiet=False, **_more):
         started.append(settings)
         return []
 
