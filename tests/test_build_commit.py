@@ -240,7 +240,8 @@ def test_run_refuses_an_untied_build_and_takes_mlir_v(db, db_url, layout, tmp_pa
     path.write_text(GEMM + "\n")
     args = ["run", "--op", "gemm", "--tuner", "rocmlir", "--mlir-build-dir", str(layout.build),
             "--tuning-space", "quick", "--arch", "gfx942", "--num-cu", "304",
-            "--num-chiplets", "8", "--gpus", "0", "--gpu-identity", "GPU-0123456789abcdef", "-q",
+            "--num-chiplets", "8", "--gpus", "0", "--gpu-identity", "GPU-0123456789abcdef",
+            "--max-retries", "1", "-q",
             "-o", str(tmp_path / "out.tsv")]  # fmt: skip
     refused = cli(db_url, *args, str(path))
     assert refused.code == 2 and "--mlir-v HASH" in refused.stderr.strip(), refused.stderr

@@ -295,6 +295,7 @@ def _sessions(url: str) -> list[tuple[int, bool]]:
 
 
 @pytest.mark.slow
+@pytest.mark.backends("postgresql")  # a farm's server; try-rocmlir never connects to it at all
 def test_try_rocmlir_leaves_the_farm_of_mlirtuna_db_untouched(db, db_url, tmp_path):
     env = {k: "" for k in os.environ if k.startswith("FAKE_") or k == "MLIRTUNA_TOOL_ENV"}
     # run_cli points MLIRTUNA_DB at the farm (db_url), as a farm operator's shell would.
