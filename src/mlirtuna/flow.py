@@ -18,7 +18,7 @@ from mlirtuna import catalog, keys, machine, sessions, tuners
 from mlirtuna.db import Database
 from mlirtuna.errors import UserError
 from mlirtuna.history import export, reuse, winners
-from mlirtuna.problems import ExpandOptions, Problem, problem_class
+from mlirtuna.problems import ExpandOptions, Problem, configlist, problem_class
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import Session, SessionSpec
 from mlirtuna.tuners.base import TuneContext
@@ -256,8 +256,13 @@ def detect_op(path: str) -> str:
 def files_by_op(op: str | None, files: Sequence[str]) -> dict[str, list[str]]:
     """{op: files}; `auto` decides per file. Missing files stop here."""
     for path in files:
-        if not Path(path).is_file() and not (Path(path).is_dir() and op in ("fusion", "auto")):
+        if Path(path).is_dir():
+            if op not in ("fusion", "auto"):  # those read a directory's .mlir modules
+                raise configlist.directory_error(path)
+        elif not Path(path).exists():
             raise UserError(f"cannot read config list {path}: no such file")
+        elif not Path(path).is_file():  # a FIFO would block the look at its first line
+            raise UserError(f"cannot read config list {path}: not a regular file")
     if op != "auto":
         problem_class(op or "")  # an unknown op is a UserError
         return {op or "": list(files)}
