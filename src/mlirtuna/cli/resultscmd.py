@@ -85,7 +85,7 @@ def export(
     done = exporting.render(db, query, fmt)
     output = output or exporting.fusion_file_name(db, done.sessions)
     exporting.write_text(output, done.text)
-    for note in done.notes:
+    for note in done.notes + done.key_notes:
         common.err(f"note: {note}")
     if as_json:
         common.print_json(done.as_dict())
