@@ -154,3 +154,28 @@ def test_terminal_tables_wrap_between_tokens_never_inside_one():
         words = re.sub("[\u2500-\u257f]", " ", text).split()
         assert set(words) <= allowed, set(words) - allowed  # every token whole
         assert perf in words and "-out_datatype" in words
+
+
+def test_top_level_help_groups_the_commands_by_what_they_are_for():
+    """`mlirtuna --help` lists its commands under panels (tune here, the farm, results, admin),
+    each in the order of the work, and every command sits in a panel (issue 44)."""
+    from mlirtuna.cli import HELP_PANELS
+
+    result = CliRunner().invoke(app, ["--help"])
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    listed: dict[str, list[str]] = {}
+    panel = None
+    for line in lines:
+        if line.endswith(":") and not line.startswith(" "):
+            panel = line[:-1]
+            listed[panel] = []
+        elif panel in HELP_PANELS and line.startswith("  ") and line.split():
+            listed[panel].append(line.split()[0])
+    assert list(listed) == ["Options", *HELP_PANELS], list(listed)
+    for name, commands in HELP_PANELS.items():
+        assert listed[name] == list(commands)
+    root = typer.main.get_command(app)
+    assert sorted(root.commands) == sorted(c for cs in HELP_PANELS.values() for c in cs)
+    assert HELP_PANELS["Tune on this machine"][0] == "run"
+    assert {"compare", "export", "results"} <= set(HELP_PANELS["Results"])

@@ -17,6 +17,7 @@ from support.results import cand, gemm, new_session, record
 from support.webserve import serving
 
 from mlirtuna.formats.csvcells import read_cell
+from mlirtuna.history.compare import IMPROVEMENT, VERDICT_MEANING
 
 NOISE, SLOWER, CHANGED, MISSING, SAME = gemm(64), gemm(128), gemm(256), gemm(512), gemm(32)
 
@@ -108,3 +109,34 @@ def test_the_page_shows_the_same_verdict_per_row(db, db_url, tmp_path, browser, 
         assert "passes" in page.tab.inner_text("#gate")
     finally:
         page.close()
+
+
+def test_a_passing_gate_says_so_and_improvements_are_listed(db, db_url, tmp_path):
+    """The gate's pass is one line on stderr naming what it passed over (issue 44), and a
+    problem B tunes faster beyond the threshold is an `improvement` in the text, the CSV and the
+    JSON, like every other verdict, and never fails the gate."""
+    a, b = new_session(db), new_session(db)
+    record(
+        db, tmp_path, a, {tv: [cand(tv, "p1", 1e5)] for tv in (SAME, CHANGED)},
+        {SAME: "p1", CHANGED: "p1"},
+    )  # fmt: skip
+    record(
+        db, tmp_path, b, {SAME: [cand(SAME, "p1", 1e5)], CHANGED: [cand(CHANGED, "p2", 0.5e5)]},
+        {SAME: "p1", CHANGED: "p2"},
+    )  # fmt: skip
+    gate = cli(db_url, "compare", str(a), str(b), "--fail-on-regression")
+    assert gate.code == 0, gate.stderr
+    assert gate.stderr.count("\n") == 1, gate.stderr
+    assert gate.stderr.startswith(
+        "gate passed: 0 findings fail it (0 regression, 0 slower, 0 missing) in 2 common "
+        "problems (threshold 5%); not counted: 0 noise; 1 improvement"
+    ), gate.stderr
+    text = " ".join(gate.stdout.split())
+    assert f"improvement: {VERDICT_MEANING[IMPROVEMENT]}, best first" in text
+    listed = gate.stdout[gate.stdout.index("improvement: ") :]
+    assert CHANGED in " ".join(listed.split()) and SAME not in " ".join(listed.split())
+    kinds, verdicts, code = verdicts_of_cli(db_url, a, b)
+    assert kinds == {CHANGED: "improvement"} and verdicts == {CHANGED: ("improvement", False)}
+    assert code == 0
+    # No gate asked: no gate line.
+    assert cli(db_url, "compare", str(a), str(b)).stderr == ""

@@ -84,7 +84,7 @@ def test_every_fusion_module_tunes_on_the_queue(db, tmp_path):
     # Export: under the tuning key; the three mixr-gemm modules share one key: one row.
     done = export.render(db, export.ExportQuery(sessions=(sid,), op="fusion"))
     assert done.rows == len(MODULES) - 2
-    assert len(done.notes) == 2 and all("writing fusion problem" in n for n in done.notes)
+    assert len(done.key_notes) == 2 and all("writing fusion problem" in n for n in done.key_notes)
     out = tmp_path / "tuning_fusion.tsv"
     out.write_text(done.text)
     with db.session() as s:
@@ -103,7 +103,7 @@ def test_a_plain_problem_wins_over_a_fusion_with_its_key(db):
     drain(db, sid)
     done = export.render(db, export.ExportQuery(sessions=(sid,)))
     assert done.rows == 1
-    assert done.notes == [
+    assert done.key_notes == [
         f"key {key!r}: writing conv problem {ids[key]}'s winner, not fusion "
         "mixr-resnet-fusion-case-4.mlir's (a plain problem is tuned on exactly that kernel)"
     ]

@@ -41,6 +41,26 @@ def test_run_and_import_of_a_file_without_configs(db, db_url, tmp_path, content)
         assert counts(db) == (0, 0, 0)  # no empty session, no tag
 
 
+def test_a_directory_given_as_a_config_list_is_named_a_directory(db, db_url, tmp_path):
+    """Not "no such file" (issue 44): it is a directory; give its files, or --op fusion for a
+    directory of .mlir modules. Nothing is written."""
+    lists = tmp_path / "configs"
+    lists.mkdir()
+    (lists / "gemm-configs").write_text("-t f32 -transA false -transB false -g 1 -m 8 -n 8 -k 8\n")
+    said = (f"{lists}: a directory, not a config list: give the config list files in it "
+            f"(e.g. {lists}/*); only --op fusion takes a directory (of .mlir modules)")  # fmt: skip
+    for command in ("run", "import"):
+        one_line(cli(db_url, command, "--op", "gemm", str(lists)), said)
+        assert counts(db) == (0, 0, 0)
+    # --op auto takes a directory for fusion modules: one without any says what it read it for.
+    one_line(
+        cli(db_url, "run", "--op", "auto", str(lists)),
+        f"no .mlir modules in {lists}: a directory is read for fusion modules (*.mlir) only; "
+        "a config list is given as its file",
+    )
+    assert counts(db) == (0, 0, 0)
+
+
 def test_serve_on_a_port_it_cannot_have(db_url):
     one_line(cli(db_url, "serve", "--port", "99999"), "--port 99999: a TCP port is 1 to 65535")
     with socket.socket() as taken:

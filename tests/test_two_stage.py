@@ -304,8 +304,12 @@ def test_the_cli_flow_with_real_worker_processes(db, db_url, tmp_path, build):
     assert cli(db_url, "jobs", "load", "--session", str(sid), "--tag", "g").code == 0
     common = ["--session", str(sid), "--mlir-build-dir", str(build), "--until-empty"]
     env = {"MLIRTUNA_ROCMLIR_PYTHON": sys.executable, "FAKE_TUNINGRUNNER_ERA": "E4"}
-    compiled = run_cli(db_url, "worker", "--role", "compile", *common, **env)
+    compiled = run_cli(db_url, "worker", "--role", "compile", "--workers", "2", *common, **env)
     assert compiled.code == 0, compiled.stderr
+    # Named by role and number, in the supervisor's line and each one's own (issue 44).
+    assert "starting 2 workers: compile worker 1, compile worker 2" in compiled.stderr
+    assert "compile worker 1: " in compiled.stderr and "compile worker 2: " in compiled.stderr
+    assert "worker cpu" not in compiled.stderr
     status = cli(db_url, "status", "--session", str(sid), "--json").json()["sessions"][0]
     assert status["stages"]["compile"]["completed"] == 2
     assert status["stages"]["benchmark"]["new"] == 2
@@ -318,6 +322,9 @@ def test_the_cli_flow_with_real_worker_processes(db, db_url, tmp_path, build):
     ]  # fmt: skip
     table = cli(db_url, "status").stdout
     assert "  compile" in table and "  benchmark" in table
+    shown = {j["stage"]: cli(db_url, "jobs", "show", str(j["id"]), "--json").json() for j in listed}
+    assert shown["compile"]["attempts"][0]["worker"] == "compile worker"
+    assert shown["benchmark"]["attempts"][0]["worker"] == "GPU 0"
     assert len(cli(db_url, "results", "--session", str(sid), "--json").json()) == 2
 
 

@@ -137,8 +137,11 @@ def module_files(paths: Sequence[str]) -> list[Path]:
             found.append(path)
         else:
             raise UserError(f"{text}: no such file or directory")
-    if not found:
-        raise UserError(f"no .mlir modules in {', '.join(paths)}")
+    if not found:  # a directory of config lists, say, taken for fusion modules (--op auto)
+        raise UserError(
+            f"no .mlir modules in {', '.join(paths)}: a directory is read for fusion modules "
+            "(*.mlir) only; a config list is given as its file"
+        )
     return list(dict.fromkeys(found))
 
 

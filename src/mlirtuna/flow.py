@@ -18,7 +18,7 @@ from mlirtuna import catalog, keys, machine, sessions, tuners
 from mlirtuna.db import Database
 from mlirtuna.errors import UserError
 from mlirtuna.history import export, reuse, winners
-from mlirtuna.problems import ExpandOptions, Problem, problem_class
+from mlirtuna.problems import ExpandOptions, Problem, configlist, problem_class
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import Session, SessionSpec
 from mlirtuna.tuners.base import TuneContext
@@ -256,8 +256,13 @@ def detect_op(path: str) -> str:
 def files_by_op(op: str | None, files: Sequence[str]) -> dict[str, list[str]]:
     """{op: files}; `auto` decides per file. Missing files stop here."""
     for path in files:
-        if not Path(path).is_file() and not (Path(path).is_dir() and op in ("fusion", "auto")):
+        if Path(path).is_dir():
+            if op not in ("fusion", "auto"):  # those read a directory's .mlir modules
+                raise configlist.directory_error(path)
+        elif not Path(path).exists():
             raise UserError(f"cannot read config list {path}: no such file")
+        elif not Path(path).is_file():  # a FIFO would block the look at its first line
+            raise UserError(f"cannot read config list {path}: not a regular file")
     if op != "auto":
         problem_class(op or "")  # an unknown op is a UserError
         return {op or "": list(files)}
@@ -332,7 +337,7 @@ def run_workers(
     procs = supervisor.start(url, settings, slots, quiet=quiet, locks=locks)
     if prepared.session.two_stage:  # its compile jobs need compile workers (no GPU) too
         compilers = replace(settings, role="compile")
-        cpus = [supervisor.Slot(-1) for _ in range(max(plan.workers, 1))]
+        cpus = supervisor.cpu_slots(plan.workers, compile=True)
         procs += supervisor.start(url, compilers, cpus, quiet=quiet)
     return supervisor.supervise(procs, tick) > 0
 
@@ -356,6 +361,7 @@ def finish(db: Database, plan: RunPlan, prepared: Prepared, interrupted: bool) -
     plan, sess = prepared.plan, prepared.session
     sid = sess.id
     counts = jobs.counts(db, sid)[sid]
+    best = winners.winners(db, sid, one_op(plan))
     output, rows, what, notes = None, 0, "", []
     if counts["completed"] and not interrupted:
         # rocMLIR's weekly job writes its fusion tuning DB to a file of its own.
@@ -371,7 +377,11 @@ def finish(db: Database, plan: RunPlan, prepared: Prepared, interrupted: bool) -
             standin=sess.standin,  # a stand-in run exports the stand-in's context only
         )
         done = export.export(db, query, "v3", output)
-        rows, notes = done.rows, done.notes
+        rows, notes = done.rows, [*done.notes]
+        # Which of two rows with one key was written concerns fusion modules only: said where
+        # this run tuned some, never on a plain run (an older fusion session's modules).
+        if fused or any(w.op == "fusion" for w in best):
+            notes += done.key_notes
         if fused:
             notes += _refresh_plain_db(db, query, f"mlir_tuning_{sess.arch}.tsv", output)
         what = (
@@ -387,7 +397,6 @@ def finish(db: Database, plan: RunPlan, prepared: Prepared, interrupted: bool) -
                 f"{' --op fusion' if fused else ''}` writes them"
             )
         )
-    best = winners.winners(db, sid, one_op(plan))
     skipped = sum(len(v) for v in prepared.skipped.values())
     return RunSummary(
         sid, prepared.tuner, counts, output, rows, interrupted, best, what, skipped, notes

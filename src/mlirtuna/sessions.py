@@ -7,6 +7,7 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass, fields
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -113,6 +114,29 @@ class Session:
         if not self.capabilities:
             del out["capabilities"]
         return out
+
+    def public_dict(self) -> dict[str, Any]:
+        """as_dict for any reader (the dashboard and its API): the paths of the host that
+        opened the session (run_spec's files, output and build dir; the artifact store) by
+        their base names. The full paths stay with the CLI (`session show`) and `run`'s resume."""
+        out = self.as_dict()
+        out["artifact_store"] = base_name(self.artifact_store)
+        if self.run_spec is not None:
+            spec = dict(self.run_spec)
+            for key in HOST_PATHS_OF_RUN:
+                spec[key] = base_name(spec.get(key))
+            spec["files"] = [base_name(f) for f in spec.get("files") or []]
+            out["run_spec"] = spec
+        return out
+
+
+# run_spec's single paths on the host that ran `mlirtuna run` (its "files" are a list of them).
+HOST_PATHS_OF_RUN = ("output", "mlir_build_dir")
+
+
+def base_name(path: str | None) -> str | None:
+    """The last part of a path (`/home/op/lists/gemm-configs` -> `gemm-configs`)."""
+    return PurePath(path).name if path else path
 
 
 @dataclass

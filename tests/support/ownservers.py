@@ -55,9 +55,16 @@ def _wait_port(port: int, timeout: float = 60.0) -> None:
 
 class OwnPostgres:
     """`initdb` into a temp dir, `pg_ctl start` on a free port; `restart(mode)` stops it with
-    `pg_ctl stop -m fast|immediate` (immediate: a crash, recovered at the next start)."""
+    `pg_ctl stop -m fast|immediate` (immediate: a crash, recovered at the next start).
+    `hba` lines come after initdb's (trust for everyone), `hba_first` before them (the first
+    line that matches a connection decides: e.g. a password for one user)."""
 
-    def __init__(self, conf: dict[str, str] | None = None, hba: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        conf: dict[str, str] | None = None,
+        hba: tuple[str, ...] = (),
+        hba_first: tuple[str, ...] = (),
+    ) -> None:
         bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
         if not bins:
             pytest.skip("no PostgreSQL server binaries under /usr/lib/postgresql")
@@ -73,8 +80,8 @@ class OwnPostgres:
                     "unix_socket_directories": f"'{self.dir}'", **(conf or {})}  # fmt: skip
         with open(self.data / "postgresql.conf", "a") as f:
             f.writelines(f"{k} = {v}\n" for k, v in settings.items())
-        with open(self.data / "pg_hba.conf", "a") as f:
-            f.writelines(f"{line}\n" for line in hba)
+        rules = self.data / "pg_hba.conf"
+        rules.write_text("".join(f"{line}\n" for line in (*hba_first, rules.read_text(), *hba)))
         self.start()
 
     def _run(self, tool: str, *args: str) -> None:

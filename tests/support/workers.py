@@ -68,7 +68,10 @@ def stderr_of(proc) -> str:
 def claimed_with_record(procs) -> int:
     """Jobs these workers claimed in the commit of their previous job's record, from each
     finished worker's closing line."""
-    found = (re.search(r"(\d+) claimed with a record", stderr_of(p)) for p in procs)
+    found = (
+        re.search(r"(\d+) of its jobs claimed in the same commit that recorded", stderr_of(p))
+        for p in procs
+    )
     return sum(int(m.group(1)) for m in found if m)
 
 

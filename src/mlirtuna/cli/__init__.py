@@ -18,9 +18,46 @@ from mlirtuna.cli import common
 from mlirtuna.defaults import ENV_DB
 from mlirtuna.errors import MlirtunaError, UserError
 
+# `mlirtuna --help` lists the commands by what a person comes to do, each panel in the order of
+# the work (the flow of docs/architecture.md). One table: a command missing here is listed
+# under "Other" (tests/test_cli_help.py fails on it).
+HELP_PANELS: dict[str, tuple[str, ...]] = {
+    "Tune on this machine": ("run", "try-rocmlir"),
+    "Farm": ("import", "session", "jobs", "worker", "status", "wait"),
+    "Results": ("results", "export", "import-tsv", "compare", "quick-list"),
+    "Admin": ("db", "serve"),
+}
+OTHER_PANEL = "Other"
+
 
 class _Group(TyperGroup):
-    """Turns mlirtuna's errors into one line and an exit status, for every subcommand."""
+    """Turns mlirtuna's errors into one line and an exit status, for every subcommand; lists
+    the commands by panel (HELP_PANELS)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """The commands in panel order, then any other (tab completion offers them so too)."""
+        return sorted(super().list_commands(ctx), key=_help_rank)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        shown = [
+            (name, cmd)
+            for name in self.list_commands(ctx)
+            if (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden
+        ]
+        if not shown:
+            return
+        width = max(len(name) for name, _ in shown)
+        limit = formatter.width - 6 - width
+        for panel in (*HELP_PANELS, OTHER_PANEL):
+            # Names padded to the widest of all: every panel's help starts in one column.
+            rows = [
+                (n.ljust(width), c.get_short_help_str(limit))
+                for n, c in shown
+                if help_panel(n) == panel
+            ]
+            if rows:
+                with formatter.section(panel):
+                    formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -55,6 +92,19 @@ class _Group(TyperGroup):
 
             st = common.state(ctx)
             _fail(ctx, error_line(resolve_url(st.db_url), exc), 2)
+
+
+def help_panel(command: str) -> str:
+    """The `--help` panel a top-level command is listed under."""
+    return next((p for p, names in HELP_PANELS.items() if command in names), OTHER_PANEL)
+
+
+def _help_rank(command: str) -> tuple[int, int]:
+    panels = list(HELP_PANELS)
+    panel = help_panel(command)
+    if panel == OTHER_PANEL:
+        return len(panels), 0
+    return panels.index(panel), HELP_PANELS[panel].index(command)
 
 
 def _fail(ctx: click.Context, exc: Exception, code: int) -> None:

@@ -163,7 +163,7 @@ def show(
         "retries",
         "priority",
         "machine_name",
-        "gpu_id",
+        "worker",
         "compile_start",
         "compile_end",
         "perf_config",
@@ -175,7 +175,7 @@ def show(
     for a in info.attempts:
         print(
             f"  {a['claimed_at']} -> {a['ended_at'] or '…'}  {a['outcome']:9} "
-            f"{a['machine_name']} gpu {a['gpu_id']} pid {a['pid']}"
+            f"{a['machine_name']} {a['worker']} pid {a['pid']}"
             + (f"  {a['message'].splitlines()[0]}" if a["message"] else "")
         )
     print("result:")

@@ -85,7 +85,7 @@ def export(
     done = exporting.render(db, query, fmt)
     output = output or exporting.fusion_file_name(db, done.sessions)
     exporting.write_text(output, done.text)
-    for note in done.notes:
+    for note in done.notes + done.key_notes:
         common.err(f"note: {note}")
     if as_json:
         common.print_json(done.as_dict())
@@ -176,7 +176,7 @@ def compare(
     op: str = typer.Option(None, "--op", help="Only this op; re-canonicalizes .tsv test vectors."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
     as_csv: bool = typer.Option(
-        False, "--csv", help="Print the regressions and missing problems as CSV, one a line."
+        False, "--csv", help="Print every finding (its verdict in column kind) as CSV, one a line."
     ),
     fail: bool = typer.Option(
         False,
@@ -200,7 +200,8 @@ def compare(
     """Compare two tunings problem by problem, matched by canonical test vector.
 
     A, B: session ids or .tsv files (./12 for a file named 12); arch is not part of the key.
-    Two sides with no problem in common are an error.
+    Two sides with no problem in common are an error. With --fail-on-regression, one line on
+    stderr says whether the gate passed or failed, and on what.
     """
     from mlirtuna import sessions
     from mlirtuna.history import compare as comparing
@@ -222,9 +223,10 @@ def compare(
         _print_comparison_csv(result)
     else:
         _print_comparison(result)
-    if fail and result.fails(changed_winner_only=changed_winner_only, allow_missing=allow_missing):
-        common.err(comparing.failure_line(result, changed_winner_only, allow_missing))
-        raise typer.Exit(1)
+    if fail:  # the gate's verdict either way: a pass says over what it passed
+        common.err(comparing.gate_line(result, changed_winner_only, allow_missing))
+        if result.fails(changed_winner_only=changed_winner_only, allow_missing=allow_missing):
+            raise typer.Exit(1)
 
 
 def _print_comparison(c: comparing.Comparison) -> None:
@@ -243,6 +245,7 @@ def _print_comparison(c: comparing.Comparison) -> None:
         (f"slower (< {drop}, same winner)", str(c.regressions_same_winner)),
         ("noise (never fails)", str(len(c.within_noise))),
         ("missing (only in A) / only in B", f"{c.only_a} / {c.only_b}"),
+        (f"improvement (> {100 * (1 + c.threshold):g}%)", str(len(c.improvements))),
     ):
         summary.add_row(label, value)
     common.print_table(summary)
@@ -258,6 +261,8 @@ def _print_comparison(c: comparing.Comparison) -> None:
             print(f"  {vector}")
         if len(c.missing_in_b) > SHOWN_REGRESSIONS:
             common.err(f"… and {len(c.missing_in_b) - SHOWN_REGRESSIONS} more (--json lists all)")
+    meaning = comparing.VERDICT_MEANING[comparing.IMPROVEMENT]
+    _print_regressions(c.improvements, f"{comparing.IMPROVEMENT}: {meaning}, best first")
 
 
 COMPARE_CSV = (
@@ -272,22 +277,17 @@ COMPARE_CSV = (
 
 
 def _print_comparison_csv(c: comparing.Comparison) -> None:
-    """Kind: the verdict (regression, slower, noise or missing), as the text and JSON say."""
+    """Kind: the verdict (regression, slower, noise, missing or improvement), as the text and
+    JSON say."""
     from mlirtuna.history import compare as comparing
 
-    rows: list[tuple[object, ...]] = [
-        (
-            r.verdict,
-            r.ratio,
-            r.test_vector,
-            r.perf_config_a,
-            r.perf_config_b,
-            r.tflops_a,
-            r.tflops_b,
-        )
-        for r in c.regressions + c.within_noise
-    ]
+    def row(r: comparing.Regression) -> tuple[object, ...]:
+        return (r.verdict, r.ratio, r.test_vector, r.perf_config_a, r.perf_config_b,
+                r.tflops_a, r.tflops_b)  # fmt: skip
+
+    rows = [row(r) for r in c.regressions + c.within_noise]
     rows += [(comparing.MISSING, "", vector, "", "", "", "") for vector in c.missing_in_b]
+    rows += [row(r) for r in c.improvements]
     common.print_csv(COMPARE_CSV, rows)
 
 

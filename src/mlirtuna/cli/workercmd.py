@@ -21,7 +21,7 @@ from mlirtuna.defaults import (
 from mlirtuna.errors import UserError
 
 if TYPE_CHECKING:
-    from mlirtuna.worker import WorkerSettings, gpulock, supervisor
+    from mlirtuna.worker import WorkerSettings, WorkerStats, gpulock, supervisor
 
 GIB = 1 << 30
 
@@ -38,6 +38,7 @@ def worker(
     workers: int = options.workers_opt(),
     gpu_identity: str = options.gpu_identity_opt(),
     gpu_id: int = typer.Option(None, "--gpu-id", hidden=True),
+    worker_number: int = typer.Option(0, "--worker-number", hidden=True, min=0),
     tuner: str = typer.Option(
         None,
         "--tuner",
@@ -152,12 +153,13 @@ def worker(
         gpu_lock_dir=gpu_lock_dir,
     )
     locks: supervisor.Locks = {}
-    if gpu_id is not None:
-        slots = supervisor.name_gpus([supervisor.Slot(gpu_id)], gpu_identity)
+    if gpu_id is not None:  # started by a supervisor, in the slot it named
+        slot = supervisor.Slot(gpu_id, number=worker_number, compile=role == "compile")
+        slots = supervisor.name_gpus([slot], gpu_identity)
     elif role == "compile":  # compiling needs no GPU: no probe, no pinning
         if gpu_identity is not None:
             raise UserError("--gpu-identity with --role compile: a compile worker uses no GPU")
-        slots = [supervisor.Slot(-1) for _ in range(max(workers, 1))]
+        slots = supervisor.cpu_slots(workers, compile=True)
     else:
         slots = supervisor.name_gpus(supervisor.plan(gpus, tuner, workers), gpu_identity)
         if len(slots) > 1:  # a GPU it cannot tell: refused before any starts (one: by itself)
@@ -212,11 +214,21 @@ def _run_here(
         if lock is not None:
             process.share_with_tools()
             lock.release()
-    common.err(
-        f"worker {slot.label}: {stats.completed} completed, {stats.failed} failed, "
-        f"{stats.lost} lost leases, {stats.released} given back, "
-        f"{stats.claimed_with_record} claimed with a record"
+    common.err(f"{slot.worker_name}: {summary(stats)}")
+
+
+def summary(stats: WorkerStats) -> str:
+    """What a worker did, as its last line says it."""
+    line = (
+        f"{stats.completed} completed, {stats.failed} failed, {stats.lost} lost leases, "
+        f"{stats.released} given back"
     )
+    if stats.claimed_with_record:  # how, not what: said only where it happened
+        line += (
+            f"; {stats.claimed_with_record} of its jobs claimed in the same commit that "
+            "recorded the job before (no round trip of their own)"
+        )
+    return line
 
 
 def register(app: typer.Typer) -> None:

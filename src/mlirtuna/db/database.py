@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 import mlirtuna.db.faults as faults
 from mlirtuna.db.engine import has_tables, make_engine, require_sqlite_file
 from mlirtuna.db.faults import UNAVAILABLE, fault_of
-from mlirtuna.db.urls import mask, resolve_url, scrub, wrong_url
+from mlirtuna.db.urls import mask, password_hint, resolve_url, scrub, wrong_url
 from mlirtuna.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
 
 log = logging.getLogger(__name__)
@@ -168,6 +168,8 @@ def error_line(url: URL | None, exc: DBAPIError) -> DatabaseError:
             "role for import, session and jobs commands, the worker role for `worker`; "
             "docs/ci.md, section 5)"
         )
+    elif needed_a_password(url, exc):
+        line += f" ({password_hint(url)})"
     return DatabaseError(line)
 
 
@@ -184,6 +186,27 @@ def is_permission_error(exc: DBAPIError) -> bool:
     args: tuple[object, ...] = getattr(orig, "args", ())
     code = args[0] if args else None
     return isinstance(code, int) and code in _MYSQL_DENIED
+
+
+# MariaDB/MySQL's "Access denied for user" (ER_ACCESS_DENIED_ERROR).
+_MYSQL_LOGIN_DENIED = 1045
+
+
+def needed_a_password(url: URL, exc: DBAPIError) -> bool:
+    """The server refused a login that was given no password: libpq says a password was
+    needed and none was available (PGconn.needs_password), MariaDB refused the user (1045)
+    where neither the URL nor an option file it names held one."""
+    orig = exc.orig
+    pgconn = getattr(orig, "pgconn", None)
+    if pgconn is not None:
+        return bool(getattr(pgconn, "needs_password", False))
+    args: tuple[object, ...] = getattr(orig, "args", ())
+    given = url.password is not None or "read_default_file" in url.query
+    return (
+        url.get_backend_name() in ("mysql", "mariadb")
+        and not given
+        and args[:1] == (_MYSQL_LOGIN_DENIED,)
+    )
 
 
 def _first_line(exc: BaseException | None) -> str:

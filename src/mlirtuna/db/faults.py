@@ -75,6 +75,10 @@ def _driver_fault(orig: BaseException | None, invalidated: bool) -> str | None:
             return ROLLED_BACK
         if state in _UNAVAILABLE_PG or (state and state[:2] in _UNAVAILABLE_PG_CLASSES):
             return UNAVAILABLE
+        # A login the server asked a password for, and none was given: no wait will bring one.
+        pgconn = getattr(orig, "pgconn", None)
+        if pgconn is not None and getattr(pgconn, "needs_password", False):
+            return None
         # libpq gives a failed connection attempt or a dropped link no SQLSTATE at all; an
         # InterfaceError is a connection psycopg already closed.
         if state is None and isinstance(orig, psycopg.OperationalError | psycopg.InterfaceError):

@@ -122,6 +122,17 @@ def mask_text(text: str) -> str:
         return f"{scheme}{sep}***@{rest.rsplit('@', 1)[1].split('?', 1)[0]}"
 
 
+def password_hint(url: URL) -> str:
+    """Where a login's password can come from, for a server that refused a login given none:
+    our variable, or what the backend's driver reads by itself (libpq: PGPASSWORD, ~/.pgpass;
+    PyMySQL reads no option file unless the URL names one)."""
+    if url.get_backend_name() == "postgresql":
+        elsewhere = "or PGPASSWORD, or a line in ~/.pgpass (mode 0600)"
+    else:
+        elsewhere = "or name an option file in the URL: ?read_default_file=~/.my.cnf"
+    return f"no password was given: set {ENV_PASSWORD} ({elsewhere})"
+
+
 def wrong_url(url: URL) -> str | None:
     """Why connecting to `url` can never work (a host name that does not resolve, a PostgreSQL
     server that accepts connections yet refused ours: user, password or database name), or

@@ -136,6 +136,7 @@ class Comparison:
     # A's vectors B has no winner for, or a winner without TFlops where A has them
     missing_in_b: list[str] = field(default_factory=list)
     within_noise: list[Regression] = field(default_factory=list)  # beyond threshold, in noise
+    improvements: list[Regression] = field(default_factory=list)  # B beats A: best gain first
 
     def as_dict(
         self, *, changed_winner_only: bool = False, allow_missing: bool = False
@@ -150,9 +151,11 @@ class Comparison:
         return out
 
     def verdicts(self) -> list[tuple[str, str]]:
-        """(test vector, verdict) of every finding: regressions, slower, noise, missing."""
+        """(test vector, verdict) of every finding: regressions, slower, noise, missing, and
+        improvements (which never fail)."""
         rows = [(r.test_vector, r.verdict) for r in self.regressions + self.within_noise]
-        return rows + [(tv, MISSING) for tv in self.missing_in_b]
+        rows += [(tv, MISSING) for tv in self.missing_in_b]
+        return rows + [(r.test_vector, IMPROVEMENT) for r in self.improvements]
 
     def counted_regressions(self, changed_winner_only: bool = False) -> list[Regression]:
         """The regressions that fail a check (`--changed-winner-only`: a changed winner only)."""
@@ -184,9 +187,10 @@ def failing_verdicts(changed_winner_only: bool = False, allow_missing: bool = Fa
     return out
 
 
-def failure_line(c: Comparison, changed_winner_only: bool, allow_missing: bool) -> str:
-    """What `--fail-on-regression` failed on, in one line, by verdict (the words the output and
-    the page print), and what it left out."""
+def gate_line(c: Comparison, changed_winner_only: bool, allow_missing: bool) -> str:
+    """What `--fail-on-regression` decided, in one line, by verdict (the words the output and
+    the page print): what failed it, or that it passed, over how many problems and with how many
+    improvements; and what it left out."""
     failing = c.failing(changed_winner_only=changed_winner_only, allow_missing=allow_missing)
     counts = {v: sum(1 for _, x in c.verdicts() if x == v) for v in (REGRESSION, SLOWER, MISSING)}
     counted = ", ".join(
@@ -199,9 +203,15 @@ def failure_line(c: Comparison, changed_winner_only: bool, allow_missing: bool) 
         left.append(f"{counts[SLOWER]} slower (--changed-winner-only)")
     if allow_missing:
         left.append(f"{counts[MISSING]} missing (--allow-missing)")
+    threshold = f"threshold {100 * c.threshold:g}%"
+    if failing:
+        return (
+            f"failed: {len(failing)} findings fail the gate ({counted}; {threshold}); "
+            f"not counted: {', '.join(left)}"
+        )
     return (
-        f"failed: {len(failing)} findings fail the gate ({counted}; threshold "
-        f"{100 * c.threshold:g}%); not counted: {', '.join(left)}"
+        f"gate passed: 0 findings fail it ({counted}) in {c.common} common problems "
+        f"({threshold}); not counted: {', '.join(left)}; {len(c.improvements)} {IMPROVEMENT}"
     )
 
 
@@ -418,6 +428,7 @@ def compare(a: Side, b: Side, threshold: float = DEFAULT_THRESHOLD) -> Compariso
         out.min_ratio, out.max_ratio = min(ratios), max(ratios)
     out.regressions.sort(key=lambda r: (r.ratio, r.test_vector))
     out.within_noise.sort(key=lambda r: (r.ratio, r.test_vector))
+    out.improvements = improvements(a, b, threshold)
     return out
 
 

@@ -76,7 +76,10 @@ class Exported:
     rows: int
     sessions: list[int] = field(default_factory=list)
     format: str = "v3"
-    notes: list[str] = field(default_factory=list)  # e.g. which of two equal keys was written
+    notes: list[str] = field(default_factory=list)  # e.g. stand-in sessions left out
+    # Which of two rows with one key was written (_one_per_key): only a fusion module's key
+    # meets another's, so these concern fusion problems alone (`run` says them for a fusion run).
+    key_notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"rows": self.rows, "sessions": self.sessions, "format": self.format}
@@ -98,6 +101,7 @@ def render(db: Database, query: ExportQuery, fmt: str = "v3") -> Exported:
             f"unknown key format {query.key_format!r} (known: {', '.join(keys.KEY_FORMS)})"
         )
     notes: list[str] = []
+    key_notes: list[str] = []
     with db.session() as s:
         if fmt == "t4":
             t4 = _render_t4(s, select_t4_session(s, query, notes), query.op)
@@ -107,7 +111,7 @@ def render(db: Database, query: ExportQuery, fmt: str = "v3") -> Exported:
             text, count = debugexport.render(s, chosen, query.op)
             return Exported(text, count, sorted(x.id for x in chosen), fmt, notes)
         form = query.key_format or chosen[0].key_form or keys.PLAIN
-        rows, used = winner_rows(s, chosen, query.op, form, notes)
+        rows, used = winner_rows(s, chosen, query.op, form, key_notes)
     if not rows:
         raise UserError(f"no completed results in session(s) {_ids(chosen)}{_op_text(query)}")
     out = io.StringIO()
@@ -115,7 +119,7 @@ def render(db: Database, query: ExportQuery, fmt: str = "v3") -> Exported:
         tuningdb.write_v3(rows, out)
     else:
         _write_v2(rows, out)
-    return Exported(out.getvalue(), len(rows), sorted(used), fmt, notes)
+    return Exported(out.getvalue(), len(rows), sorted(used), fmt, notes, key_notes)
 
 
 # --- Sessions ---------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ The rules, after perfRunner/tuningRunner and the lists in rocMLIR's tree:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -53,9 +54,20 @@ class ConfigList:
     duplicates: int = 0  # expanded problems dropped because an earlier line gave them
 
 
+def directory_error(path: str) -> UserError:
+    """A directory given where a config list (one file) goes: what it is and what to give
+    (its files, or --op fusion for a directory of .mlir modules)."""
+    return UserError(
+        f"{path}: a directory, not a config list: give the config list files in it "
+        f"(e.g. {path.rstrip('/')}/*); only --op fusion takes a directory (of .mlir modules)"
+    )
+
+
 def read_config_list(path: str, op: str, options: ExpandOptions = ExpandOptions()) -> ConfigList:
     """Reads, expands and parses a config list; a bad line raises InputError `path:LINE: …`."""
     check_options(op, options)  # an option error is not any line's fault
+    if os.path.isdir(path):
+        raise directory_error(path)
     try:
         return read_config_lines(read_lines(path), path, op, options)
     except OSError as error:  # EIO and the like, mid-read

@@ -242,12 +242,28 @@ class JobInfo:
     def first_line(self) -> str:
         return (self.result or "").strip().splitlines()[0] if (self.result or "").strip() else ""
 
+    @property
+    def worker(self) -> str:
+        """Where the job last ran, as a person says it (worker_of)."""
+        return worker_of(self.machine_name, self.gpu_id, self.stage)
+
     def as_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
         d["message"] = self.first_line
+        d["worker"] = self.worker
         for key in ("compile_start", "compile_end"):
             d[key] = _iso(d[key])
         return d
+
+
+def worker_of(machine_name: str, gpu_id: int, stage: str = TUNE) -> str:
+    """The worker a job ran on, as a person says it: `GPU 3`; `compile worker` or `CPU worker`
+    for one without a GPU (gpu_id -1, which is no GPU's number); `—` where none ran it yet."""
+    if not machine_name:
+        return "—"
+    if gpu_id >= 0:
+        return f"GPU {gpu_id}"
+    return "compile worker" if stage == COMPILE else "CPU worker"
 
 
 def _iso(value: dt.datetime | None) -> str | None:
@@ -336,6 +352,7 @@ def show(db: Database, job_id: int) -> JobInfo:
             {
                 "machine_name": a.machine_name,
                 "gpu_id": a.gpu_id,
+                "worker": worker_of(a.machine_name, a.gpu_id, row.stage),
                 "pid": a.pid,
                 "claimed_at": _iso(a.claimed_at),
                 "ended_at": _iso(a.ended_at),

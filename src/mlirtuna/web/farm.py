@@ -59,7 +59,7 @@ class SessionProgress:
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out["session"] = self.session.as_dict()
+        out["session"] = self.session.public_dict()  # no path of the host that opened it
         out["active"] = self.active
         return out
 

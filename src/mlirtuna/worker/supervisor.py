@@ -32,15 +32,33 @@ from mlirtuna.worker.runner import WorkerSettings
 
 @dataclass(frozen=True)
 class Slot:
-    """Where one worker runs: a GPU index (or -1 for a CPU worker), and the GPU's key where the
-    operator names it (--gpu-identity)."""
+    """Where one worker runs: a GPU index (or -1 for a worker without a GPU), and the GPU's key
+    where the operator names it (--gpu-identity). A worker without a GPU is a compile worker
+    (`--role compile`) or a CPU tuner's; `number` tells the N of one host apart (1, 2, …)."""
 
     gpu_id: int
     identity: str | None = None
+    number: int = 0  # 0: not numbered (a worker started alone)
+    compile: bool = False
 
     @property
     def label(self) -> str:
-        return "cpu" if self.gpu_id < 0 else f"GPU {self.gpu_id}"
+        """What the worker is called where it is listed and in what it prints: `GPU 0`,
+        `compile worker 2`, `CPU worker 1`."""
+        if self.gpu_id >= 0:
+            return f"GPU {self.gpu_id}"
+        kind = "compile worker" if self.compile else "CPU worker"
+        return f"{kind} {self.number}" if self.number else kind
+
+    @property
+    def worker_name(self) -> str:
+        """The worker's name at the head of its lines: `worker GPU 0`, `compile worker 2`."""
+        return f"worker {self.label}" if self.gpu_id >= 0 else self.label
+
+
+def cpu_slots(count: int, compile: bool = False) -> list[Slot]:
+    """`count` workers without a GPU (at least one), numbered from 1."""
+    return [Slot(-1, number=n, compile=compile) for n in range(1, max(count, 1) + 1)]
 
 
 MAX_GPU_ID = 0xFFFF  # far past any host's GPU count; an id must fit job.gpu_id (32 bits)
@@ -56,7 +74,7 @@ def plan(gpus: str, tuner: str, workers: int = 1) -> list[Slot]:
             if not found:
                 raise UserError("no GPU found by rocminfo: give --gpus 0,1,… or use --tuner cpu")
             return [Slot(g.index) for g in found]
-        return [Slot(-1) for _ in range(max(workers, 1))]
+        return cpu_slots(workers)
     try:
         ids = [int(x) for x in gpus.split(",") if x.strip()]
     except ValueError:
@@ -189,6 +207,8 @@ def worker_argv(settings: WorkerSettings, slot: Slot) -> list[str]:
         argv.append("--wait-for-gpu")
     if slot.identity:
         argv += ["--gpu-identity", slot.identity]
+    if slot.number:
+        argv += ["--worker-number", str(slot.number)]
     return argv
 
 
