@@ -353,8 +353,9 @@ def test_a_prebuilt_build_with_the_default_config_list_and_quoted_paths(db, db_u
     # One GEMM more: the pipeline's tag then holds the three of the default list and this one.
     quoted_list.write_text(standin.GEMMS[0].replace("-k 128", "-k 64") + "\n")
     try:
-        for tag, config_list, problems in (("a", DEFAULT_CONFIG_LIST, len(standin.GEMMS)),
-                                           ("b", str(quoted_list), len(standin.GEMMS) + 1)):  # fmt: skip
+        runs = (("a", DEFAULT_CONFIG_LIST, len(standin.GEMMS)),
+                ("b", str(quoted_list), len(standin.GEMMS) + 1))  # fmt: skip
+        for tag, config_list, problems in runs:
             root = tmp_path / f"ws {tag}'s"
             pipeline_checkout(root)
             env = farm_env(tmp_path, urls, ROCMLIR_BUILD=str(build), CONFIG_LIST=config_list,
