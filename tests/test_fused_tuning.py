@@ -13,6 +13,7 @@ from support.perfrunner_reader import read_tuning_db
 from mlirtuna import catalog, migrations, sessions
 from mlirtuna.db import Database
 from mlirtuna.db.models import COMPLETED, Candidate, FusionConfig, Job, Problem
+from mlirtuna.errors import UserError
 from mlirtuna.history import compare, export, tsvimport, winners
 from mlirtuna.problems import parse
 from mlirtuna.queue import jobs
@@ -162,11 +163,16 @@ func.func @f(%arg0: tensor<1x4x4xf32>, %arg1: tensor<1x4x4xf32>) -> tensor<2x4x4
 """
 
 
-def test_a_module_the_cpu_cannot_run_is_one_error_not_retried(db, tmp_path):
+def test_a_module_the_cpu_cannot_run_is_one_error_not_retried(db, tmp_path, monkeypatch):
+    """`jobs load` leaves it out (issue 44); one queued anyway (an older `jobs load`) is one
+    error at the worker, not retried."""
     module = tmp_path / "bcast.mlir"
     module.write_text(BROADCAST_RESULT)
     catalog.import_modules(db, [str(module)])
     sid = sessions.create(db, SessionSpec(tuner="cpu", tuning_space="quick")).id
+    with pytest.raises(UserError, match="can run none of the 1 selected problem"):
+        jobs.load(db, sid, all_problems=True)
+    monkeypatch.setattr(jobs, "_leave_out_unrunnable", lambda _s, _sess, _selected: {})
     jobs.load(db, sid, all_problems=True)
     settings = WorkerSettings(session_id=sid, tuner="cpu", until_empty=True, max_retries=3)
     Worker(db, settings, tuner=CpuTuner(repeats=1)).run()

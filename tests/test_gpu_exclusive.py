@@ -6,7 +6,10 @@ on one GPU), and two claims in the same instant end with at most one keeping its
 
 from __future__ import annotations
 
+import logging
+import re
 import signal
+import subprocess
 import threading
 import time
 
@@ -16,7 +19,7 @@ from support.clitools import cli, mlirtuna_argv
 from support.workers import env_for, job_states, make_session, wait_for
 
 from mlirtuna import machine, queue
-from mlirtuna.db.models import Attempt
+from mlirtuna.db.models import Attempt, Job
 from mlirtuna.queue import Claimant
 from mlirtuna.tuners.sleep import SleepTuner
 from mlirtuna.worker import Worker, WorkerSettings, gpulock, supervisor
@@ -149,7 +152,8 @@ def test_a_second_worker_on_a_held_gpu_says_who_and_exits_2(db_url, db, tmp_path
                 [*argv[:-2], "--tuner", "sleep:0", "--wait-for-gpu", "--until-empty"],
                 env=env_for(db_url, log), stderr=err,
             )  # fmt: skip
-        wait_for(lambda: "waiting for GPU 0: it is held by" in errors.read_text(), 30)
+        waiting = "waiting for GPU 0: its lock on this host is held by"
+        wait_for(lambda: waiting in errors.read_text(), 30)
         assert pids(db) == {holder.pid}
         holder.send_signal(signal.SIGINT)
         holder.send_signal(signal.SIGINT)  # the second: its job given back now
@@ -217,3 +221,51 @@ def test_a_workers_attempts_carry_its_gpu_identity(db, tmp_path, monkeypatch):
     with db.session() as s:
         rows = s.execute(sa.select(Attempt.gpu, Attempt.gpu_perf)).all()
     assert {tuple(r) for r in rows} == {("pci:0000:03:00.0", "stable_std")}
+
+
+@pytest.mark.parametrize("holder", ["gone", "live"])
+def test_a_worker_waiting_for_its_gpu_says_for_what_and_until_when(
+    db, tmp_path, monkeypatch, caplog, holder
+):
+    """Its GPU held in the database by a worker gone from this host (no lock proves it gone
+    with its tools), or by a live one (--wait-for-gpu): one line naming the holder, the job
+    and the time its lease ends, by the database's clock, and the seconds to it."""
+    monkeypatch.setattr(machine, "gpu_identity", lambda i: machine.GpuIdentity("uid:0xfeed"))
+    sid = make_session(db, tmp_path, 2, tuner="sleep")
+    here = machine.machine_name()
+    ended = subprocess.Popen(["true"])
+    ended.wait()  # a pid no process has now
+    who = Claimant(here, 0, ended.pid, gpu="uid:0xfeed") if holder == "gone" else (
+        Claimant("c1", 0, 4242, gpu="uid:0xfeed"))  # fmt: skip
+    lease = queue.claim(db, sid, who, 90)
+    assert lease is not None
+    settings = WorkerSettings(session_id=sid, tuner="sleep", gpu_id=0, until_empty=True,
+                              machine_name=here, wait_for_gpu=holder == "live")  # fmt: skip
+    worker = Worker(db, settings, tuner=SleepTuner(0))
+    with caplog.at_level(logging.WARNING, logger="mlirtuna.worker.loop"):
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        try:
+            wait_for(lambda: any("waiting for GPU" in r.getMessage() for r in caplog.records))
+        finally:
+            worker.stop_requested.set()
+            thread.join(30)
+    [line] = [r.getMessage() for r in caplog.records if "waiting for GPU" in r.getMessage()]
+    with db.session() as s:
+        ends = s.scalar(sa.select(Job.lease_expires_at).where(Job.id == lease.job_id))
+    lease_line = f"its lease on job {lease.job_id} ends at {ends:%Y-%m-%d %H:%M:%S} UTC (in "
+    if holder == "gone":
+        assert line.startswith(
+            f"waiting for GPU uid:0xfeed: its holder, worker pid {ended.pid} "
+            f"(session {sid}) on {here}, is gone, and {lease_line}"
+        ), line
+        assert line.endswith(" s); then its jobs are taken back and this worker starts")
+    else:
+        assert line.startswith(
+            f"waiting for GPU uid:0xfeed (--wait-for-gpu): held by worker pid 4242 (session "
+            f"{sid}) on c1; {lease_line}"
+        ), line
+        assert "at the earliest (each heartbeat renews it" in line
+    seconds = int(re.search(r"\(in (\d+) s\)", line).group(1))
+    assert 0 < seconds <= 90
+    assert "--wait-for-gpu waits for it" not in line and "gone: its leases expire" not in line

@@ -45,12 +45,24 @@ def test_load_by_tag_file_all_is_idempotent(db, tmp_path):
     catalog.import_files(db, "gemm", [gemm_file(tmp_path, 3)], tag="a")
     catalog.import_files(db, "gemm", [gemm_file(tmp_path, 5, "more")], tag="b")
     sess = sessions.create(db, SessionSpec(tuner="sleep"))
-    assert jobs.load(db, sess.id, tag="a").as_dict() == {"added": 3, "existing": 0}
-    assert jobs.load(db, sess.id, tag="a").as_dict() == {"added": 0, "existing": 3}
+    assert jobs.load(db, sess.id, tag="a").as_dict() == {
+        "added": 3,
+        "existing": 0,
+        "cannot_run": {},
+    }
+    assert jobs.load(db, sess.id, tag="a").as_dict() == {
+        "added": 0,
+        "existing": 3,
+        "cannot_run": {},
+    }
     assert jobs.load(
         db, sess.id, file=gemm_file(tmp_path, 4, "f"), op="gemm", options=ExpandOptions()
-    ).as_dict() == {"added": 1, "existing": 3}
-    assert jobs.load(db, sess.id, all_problems=True).as_dict() == {"added": 1, "existing": 4}
+    ).as_dict() == {"added": 1, "existing": 3, "cannot_run": {}}
+    assert jobs.load(db, sess.id, all_problems=True).as_dict() == {
+        "added": 1,
+        "existing": 4,
+        "cannot_run": {},
+    }
     with pytest.raises(UserError, match="exactly one"):
         jobs.load(db, sess.id, tag="a", all_problems=True)
     with pytest.raises(UserError, match="no problems carry the tag"):
@@ -81,6 +93,7 @@ def test_cli_load_and_status_json(db_url, tmp_path):
     assert cli(db_url, "jobs", "load", "--session", str(sid), "--tag", "t", "--json").json() == {
         "added": 4,
         "existing": 0,
+        "cannot_run": {},  # a sleep session can run every problem
     }
     status = cli(db_url, "status", "--session", str(sid), "--json").json()
     assert status == {
@@ -95,6 +108,8 @@ def test_cli_load_and_status_json(db_url, tmp_path):
                     "error": 0,
                     "cancelled": 0,
                 },
+                "per_minute": None,  # nothing finished yet: no rate, no ETA
+                "eta_s": None,
             }
         ]
     }

@@ -129,14 +129,16 @@ def test_record_refuses_another_tuners_perf_configs(db, tmp_path, tuner, perf_co
 
 
 def test_unsupported_problem_ends_in_error_without_retries(db, tmp_path):
-    fp8 = "-t fp8 -out_datatype f32 -transA false -transB false -g 1 -m 8 -n 8 -k 8"
-    sid = open_session(db, tmp_path, "cpu", [fp8])
-    settings = WorkerSettings(session_id=sid, until_empty=True, max_retries=3, backoff_s=30)
+    """A problem the worker finds it cannot run: over its own --cpu-mem-limit, which `jobs load`
+    cannot know (what no worker can run, fp8, is not loaded at all: test_operator_told)."""
+    sid = open_session(db, tmp_path, "cpu", [SMALL.format(m=8)])
+    settings = WorkerSettings(session_id=sid, until_empty=True, max_retries=3, backoff_s=30,
+                              cpu_mem_limit=1)  # fmt: skip
     Worker(db, settings).run()  # a retry would wait 30 s before the worker could finish
     with db.session() as s:
         job = s.scalar(sa.select(Job).where(Job.session_id == sid))
         assert job.state == "error" and job.retries == 1
-        assert "cannot run data type fp8" in job.result and "not retried" in job.result
+        assert "over --cpu-mem-limit" in job.result and "not retried" in job.result
     assert rows(db, Attempt, sid) == 1
 
 

@@ -296,6 +296,22 @@ def load_problem(s: Session, problem_id: int) -> ProblemSpec:
     return problem_of(op, row)
 
 
+def load_problems(s: Session, ids: Iterable[int]) -> Iterator[tuple[int, ProblemSpec]]:
+    """(id, typed problem) of each of these problem ids, a config table and CHUNK ids a query."""
+    wanted = sorted(set(ids))
+    for op, model in CONFIG_TABLES.items():
+        table = model.__table__
+        for at in range(0, len(wanted), CHUNK):
+            chunk = wanted[at : at + CHUNK]
+            rows = s.execute(
+                sa.select(table)
+                .join(Problem, Problem.id == table.c.id)
+                .where(Problem.op == op, table.c.id.in_(chunk))
+            )
+            for row in rows.mappings():
+                yield row["id"], problem_of(op, row)
+
+
 def problem_of(op: str, columns: Mapping[Any, Any]) -> ProblemSpec:
     """The typed problem from its op's config row (its id column, if there, is not a field)."""
     return from_columns(op, {k: v for k, v in columns.items() if k != "id"})

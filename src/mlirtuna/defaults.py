@@ -8,6 +8,9 @@ from __future__ import annotations
 #: read rocMLIR config lists (CONFIG_LIST_OPS).
 OPS = ("conv", "gemm", "attention", "gemm_gemm", "conv_gemm", "fusion")
 CONFIG_LIST_OPS = OPS[:-1]
+# Every space some tuningRunner offers (lfbo: rocmlirTriton; smart: rocMLIR's analysis work);
+# which ones a build has is read from its --help (tuners.rocmlir.Era).
+TUNING_SPACES = ("quick", "full", "greedy", "exhaustive", "lfbo", "smart")
 DEFAULT_TUNING_SPACE = "full"  # tuningRunner E3's default
 DEFAULT_TUNER = "cpu"  # `session new`: what runs anywhere (tuners/registry.py knows them all)
 DEFAULT_LEASE_S = 120.0

@@ -21,7 +21,6 @@ from mlirtuna.history import export, reuse, winners
 from mlirtuna.problems import ExpandOptions, Problem, configlist, problem_class
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import Session, SessionSpec
-from mlirtuna.tuners.base import TuneContext
 from mlirtuna.worker import WorkerSettings, supervisor
 
 RUNNER = Path("bin") / "tuningRunner.py"
@@ -184,7 +183,7 @@ def prepare(db: Database, plan: RunPlan) -> Prepared:
     # Parse the lists first: a bad line must not leave an empty session behind.
     parsed = _parse(plan)
     space = existing.tuning_space if existing else plan.tuning_space
-    skipped = _cannot_run(tuner, space, plan, parsed)
+    skipped = tuners.cannot_run(tuner, space, parsed, plan.settings.cpu_mem_limit)
     if parsed and sum(map(len, skipped.values())) == len(parsed):
         raise UserError(f"the {tuner} tuner can run none of these problems: {next(iter(skipped))}")
     _check_gpus(plan, tuner, existing)  # a GPU it cannot tell: refused before anything is written
@@ -280,33 +279,6 @@ def _parse(plan: RunPlan) -> list[Problem]:
     return list(found.values())
 
 
-def _cannot_run(
-    tuner: str, tuning_space: str, plan: RunPlan, problems: Sequence[Problem]
-) -> dict[str, list[str]]:
-    """{why: test vectors} of the problems the tuner can never run (the cpu tuner's fp8, 3-D
-    conv, …: its TunerKind.unsupported): `run` leaves them out and says so, instead of failing
-    each as a job."""
-    unsupported = tuners.kind(tuner).unsupported
-    if unsupported is None:
-        return {}
-    # What the check depends on is the problem, the space and the memory limit only.
-    ctx = TuneContext(
-        arch="cpu",
-        arch_full="cpu",
-        num_cu=1,
-        num_chiplets=1,
-        tuning_space=tuning_space,
-        gpu_id=-1,
-        cpu_mem_limit=plan.settings.cpu_mem_limit,
-    )
-    out: dict[str, list[str]] = {}
-    for p in problems:
-        why = unsupported(p, ctx)
-        if why is not None:
-            out.setdefault(why, []).append(p.canonical())
-    return out
-
-
 def _problem_ids(db: Database, op: str | None, vectors: Sequence[str]) -> set[int]:
     with db.session() as s:
         return catalog.ids_of(s, op, vectors)
@@ -334,12 +306,15 @@ def run_workers(
     if plan.gpus == "auto":  # the GPUs free now, their locks kept and handed to their workers
         slots, locks = supervisor.free(db, settings, slots, logging.getLogger(__name__).warning)
     url = db.url.render_as_string(hide_password=False)
-    procs = supervisor.start(url, settings, slots, quiet=quiet, locks=locks)
+    children = supervisor.start(url, settings, slots, quiet=quiet, locks=locks)
     if prepared.session.two_stage:  # its compile jobs need compile workers (no GPU) too
         compilers = replace(settings, role="compile")
         cpus = supervisor.cpu_slots(plan.workers, compile=True)
-        procs += supervisor.start(url, compilers, cpus, quiet=quiet)
-    return supervisor.supervise(procs, tick) > 0
+        children += supervisor.start(url, compilers, cpus, quiet=quiet)
+    ended = supervisor.supervise(children, tick)
+    if ended.lost:  # the session's counts say what was not tuned; this says why
+        logging.getLogger(__name__).warning("%s", ended.summary())
+    return ended.signals > 0
 
 
 def _refresh_plain_db(

@@ -16,7 +16,6 @@ from mlirtuna import keys, machine
 from mlirtuna.db import Database, utcnow
 from mlirtuna.db.models import (
     SPLIT_STAGES,
-    TUNING_SPACES,
     Job,
     Problem,
     QuickList,
@@ -29,6 +28,7 @@ from mlirtuna.defaults import (
     DEFAULT_TUNER,
     DEFAULT_TUNING_SPACE,
     ENV_ROCMLIR_BUILD,
+    TUNING_SPACES,
 )
 from mlirtuna.errors import NotFound, UserError
 
@@ -218,8 +218,25 @@ def detect(spec: SessionSpec) -> SessionSpec:
     if out.split and not out.mlir_v:
         raise UserError("--split needs the rocMLIR commit: --mlir-v HASH")
     if not kind.gpu:  # cpu, sleep and CPU plugins describe this machine's CPU
+        if kind.measures_cpu:
+            _check_cpu_arch(out, kind)
         return _fill_cpu(out)
     return _fill_gpu(out)
+
+
+CPU_ARCH_PREFIX = "cpu-"  # a CPU session's arch: cpu-<ISA> (_fill_cpu)
+
+
+def _check_cpu_arch(spec: SessionSpec, kind: TunerKind) -> None:
+    """A tuner that measures this CPU names no GPU as its arch: one line, exit 2."""
+    for flag, value in (("--arch", spec.arch), ("--arch-full", spec.arch_full)):
+        if value and not value.startswith(CPU_ARCH_PREFIX):
+            raise UserError(
+                f"{flag} {value} with the {kind.name} tuner: it measures this machine's CPU, "
+                f"and its results would be exported as {value}'s; leave {flag} out (the "
+                f"session is {CPU_ARCH_PREFIX}{machine.platform_machine()}) or tune on the GPU "
+                "with --tuner rocmlir"
+            )
 
 
 def build_commit(build_dir: str) -> str:
@@ -354,7 +371,7 @@ def _check_split(spec: SessionSpec, kind: TunerKind, build_dir: str | None) -> N
 
 def _fill_cpu(spec: SessionSpec) -> SessionSpec:
     # A CPU session describes the CPU; `arch` is the ISA so that exports stay distinct from GPUs.
-    spec.arch = spec.arch or f"cpu-{machine.platform_machine()}"
+    spec.arch = spec.arch or f"{CPU_ARCH_PREFIX}{machine.platform_machine()}"
     spec.arch_full = spec.arch_full or spec.arch
     spec.num_cu = spec.num_cu if spec.num_cu is not None else (os.cpu_count() or 1)
     spec.num_chiplets = spec.num_chiplets if spec.num_chiplets is not None else 1

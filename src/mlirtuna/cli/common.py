@@ -216,3 +216,17 @@ def expand_options(
 def check_batch(batch: int) -> None:
     if batch < 1:
         raise UserError(f"--batch {batch}: give 1 or more jobs")
+
+
+def warn_cannot_run(skipped: dict[str, list[str]]) -> None:
+    """One line per reason a tuner can never run some problems (`run`, `jobs load`)."""
+    for why, vectors in skipped.items():
+        err(f"warning: skipping {len(vectors)} problem(s): {why} (e.g. {vectors[0]})")
+
+
+def clock(seconds: float | None) -> str:
+    """A duration as H:MM:SS (an ETA, a run's length); "-" for none."""
+    if seconds is None:
+        return "-"
+    whole = int(seconds)
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"

@@ -65,6 +65,7 @@ def load(
                    as_json)  # fmt: skip
         return
     report = jobs.load(common.database(ctx), session, **selection)
+    common.warn_cannot_run(report.cannot_run)
     if as_json:
         common.print_json(report.as_dict())
     else:
@@ -80,6 +81,7 @@ def _load_less(ctx, session, selection, skip_tuned, reuse_, changed_since, rule,
         common.database(ctx), session, skip_tuned=skip_tuned, reuse=reuse_,
         changed_since=changed_since, rule=rule, sample=sample, seed=seed, **selection,
     )  # fmt: skip
+    common.warn_cannot_run(report.cannot_run)
     if report.standin_left_out:
         common.err(
             sessions.left_out_line(
@@ -228,43 +230,81 @@ def cancel(
 def status(
     ctx: typer.Context,
     session: int = typer.Option(None, "--session", help="Only this session."),
-    watch: bool = typer.Option(False, "--watch", help="Refresh every 2 s until Ctrl-C."),
+    watch: bool = typer.Option(
+        False,
+        "--watch",
+        help="Refresh every 2 s until no job is new, waiting or running (exit 0; 1 when some "
+        "job ended in error, as `mlirtuna wait`), or Ctrl-C.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     as_csv: bool = options.csv_opt(),
 ) -> None:
-    """Job counts by state, per session (a two-stage session also per stage)."""
+    """Job counts by state, per session (a two-stage session also per stage), with jobs/min
+    and ETA while jobs are open (measured as the dashboard does: the last ten minutes)."""
     from mlirtuna.queue import jobs
+    from mlirtuna.web import farm
 
     fmt = common.output_format(as_json, as_csv)
     db = common.database(ctx)
     while True:
         counts = jobs.counts(db, session)
+        rates = farm.rates(db, counts)
         split = {sid: jobs.stage_counts(db, sid) for sid in counts}
         split = {sid: by for sid, by in split.items() if set(by) - {"tune"}}
-        header = ("session", *jobs.JOB_STATES, "total")
-        rows: list[tuple[object, ...]] = []
-        for sid, c in counts.items():
-            rows.append((sid, *(c[s] for s in jobs.JOB_STATES), sum(c.values())))
-            for stage, sc in split.get(sid, {}).items():  # indented under their session
-                rows.append((f"  {stage}", *(sc[s] for s in jobs.JOB_STATES), sum(sc.values())))
         if fmt == "json":
-            common.print_json(
-                {"sessions": [_status_json(sid, c, split.get(sid)) for sid, c in counts.items()]}
-            )
-        elif fmt == "csv":
-            common.print_csv(header, rows)
+            common.print_json({"sessions": [
+                _status_json(sid, c, split.get(sid), rates[sid]) for sid, c in counts.items()
+            ]})  # fmt: skip
         else:
-            table = common.TextTable(*header)
-            for row in rows:
-                table.add_row(*map(str, row))
-            common.print_table(table)
+            _print_status(counts, split, rates, fmt)
         if not watch:
             return
+        if not any(c[s] for c in counts.values() for s in jobs.OPEN_STATES):
+            _end_watch(counts)
         time.sleep(2)
 
 
-def _status_json(sid: int, counts: dict, stages: dict | None) -> dict:
-    out = {"id": sid, "counts": counts}
+def _print_status(counts: dict, split: dict, rates: dict, fmt: str) -> None:
+    """The status table (or its CSV: jobs/min and ETA seconds as numbers, empty when none)."""
+    from mlirtuna.queue import jobs
+
+    states = jobs.JOB_STATES
+    rows: list[tuple[object, ...]] = []
+    for sid, c in counts.items():
+        per_minute, eta = rates[sid]
+        shown = (per_minute, eta) if fmt == "csv" else (_rate_text(per_minute), common.clock(eta))
+        rows.append((sid, *(c[s] for s in states), sum(c.values()), *shown))
+        for stage, sc in split.get(sid, {}).items():  # indented under their session
+            rows.append((f"  {stage}", *(sc[s] for s in states), sum(sc.values()), "", ""))
+    if fmt == "csv":
+        common.print_csv(("session", *states, "total", "per_minute", "eta_s"), rows)
+        return
+    table = common.TextTable("session", *states, "total", "jobs/min", "ETA")
+    for row in rows:
+        table.add_row(*map(str, row))
+    common.print_table(table)
+
+
+def _rate_text(per_minute: float | None) -> str:
+    return "-" if per_minute is None else f"{per_minute:.1f}"
+
+
+def _end_watch(counts: dict[int, dict[str, int]]) -> None:
+    """Nothing new, waiting or running: the watch ends, with `mlirtuna wait`'s exit status."""
+    errors = {sid: c["error"] for sid, c in counts.items() if c["error"]}
+    if not errors:
+        common.err("status --watch: no job new, waiting or running: done")
+        raise typer.Exit(0)
+    listed = ", ".join(f"session {sid}: {n}" for sid, n in errors.items())
+    common.err(
+        f"status --watch: no job new, waiting or running; jobs in error ({listed}): see "
+        "`mlirtuna jobs list --session N --state error`"
+    )
+    raise typer.Exit(1)
+
+
+def _status_json(sid: int, counts: dict, stages: dict | None, rate: tuple) -> dict:
+    out = {"id": sid, "counts": counts, "per_minute": rate[0], "eta_s": rate[1]}
     if stages:
         out["stages"] = stages
     return out

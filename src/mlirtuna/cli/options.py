@@ -1,9 +1,12 @@
 """The option blocks more than one command declares, each declared once here.
 
-`run` and `worker` share --workers, --max-retries, --batch, --gpu-identity and --mlir-build-dir;
-`run` and `session new` share --mlir-v; `problems import`, `jobs load` and `run` share the
-expansion options; listings share --csv. Each function returns a fresh typer.Option, used as a
-parameter's default. Only typer is imported: `--help` stays fast (common.py says why).
+`run` and `worker` share --gpus, --workers, --job-timeout, --max-retries, --batch,
+--gpu-identity and --mlir-build-dir; `run` and `session new` share --tuning-space, --arch,
+--num-cu, --num-chiplets, --mlir-v, --reason and --name; `problems import`, `jobs load` and
+`run` share the expansion options; listings share --csv. Each function returns a fresh
+typer.Option, used as a parameter's default. Only typer is imported: `--help` stays fast
+(common.py says why). --tuner is each command's own: a new session's tuner, `run`'s auto, the
+tuner a worker checks against its session's (tests/test_cli_help.py holds the list).
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ import typer
 
 from mlirtuna.defaults import (
     DEFAULT_MAX_RETRIES,
+    DEFAULT_TUNING_SPACE,
     ENV_GPU_IDENTITY,
     ENV_MAX_RETRIES,
     ENV_ROCMLIR_BUILD,
+    TUNING_SPACES,
 )
 
 
@@ -97,4 +102,63 @@ def max_retries_opt():
     return typer.Option(
         DEFAULT_MAX_RETRIES, "--max-retries", envvar=ENV_MAX_RETRIES, show_envvar=True,
         help="Failed attempts before a job ends in error.",
+    )  # fmt: skip
+
+
+def gpus_opt():
+    """--gpus, shared by `worker` and `run`."""
+    return typer.Option(
+        "auto", "--gpus",
+        help="auto (every GPU rocminfo lists; one CPU worker where there is none) or 0,1,…: "
+        "one worker process each.",
+    )  # fmt: skip
+
+
+def job_timeout_opt():
+    """--job-timeout, shared by `worker` and `run`."""
+    return typer.Option(
+        None, "--job-timeout", metavar="SECONDS",
+        help="Stop a tuner after this many seconds (the job is retried) [default: by tuning "
+        "space: quick 1 h, full/greedy 4 h, exhaustive 24 h].",
+    )  # fmt: skip
+
+
+def tuning_space_opt():
+    """--tuning-space, shared by `session new` and `run` (for the session either opens)."""
+    built_in, with_build = TUNING_SPACES[:4], TUNING_SPACES[4:]
+    return typer.Option(
+        DEFAULT_TUNING_SPACE, "--tuning-space",
+        help=f"{', '.join(built_in)}; {' or '.join(with_build)} if the build's tuningRunner has "
+        "them; list:NAME for a stored quick list.",
+    )  # fmt: skip
+
+
+def arch_opt():
+    """--arch, shared by `session new` and `run`."""
+    return typer.Option(
+        None, "--arch", help="GPU chip name, e.g. gfx942 (a cpu session's is its CPU's) [detected]."
+    )
+
+
+def num_cu_opt():
+    """--num-cu, shared by `session new` and `run`."""
+    return typer.Option(None, "--num-cu", help="Compute units [detected].")
+
+
+def num_chiplets_opt():
+    """--num-chiplets, shared by `session new` and `run`."""
+    return typer.Option(None, "--num-chiplets", help="Chiplets (XCDs) [detected].")
+
+
+def reason_opt():
+    """--reason, shared by `session new` and `run`."""
+    return typer.Option("", "--reason", help="Why this tuning is run.")
+
+
+def name_opt():
+    """--name, shared by `session new` and `run`."""
+    return typer.Option(
+        "", "--name",
+        help="A name to tell the session apart (session list, the dashboard); without it, "
+        "`run` names its session OP: FILES.",
     )  # fmt: skip

@@ -16,6 +16,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+import mlirtuna.cli.common as common
 from mlirtuna.db import Database
 from mlirtuna.db.models import RUNNING, TUNE, Attempt, Job, Problem
 from mlirtuna.queue import jobs
@@ -89,20 +90,13 @@ def _label(gpu_id: int, pid: int, stage: str = TUNE) -> str:
     return where if stage == TUNE else f"{where} ({stage})"
 
 
-def _clock(seconds: float | None) -> str:
-    if seconds is None:
-        return "--:--"
-    seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
 def render(snap: Snapshot) -> RenderableType:
     head = Table.grid(padding=(0, 1))
     head.add_row(
         ProgressBar(total=max(snap.total, 1), completed=snap.done, width=30),
         Text(f"{snap.done}/{snap.total} jobs"),
         Text(f"{snap.per_minute:.1f}/min"),
-        Text(f"ETA {_clock(snap.eta_s)}"),
+        Text(f"ETA {common.clock(snap.eta_s)}"),
         Text(f"{snap.errors} errors", style="red" if snap.errors else ""),
     )
     lines: list[RenderableType] = [head]

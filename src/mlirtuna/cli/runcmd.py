@@ -8,7 +8,7 @@ import typer
 
 import mlirtuna.cli.common as common
 import mlirtuna.cli.options as options
-from mlirtuna.defaults import DEFAULT_TUNING_SPACE, OPS
+from mlirtuna.defaults import OPS
 
 if TYPE_CHECKING:
     from mlirtuna import flow
@@ -33,12 +33,8 @@ def run(
         help="auto (rocmlir when a build dir is given, else cpu), or any tuner `session new` "
         "takes.",
     ),
-    tuning_space: str = typer.Option(
-        DEFAULT_TUNING_SPACE,
-        "--tuning-space",
-        help="quick, full, greedy, exhaustive or list:NAME (a stored quick list).",
-    ),
-    gpus: str = typer.Option("auto", "--gpus", help="auto or 0,1,…"),
+    tuning_space: str = options.tuning_space_opt(),
+    gpus: str = options.gpus_opt(),
     gpu_identity: str = options.gpu_identity_opt(),
     workers: int = options.workers_opt(),
     batch: int = options.batch_opt(),
@@ -57,12 +53,13 @@ def run(
     direction: str = options.direction_opt(),
     layout: str = options.layout_opt(),
     no_expand: bool = options.no_expand_opt(),
-    arch: str = typer.Option(None, "--arch", help="For a new rocmlir session [detected]."),
-    num_cu: int = typer.Option(None, "--num-cu", help="For a new rocmlir session [detected]."),
-    num_chiplets: int = typer.Option(None, "--num-chiplets", help="[detected]."),
+    arch: str = options.arch_opt(),
+    num_cu: int = options.num_cu_opt(),
+    num_chiplets: int = options.num_chiplets_opt(),
     mlir_v: str = options.mlir_v_opt(),
-    reason: str = typer.Option("", "--reason", help="Why this tuning is run."),
-    job_timeout: float = typer.Option(None, "--job-timeout", help="Seconds per job."),
+    reason: str = options.reason_opt(),
+    name: str = options.name_opt(),
+    job_timeout: float = options.job_timeout_opt(),
     max_retries: int = options.max_retries_opt(),
     skip_tuned: bool = typer.Option(
         False, "--skip-tuned", help="Leave out problems an equivalent session already tuned."
@@ -97,6 +94,7 @@ def run(
             ("num_cu", num_cu),
             ("num_chiplets", num_chiplets),
             ("mlir_v", mlir_v),
+            ("name", name or None),
         )
         if v is not None
     }
@@ -130,8 +128,7 @@ def run(
         )
     if standin_left_out := getattr(prepared.loaded, "standin_left_out", None):
         common.err(sessions.left_out_line(standin_left_out, "a real session never reuses them"))
-    for why, vectors in prepared.skipped.items():
-        common.err(f"warning: skipping {len(vectors)} problem(s): {why} (e.g. {vectors[0]})")
+    common.warn_cannot_run(prepared.skipped)
     live = not (quiet or as_json) and common.err_console.is_terminal
     with progress.LiveView(db, sid, common.err_console, enabled=live) as view:
         interrupted = flow.run_workers(db, plan, prepared, view.tick, quiet=live or as_json)

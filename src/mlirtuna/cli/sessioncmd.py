@@ -12,7 +12,6 @@ from mlirtuna.defaults import (
     DEFAULT_BUNDLE_CAP_BYTES,
     DEFAULT_TOPK,
     DEFAULT_TUNER,
-    DEFAULT_TUNING_SPACE,
 )
 from mlirtuna.errors import UserError
 
@@ -32,21 +31,16 @@ def new(
         help="A registered tuner (rocmlir, cpu, sleep:SECONDS, installed plugins: "
         "docs/adding-a-tuner.md) or module.path:factory. Its workers run this tuner.",
     ),
-    tuning_space: str = typer.Option(
-        DEFAULT_TUNING_SPACE,
-        "--tuning-space",
-        help="quick, full, greedy, exhaustive; lfbo or smart if the build's tuningRunner has "
-        "them; list:NAME for a stored quick list.",
-    ),
-    arch: str = typer.Option(None, "--arch", help="Chip name, e.g. gfx942 [detected]."),
+    tuning_space: str = options.tuning_space_opt(),
+    arch: str = options.arch_opt(),
     arch_full: str = typer.Option(
         None, "--arch-full", help="With feature flags, e.g. gfx942:sramecc+:xnack- [detected]."
     ),
-    num_cu: int = typer.Option(None, "--num-cu", help="Compute units [detected]."),
-    num_chiplets: int = typer.Option(None, "--num-chiplets", help="Chiplets (XCDs) [detected]."),
+    num_cu: int = options.num_cu_opt(),
+    num_chiplets: int = options.num_chiplets_opt(),
     rocm_v: str = typer.Option(None, "--rocm-v", help="ROCm version [/opt/rocm/.info/version]."),
     mlir_v: str = options.mlir_v_opt(),
-    reason: str = typer.Option("", "--reason", help="Why this tuning is run."),
+    reason: str = options.reason_opt(),
     ticket: str = typer.Option("", "--ticket", help="Ticket or issue id."),
     docker: str = typer.Option(None, "--docker", help="Docker image [from the environment]."),
     mlir_build_dir: str = options.mlir_build_dir_opt(),
@@ -82,9 +76,7 @@ def new(
     keep_artifacts: bool = typer.Option(
         False, "--keep-artifacts", help="With --split: keep bundles after their benchmark."
     ),
-    name: str = typer.Option(
-        "", "--name", help="A name to tell the session apart (session list, the dashboard)."
-    ),
+    name: str = options.name_opt(),
     bundle_cap_mib: int = typer.Option(
         None,
         "--bundle-cap-mib",

@@ -17,6 +17,7 @@ from mlirtuna.defaults import (
     DEFAULT_LEASE_S,
     ENV_GPU_LOCK_DIR,
     ENV_RETRY_BACKOFF,
+    ENV_ROCMLIR_BUILD,
 )
 from mlirtuna.errors import UserError
 
@@ -29,12 +30,7 @@ GIB = 1 << 30
 def worker(
     ctx: typer.Context,
     session: int = typer.Option(..., "--session", help="Session id."),
-    gpus: str = typer.Option(
-        "auto",
-        "--gpus",
-        help="auto (every GPU rocminfo lists; one CPU "
-        "worker where there is none) or 0,1,…: one worker process each.",
-    ),
+    gpus: str = options.gpus_opt(),
     workers: int = options.workers_opt(),
     gpu_identity: str = options.gpu_identity_opt(),
     gpu_id: int = typer.Option(None, "--gpu-id", hidden=True),
@@ -72,12 +68,7 @@ def worker(
     lease: float = typer.Option(
         DEFAULT_LEASE_S, "--lease", help="Lease seconds; a heartbeat renews it every third of that."
     ),
-    job_timeout: float = typer.Option(
-        None,
-        "--job-timeout",
-        help="Stop a tuner after this many seconds (the job is retried) "
-        "[default: by tuning space: quick 1 h, full/greedy 4 h, exhaustive 24 h].",
-    ),
+    job_timeout: float = options.job_timeout_opt(),
     max_retries: int = options.max_retries_opt(),
     retry_backoff: float = typer.Option(
         DEFAULT_BACKOFF_S,
@@ -132,6 +123,8 @@ def worker(
     tuner = session_tuner(found, tuner)
     if tuners.kind(tuner).uses_build:  # refused once here, not once per GPU worker
         sessions.check_build_for(found, sessions.build_dir_of(mlir_build_dir))
+    elif gpu_id is None:  # said by the supervisor, not again by each worker it starts
+        _say_unused(ctx, found, gpus if role == "gpu" else "auto", mlir_build_dir)
     role_stage(found, role)  # a bad role, or compile for a one-stage session: refused here
     settings = WorkerSettings(
         session_id=session,
@@ -171,11 +164,35 @@ def worker(
         return
     common.err(f"starting {len(slots)} workers: {', '.join(s.label for s in slots)}")
     url = str(db.url.render_as_string(hide_password=False))
-    procs = supervisor.start(url, settings, slots, locks=locks)
-    supervisor.supervise(procs)
-    bad = [p.returncode for p in procs if p.returncode not in (0, None)]
-    if bad:
+    children = supervisor.start(url, settings, slots, locks=locks)
+    ended = supervisor.supervise(children, say=common.err)
+    if summary := ended.summary():
+        common.err(summary)
+    if not ended.ok:
         raise typer.Exit(1)
+
+
+def _say_unused(ctx: typer.Context, session, gpus: str, build_dir: str | None) -> None:
+    """A session whose tuner uses no GPU and no build (cpu): a --gpus list or a build dir is
+    said in one line each, not ignored silently. A warning, not a refusal: the sleep tuner's
+    workers are pinned to GPUs on purpose (tests and benchmarks stand in for GPU workers with
+    them), and MLIRTUNA_ROCMLIR_BUILD may be set on a host for its GPU sessions."""
+    from click.core import ParameterSource
+
+    if gpus != "auto":
+        common.err(
+            f"warning: session {session.id}'s tuner {session.tuner} uses no GPU: --gpus {gpus} "
+            "pins one worker to each of those GPUs anyway, each holding its GPU's lock on this "
+            "host (a GPU worker there waits for it); --workers N runs N CPU workers instead"
+        )
+    if build_dir:
+        source = ctx.get_parameter_source("mlir_build_dir")
+        given = f"{ENV_ROCMLIR_BUILD}={build_dir}" if source == ParameterSource.ENVIRONMENT else (
+            f"--mlir-build-dir {build_dir}")  # fmt: skip
+        common.err(
+            f"warning: session {session.id}'s tuner {session.tuner} runs no rocMLIR build: "
+            f"{given} is not used"
+        )
 
 
 def _run_here(

@@ -61,9 +61,6 @@ SPLIT_STAGES = f"{COMPILE},{BENCHMARK}"  # the one split a session can have toda
 # payload, when a job becomes claimable (inserted as new, or its state changed to new); idle
 # workers LISTEN on it instead of only polling (wakeup.py).
 JOB_CLAIMABLE_CHANNEL = "mlirtuna_job_claimable"
-# Every space some tuningRunner offers (lfbo: rocmlirTriton; smart: rocMLIR's analysis work);
-# which ones a build has is read from its --help (tuners.rocmlir.Era).
-TUNING_SPACES = ("quick", "full", "greedy", "exhaustive", "lfbo", "smart")
 
 
 class Base(DeclarativeBase):

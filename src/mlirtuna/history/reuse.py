@@ -196,6 +196,7 @@ class ReuseReport:
     sample: int | None = None
     sources: dict[int, int] = field(default_factory=dict)  # {session: results reused from it}
     standin_left_out: list[int] = field(default_factory=list)  # equivalent but the stand-in's
+    cannot_run: dict[str, list[str]] = field(default_factory=dict)  # jobs.LoadReport's
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -305,6 +306,7 @@ def load(
         keep = None
     loaded = jobs.load(db, session_id, keep=keep, **selection)
     report.added, report.existing = loaded.added, loaded.existing
+    report.cannot_run = loaded.cannot_run
     return report
 
 

@@ -7,6 +7,7 @@ was lost is found again by its token (claimed_with, claimed_with_any)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import uuid
 from collections.abc import Sequence
@@ -18,7 +19,7 @@ import sqlalchemy as sa
 import mlirtuna.queue.sql as sql
 from mlirtuna import catalog
 from mlirtuna.catalog import load_problem
-from mlirtuna.db import Database
+from mlirtuna.db import Database, stored_time
 from mlirtuna.db.models import RUNNING, TUNE, Job
 from mlirtuna.problems import Problem
 
@@ -260,15 +261,30 @@ def claimed_with(db: Database, token: str) -> Lease | None:
 
 class GpuHolder(NamedTuple):
     """Another worker's live attempt on a GPU: where and who (`worker`: its token, where the
-    attempt has one). Its text is also what a worker writes into its GPU's lock file."""
+    attempt has one). Its text is also what a worker writes into its GPU's lock file. Read
+    from the database (gpu_holder): the job it holds, when that job's lease ends and how many
+    seconds that is from now, both by the database's clock (what the claim compares)."""
 
     machine_name: str
     pid: int
     session_id: int
     worker: str | None = None
+    job_id: int | None = None
+    lease_ends: dt.datetime | None = None
+    lease_left_s: float | None = None
 
     def __str__(self) -> str:
         return f"worker pid {self.pid} (session {self.session_id}) on {self.machine_name}"
+
+    @property
+    def lease_line(self) -> str:
+        """`its lease on job 7 ends at 2026-12-06 06:32:10 UTC (in 95 s)`; "" when unknown."""
+        if self.lease_ends is None or self.lease_left_s is None:
+            return ""
+        return (
+            f"its lease on job {self.job_id} ends at {self.lease_ends:%Y-%m-%d %H:%M:%S} UTC "
+            f"(in {max(self.lease_left_s, 0.0):.0f} s)"
+        )
 
 
 def gpu_holder(db: Database, who: Claimant) -> GpuHolder | None:
@@ -283,4 +299,6 @@ def gpu_holder(db: Database, who: Claimant) -> GpuHolder | None:
         ).first()
     if row is None:
         return None
-    return GpuHolder(row.machine_name, row.pid, row.session_id, row.worker)
+    ends, now = stored_time(row.lease_expires_at), stored_time(row.db_now)
+    left = (ends - now).total_seconds() if ends is not None and now is not None else None
+    return GpuHolder(row.machine_name, row.pid, row.session_id, row.worker, row.job_id, ends, left)

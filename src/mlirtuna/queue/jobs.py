@@ -47,9 +47,12 @@ from mlirtuna.problems import ExpandOptions
 class LoadReport:
     added: int
     existing: int
+    #: {why: test vectors} of the selected problems left out: the session's tuner can never
+    #: run them (the cpu tuner's fp8, …), as `run` leaves them out.
+    cannot_run: dict[str, list[str]] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, int]:
-        return {"added": self.added, "existing": self.existing}
+    def as_dict(self) -> dict[str, Any]:
+        return {"added": self.added, "existing": self.existing, "cannot_run": self.cannot_run}
 
 
 def load(
@@ -65,7 +68,8 @@ def load(
     keep: Callable[[Session, int, dict[int, int]], dict[int, int]] | None = None,
 ) -> LoadReport:
     """One `new` job per selected problem of the session (idempotent), but none for the
-    problem ids in `exclude` (those the tuner cannot run).
+    problem ids in `exclude` (`run`: those the tuner cannot run with the worker's memory), nor
+    for a problem the session's tuner can never run (left out and reported: cannot_run).
 
     `keep(s, session_id, {problem_id: priority})` narrows the selection inside the same
     transaction (reuse.py: skip what is already tuned, re-tune only what changed).
@@ -77,8 +81,7 @@ def load(
     # Another `jobs load` of the same session may race this one: the loser tries again.
     return db.retrying_conflicts(
         lambda: _load(
-            db, session_id, op, tag, file, all_problems, options, exclude, keep, sess.two_stage,
-            refused,
+            db, sess, op, tag, file, all_problems, options, exclude, keep, refused,
         )
     )  # fmt: skip
 
@@ -107,7 +110,7 @@ def stage_rows(session_id: int, problem_id: int, priority: int, two_stage: bool)
 
 def _load(
     db: Database,
-    session_id: int,
+    sess: sessions.Session,
     op,
     tag,
     file,
@@ -115,9 +118,9 @@ def _load(
     options,
     exclude,
     keep,
-    two_stage: bool = False,
     refused: str | None = None,
 ) -> LoadReport:
+    session_id, two_stage = sess.id, sess.two_stage
     with db.session(immediate=True) as s:
         selected = _select(s, op=op, tag=tag, file=file, all_problems=all_problems, options=options)
         if not selected and tag is not None:
@@ -126,6 +129,7 @@ def _load(
             selected.pop(pid, None)
         if refused is not None:
             _refuse_trans_o(s, selected, refused)
+        left_out = _leave_out_unrunnable(s, sess, selected)
         if keep is not None:
             selected = keep(s, session_id, selected)
         have = set(s.scalars(sa.select(Job.problem_id).where(Job.session_id == session_id)))
@@ -133,7 +137,39 @@ def _load(
         rows = [r for pid in added for r in stage_rows(session_id, pid, selected[pid], two_stage)]
         if rows:
             s.execute(sa.insert(Job.__table__), rows)
-        return LoadReport(added=len(added), existing=len(selected) - len(added))
+        return LoadReport(added=len(added), existing=len(selected) - len(added),
+                          cannot_run=left_out)  # fmt: skip
+
+
+def _leave_out_unrunnable(
+    s: Session, sess: sessions.Session, selected: dict[int, int]
+) -> dict[str, list[str]]:
+    """Takes the problems the session's tuner can never run out of `selected` and returns
+    them, {why: test vectors}; when that is all of them, UserError (nothing loaded). The same
+    check as `run`'s (tuners.cannot_run), less the memory limit: that is the worker's."""
+    # Imported here: `status` and the other read commands import this module, not the tuners.
+    from mlirtuna import tuners
+
+    if not selected:
+        return {}
+    try:
+        if tuners.kind(sess.tuner).unsupported is None:
+            return {}
+    except UserError:  # a plugin this host lacks: its workers say what they cannot run
+        return {}
+    problems = dict(catalog.load_problems(s, selected))
+    ids = {p.canonical(): pid for pid, p in problems.items()}
+    found = tuners.cannot_run(sess.tuner, sess.tuning_space, problems.values())
+    if sum(map(len, found.values())) == len(selected):
+        why, vectors = next(iter(found.items()))
+        raise UserError(
+            f"session {sess.id}'s {sess.tuner} tuner can run none of the {len(selected)} "
+            f"selected problem(s): {why} (e.g. {vectors[0]}); nothing loaded"
+        )
+    for vectors in found.values():
+        for vector in vectors:
+            selected.pop(ids[vector], None)
+    return found
 
 
 def _refuse_trans_o(s: Session, selected: dict[int, int], why: str) -> None:

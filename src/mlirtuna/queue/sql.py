@@ -53,8 +53,11 @@ _WORKER = sa.bindparam("p_worker", type_=sa.String(32))
 # every worker on that GPU (issue 43).
 _HELD = _J.alias("held")
 PLAUSIBLE_LEASE = db_now(MAX_LEASE_S)
+# Who holds it, and the job and lease end a worker waiting for the GPU names (claim.GpuHolder).
+_HOLDER = (_A.c.machine_name, _A.c.pid, _HELD.c.session_id, _A.c.claimed_at, _A.c.worker)
+_HOLDING = (_HELD.c.id.label("job_id"), _HELD.c.lease_expires_at, _NOW.label("db_now"))
 GPU_HOLDERS = (
-    sa.select(_A.c.machine_name, _A.c.pid, _HELD.c.session_id, _A.c.claimed_at, _A.c.worker)
+    sa.select(*_HOLDER, *_HOLDING)
     .join(_HELD, _HELD.c.id == _A.c.job_id)
     .where(
         _A.c.gpu == _GPU_KEY,

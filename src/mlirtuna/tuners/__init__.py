@@ -10,7 +10,15 @@ tuner of your own; plugins also register by entry point (docs/adding-a-tuner.md)
 from __future__ import annotations
 
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome, Tuner
-from mlirtuna.tuners.registry import AUTO, TunerKind, family_of, kind, make, names
+from mlirtuna.tuners.registry import (
+    AUTO,
+    TunerKind,
+    cannot_run,
+    family_of,
+    kind,
+    make,
+    names,
+)
 
 # The name tests and older callers know family_of by.
 tuner_family_of = family_of
@@ -22,6 +30,7 @@ __all__ = [
     "TuneOutcome",
     "Tuner",
     "TunerKind",
+    "cannot_run",
     "family_of",
     "kind",
     "make",

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -78,6 +78,10 @@ class TunerKind:
     settings: tuple[tuple[str, str], ...] = ()
     #: Why it can never run a problem (`run` leaves those out), or None; None: it can try all.
     unsupported: Callable[[Problem, TuneContext], str | None] | None = None
+    #: True: its numbers are this machine's CPU's, so its session's arch is the CPU's
+    #: (`cpu-<ISA>`), never a GPU's: `export --arch gfx942` would put them in that GPU's
+    #: tuning DB. (The sleep tuner stands in for GPU sessions in tests: False.)
+    measures_cpu: bool = False
     #: What ARG of `NAME:ARG` means ("SECONDS"); "" when it takes none.
     arg: str = ""
 
@@ -112,6 +116,38 @@ def make(spec: str, *, mlir_build_dir: str | None = None) -> Tuner:
     """A tuner for a spec (a name, `NAME:ARG`, or `module.path:attr`)."""
     found = kind(spec)
     return found.make(split_spec(spec)[1], mlir_build_dir)
+
+
+#: The memory a problem may use where no worker's --cpu-mem-limit is known (`jobs load`):
+#: none is assumed, so a problem is left out only for what no worker can ever run.
+ANY_MEMORY = 1 << 62
+
+
+def cannot_run(
+    spec: str, tuning_space: str, problems: Iterable[Problem], cpu_mem_limit: int = ANY_MEMORY
+) -> dict[str, list[str]]:
+    """{why: test vectors} of the problems this tuner can never run (the cpu tuner's fp8, 3-D
+    conv, …: its TunerKind.unsupported), for `run` and `jobs load` to leave out and say so,
+    instead of queueing jobs that fail. `cpu_mem_limit`: the worker's, where it is known."""
+    unsupported = kind(spec).unsupported
+    if unsupported is None:
+        return {}
+    # What the check depends on is the problem, the space and the memory limit only.
+    ctx = TuneContext(
+        arch="cpu",
+        arch_full="cpu",
+        num_cu=1,
+        num_chiplets=1,
+        tuning_space=tuning_space,
+        gpu_id=-1,
+        cpu_mem_limit=cpu_mem_limit,
+    )
+    out: dict[str, list[str]] = {}
+    for p in problems:
+        why = unsupported(p, ctx)
+        if why is not None:
+            out.setdefault(why, []).append(p.canonical())
+    return out
 
 
 def names() -> list[str]:

@@ -268,11 +268,30 @@ def _progress(
 ) -> SessionProgress:
     total = sum(counts.values())
     done = counts[COMPLETED] + counts[ERROR] + counts[CANCELLED]
-    per_minute = eta = None
-    if rate is not None and rate[0] > 0:
-        per_minute = 60.0 * rate[0] / rate[1]
-        eta = (total - done) / (per_minute / 60.0)
+    per_minute, eta = _rate_and_eta(total - done, rate)
     return SessionProgress(info, counts, total, done, per_minute, eta)
+
+
+def _rate_and_eta(left: int, rate: tuple[int, float] | None) -> tuple[float | None, float | None]:
+    """(jobs/min, seconds to finish `left` jobs at that rate); None, None: nothing finished in
+    the window."""
+    if rate is None or rate[0] <= 0:
+        return None, None
+    per_minute = 60.0 * rate[0] / rate[1]
+    return per_minute, left / (per_minute / 60.0)
+
+
+def rates(
+    db: Database, counts: dict[int, dict[str, int]]
+) -> dict[int, tuple[float | None, float | None]]:
+    """{session: (jobs/min, ETA seconds)} of sessions whose counts by state are `counts`, as
+    the farm page shows them (`status` asks too): one query for every open session."""
+    with db.session() as s:
+        recent = _finished_recently(s, [sid for sid, c in counts.items() if _open(c)], now(s))
+    left = {
+        sid: sum(c.values()) - c[COMPLETED] - c[ERROR] - c[CANCELLED] for sid, c in counts.items()
+    }
+    return {sid: _rate_and_eta(left[sid], recent.get(sid)) for sid in counts}
 
 
 def workers(db: Database, session_id: int | None = None) -> list[BusyWorker]:

@@ -5,7 +5,8 @@
 - heartbeat.py: the thread that renews the leases of the jobs being run;
 - stages.py: a split session's compile and benchmark stages, on the runner's public API;
 - gpulock.py: one worker per GPU on a host (a flock per GPU);
-- supervisor.py: local worker processes, one per GPU (`mlirtuna worker --gpus`, `mlirtuna run`).
+- supervisor.py: local worker processes, one per GPU (`mlirtuna worker --gpus`, `mlirtuna run`),
+  each started again when it dies (bounded).
 
 The database's retry policies a worker runs its queue operations under are db/faults.py's.
 """

@@ -234,7 +234,11 @@ def acquire(
             os.close(fd)
             raise GpuHeld(held_message(f"GPU {gpu_id}", holder))
         if not said:
-            log.warning("waiting for GPU %d: %s", gpu_id, held_message("it", holder_text(fd)))
+            log.warning(
+                "waiting for GPU %d: its lock on this host is held by %s, until that worker and "
+                "every tool it started have ended",
+                gpu_id, holder_text(fd),
+            )  # fmt: skip
             said = True
         if stop is not None and stop.wait(WAIT_POLL_S):
             os.close(fd)

@@ -203,11 +203,10 @@ class Worker:
             if self._dead_here(holder) and self._take_back(holder):
                 continue  # another holder may be next (none, usually)
             gone = holder.machine_name == self.settings.machine_name and not _alive(holder.pid)
-            message = held_message(f"GPU {self.claimant.gpu}", str(holder))
             if not (self.settings.wait_for_gpu or gone):
-                raise GpuHeld(message)
+                raise GpuHeld(held_message(f"GPU {self.claimant.gpu}", str(holder)))
             if not said:
-                log.warning("waiting: %s%s", message, " (gone: its leases expire)" if gone else "")
+                log.warning("%s", waiting_line(f"GPU {self.claimant.gpu}", holder, gone))
                 said = True
             self.stop_requested.wait(WAIT_POLL_S)
         return False
@@ -520,6 +519,23 @@ def gpu_key(settings: WorkerSettings, tuner: str, standin: bool) -> tuple[str, s
             "(the same ID on every container that sees this GPU, e.g. its Uuid from rocminfo)"
         )
     return key or where, identity.perf_level
+
+
+def waiting_line(gpu: str, holder: queue.GpuHolder, gone: bool) -> str:
+    """What a worker waiting for its GPU waits for, and until when: the holder's live attempt,
+    whose lease (the database's) ends at a time it names. A holder gone from this host renews
+    it no more: its jobs are taken back then. A live one (--wait-for-gpu) renews it with each
+    heartbeat while it works, so the time is the earliest it can end."""
+    lease = holder.lease_line or "its lease end is unknown"
+    if gone:
+        return (
+            f"waiting for {gpu}: its holder, {holder}, is gone, and {lease}; then its jobs are "
+            "taken back and this worker starts"
+        )
+    return (
+        f"waiting for {gpu} (--wait-for-gpu): held by {holder}; {lease} at the earliest (each "
+        "heartbeat renews it while that worker works); this worker starts when it holds none"
+    )
 
 
 def _alive(pid: int) -> bool:

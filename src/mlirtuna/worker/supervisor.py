@@ -3,17 +3,23 @@
 Each worker is a real `mlirtuna worker` process in a process group of its own, pinned to its
 GPU with ROCR_VISIBLE_DEVICES, so a terminal's Ctrl-C reaches only this supervisor, which
 forwards each signal once: the first lets every worker finish its job, the second gives jobs back.
+
+A worker that dies on its own (SIGKILL, the OOM killer, a crash) is started again after a
+backoff, at most RESTARTS.most times within RESTARTS.window_s, each death said in one line;
+past that its slot is given up and named in the summary. One that exits 0 (done) or 2 (refused:
+the same refusal would come again) is not started again.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from mlirtuna import machine, tuners
 from mlirtuna.db import Database
@@ -28,6 +34,8 @@ from mlirtuna.errors import UserError
 from mlirtuna.worker import gpulock
 from mlirtuna.worker.loop import gpu_holder_of, gpu_key
 from mlirtuna.worker.runner import WorkerSettings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -218,59 +226,159 @@ def start(
     slots: list[Slot],
     quiet: bool = False,
     locks: Locks | None = None,
-):
+) -> list[Child]:
     """Start one worker process per slot; the URL travels in the environment, not in argv.
     `locks` (from `free`): each is handed to its GPU's worker, then let go of here."""
+    cpus = iter(range(1, len(slots) + 1))
     try:
-        return _start(db_url, settings, slots, quiet, locks or {})
+        return [
+            _child(db_url, settings, slot, quiet, locks or {},
+                   f"GPU {slot.gpu_id} worker" if slot.gpu_id >= 0 else
+                   f"{'compile' if settings.role == 'compile' else 'CPU'} worker {next(cpus)}")
+            for slot in slots
+        ]  # fmt: skip
     finally:
         release(locks or {})
 
 
-def _start(db_url: str, settings: WorkerSettings, slots: list[Slot], quiet: bool, locks: Locks):
-    procs = []
-    for slot in slots:
-        env = {**os.environ, ENV_DB: db_url}
-        env.pop(ENV_GPU_IDENTITY, None)  # each worker's own GPU name travels in its argv
-        if settings.gpu_lock_dir:
-            env[ENV_GPU_LOCK_DIR] = settings.gpu_lock_dir
-        if slot.gpu_id >= 0:
-            # Pin at the ROCr level: inside the worker the GPU is device 0 for HIP and rocMLIR.
-            env["ROCR_VISIBLE_DEVICES"] = str(slot.gpu_id)
-            env.pop("HIP_VISIBLE_DEVICES", None)
-        env.pop(ENV_GPU_LOCK_FD, None)  # a lock of this process's own parent is not the child's
-        lock = locks.get(slot.gpu_id)
-        inherited = (gpulock.hand_down(lock, env),) if lock is not None else ()
-        procs.append(
-            subprocess.Popen(
-                worker_argv(settings, slot),
-                env=env,
-                start_new_session=True,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL if quiet else None,
-                pass_fds=inherited,
-            )
-        )
-        if lock is not None:
-            lock.release()  # the worker's copy holds it now, for as long as the worker runs
-    return procs
+def _child(
+    db_url: str, settings: WorkerSettings, slot: Slot, quiet: bool, locks: Locks, name: str
+) -> Child:
+    """The worker of `slot`, started, and how to start it again: a restarted GPU worker waits
+    for its GPU (the dead one's tools may hold the lock a moment longer) and, holding the lock,
+    takes the dead one's jobs back at once (loop.py, _gpu_is_ours)."""
+    again = replace(settings, wait_for_gpu=True)
+    proc = _popen(db_url, settings, slot, quiet, locks.get(slot.gpu_id))
+    return Child(name, proc, lambda: _popen(db_url, again, slot, quiet, None))
+
+
+def _popen(
+    db_url: str, settings: WorkerSettings, slot: Slot, quiet: bool, lock: gpulock.GpuLock | None
+) -> subprocess.Popen:
+    env = {**os.environ, ENV_DB: db_url}
+    env.pop(ENV_GPU_IDENTITY, None)  # each worker's own GPU name travels in its argv
+    if settings.gpu_lock_dir:
+        env[ENV_GPU_LOCK_DIR] = settings.gpu_lock_dir
+    if slot.gpu_id >= 0:
+        # Pin at the ROCr level: inside the worker the GPU is device 0 for HIP and rocMLIR.
+        env["ROCR_VISIBLE_DEVICES"] = str(slot.gpu_id)
+        env.pop("HIP_VISIBLE_DEVICES", None)
+    env.pop(ENV_GPU_LOCK_FD, None)  # a lock of this process's own parent is not the child's
+    inherited = (gpulock.hand_down(lock, env),) if lock is not None else ()
+    proc = subprocess.Popen(
+        worker_argv(settings, slot),
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL if quiet else None,
+        pass_fds=inherited,
+    )
+    if lock is not None:
+        lock.release()  # the worker's copy holds it now, for as long as the worker runs
+    return proc
+
+
+# -- supervising: signals forwarded, a worker that died started again (bounded) -------------
+
+
+@dataclass(frozen=True)
+class Restarts:
+    """How often a worker that died is started again: at most `most` times within `window_s`
+    seconds (one more death in that window and its slot is given up), each after a wait that
+    starts at `backoff_s` and doubles with every death in the window."""
+
+    most: int = 3
+    window_s: float = 600.0
+    backoff_s: float = 1.0
+
+
+RESTARTS = Restarts()
+#: A worker's exit status for "refused" (a UserError: GPU held, wrong build, bad flag): the same
+#: refusal would come again, so such a worker is not started again.
+REFUSED = 2
+
+
+@dataclass
+class Child:
+    """One worker process this supervisor started: its name, the process running now, how to
+    start it again, the times it died (monotonic), a restart due, and how its slot ended."""
+
+    name: str
+    proc: subprocess.Popen
+    again: Callable[[], subprocess.Popen] | None = None
+    deaths: list[float] = field(default_factory=list)
+    due: float | None = None  # when it is started again
+    settled: bool = False  # the end of `proc` was looked at
+    restarts: int = 0
+    lost: str = ""  # given up after too many deaths: how it died
+    failed: str = ""  # ended non-zero and not started again (refused, or while stopping)
+
+    @property
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+
+@dataclass(frozen=True)
+class Supervised:
+    """How supervising ended: the signals received (forwarded to the workers), and each worker
+    started again (name -> times), given up (name -> how it died), or that ended non-zero
+    without a restart (name -> how)."""
+
+    signals: int
+    restarted: dict[str, int]
+    lost: dict[str, str]
+    failed: dict[str, str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.lost and not self.failed
+
+    def summary(self) -> str:
+        """One line for the operator; "" when every worker ran to its end untouched."""
+        parts = [f"{name} started again {n} time{'s' if n != 1 else ''}"
+                 for name, n in self.restarted.items()]  # fmt: skip
+        parts += [f"{name} lost ({why})" for name, why in self.lost.items()]
+        parts += [f"{name} {how}" for name, how in self.failed.items()]
+        return f"workers: {'; '.join(parts)}" if parts else ""
+
+
+def how_it_ended(returncode: int) -> str:
+    """`killed by SIGKILL` or `exited 1`."""
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited {returncode}"
 
 
 def supervise(
-    procs: list[subprocess.Popen], tick: Callable[[], None] | None = None, interval: float = 0.5
-) -> int:
-    """Wait for the workers, forwarding SIGINT/SIGTERM; returns the number of signals received."""
+    children: list[Child],
+    tick: Callable[[], None] | None = None,
+    interval: float = 0.5,
+    say: Callable[[str], None] = log.warning,
+    restarts: Restarts | None = None,
+) -> Supervised:
+    """Wait for the workers, forwarding SIGINT/SIGTERM (after which none is started again). A
+    worker that died (a signal, or an exit other than 0 and REFUSED: a crash) is started again
+    after a backoff, at most `restarts.most` times within its window; each death is said in
+    one line (which worker, how, what happens now). `restarts`: RESTARTS by default."""
+    restarts = restarts or RESTARTS
     received: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
         received.append(signum)
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signum)
+        for c in children:
+            if c.running:
+                c.proc.send_signal(signum)
 
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while any(p.poll() is None for p in procs):
+        while True:
+            for c in children:
+                watch(c, bool(received), restarts, say)
+            if not any(c.running or c.due is not None for c in children):
+                break
             if tick is not None:
                 tick()
             time.sleep(interval)
@@ -279,4 +387,46 @@ def supervise(
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
-    return len(received)
+    return Supervised(
+        signals=len(received),
+        restarted={c.name: c.restarts for c in children if c.restarts},
+        lost={c.name: c.lost for c in children if c.lost},
+        failed={c.name: c.failed for c in children if c.failed},
+    )
+
+
+def watch(c: Child, stopping: bool, restarts: Restarts, say: Callable[[str], None]) -> None:
+    """One look at one worker: start it again when that is due; when it has just ended, note
+    how (a restart scheduled, its slot given up, or its failure kept for the summary)."""
+    now = time.monotonic()
+    if c.due is not None:
+        if stopping:  # told to stop: a worker waiting for its restart stays stopped
+            c.due, c.failed = None, f"{how_it_ended(c.proc.returncode)}, not started again"
+        elif now >= c.due and c.again is not None:
+            c.due, c.restarts, c.settled = None, c.restarts + 1, False
+            c.proc = c.again()
+        return
+    if c.settled or c.running:
+        return
+    c.settled = True
+    code = c.proc.returncode
+    if code == 0:
+        return
+    if stopping or code == REFUSED or c.again is None:
+        c.failed = how_it_ended(code)
+        return
+    c.deaths = [t for t in c.deaths if now - t < restarts.window_s] + [now]
+    how = f"{c.name} (pid {c.proc.pid}) {how_it_ended(code)}"
+    window = f"{restarts.window_s / 60:g} min"
+    if len(c.deaths) > restarts.most:
+        c.lost = f"{how_it_ended(code)}, {len(c.deaths)} times within {window}"
+        say(
+            f"{how}: not started again ({len(c.deaths)} deaths within {window}; at most "
+            f"{restarts.most} restarts): its slot stays idle, and its jobs go to other workers "
+            "as their leases end"
+        )
+        return
+    wait = restarts.backoff_s * 2 ** (len(c.deaths) - 1)
+    c.due = now + wait
+    say(f"{how}: starting it again in {wait:g} s (restart {len(c.deaths)} of at most "
+        f"{restarts.most} within {window})")  # fmt: skip

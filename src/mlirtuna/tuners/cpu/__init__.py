@@ -417,4 +417,5 @@ KIND = TunerKind(
     spaces=SPACES,
     perf_prefix="cpu",
     unsupported=unsupported,
+    measures_cpu=True,
 )
