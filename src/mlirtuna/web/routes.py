@@ -389,11 +389,17 @@ PICKER_SESSIONS = 500  # the newest sessions the compare page's pickers offer
 NONE_SHOWN = "\N{EN DASH}"  # an empty field, as the other pages show it
 
 
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value) if value not in (None, "") else NONE_SHOWN
+
+
 def _context_rows(a: sessions.Session, b: sessions.Session) -> list[tuple[str, str, str, bool]]:
     """(label, A's value, B's value, whether they differ) per context field; the opening time
     always differs and is not marked."""
     rows = []
     for label, key in CONTEXT_FIELDS:
-        va, vb = (str(getattr(side, key) or NONE_SHOWN) for side in (a, b))
+        va, vb = (_shown(getattr(side, key)) for side in (a, b))
         rows.append((label, va, vb, va != vb and key != "created_at"))
     return rows
