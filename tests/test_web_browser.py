@@ -29,7 +29,7 @@ from support.webserve import serving_command
 
 from mlirtuna import catalog, queue, sessions
 from mlirtuna.db import Database
-from mlirtuna.db.models import Job
+from mlirtuna.db.models import Attempt, Job
 from mlirtuna.history import compare, perffields, winners
 from mlirtuna.problems import ExpandOptions
 from mlirtuna.queue import jobs
@@ -468,6 +468,21 @@ def test_farm_page_loads_no_plotly_and_fits_1280(page, site):
 def test_job_page_fits_1280(page, site):
     with site.db.session() as s:
         ids = s.scalars(sa.select(Job.id).where(Job.session_id == site.farm.gpu)).all()
+    # An attempt's message as long as a real one can get without a space (a list of E4 perf
+    # configs): it wraps inside its cell, never widens the page.
+    configs = ",".join(f"v4:{m},32,2,32,32,32,4,1,1,2,0,0,1,1" for m in range(60))
+    with site.db.session() as s:
+        attempt = s.scalar(sa.select(Attempt).where(Attempt.job_id == ids[0]))
+        assert attempt is not None
+        kept, attempt.message = attempt.message, f"tried:{configs}"
+    try:
+        _fits_1280(page, ids)
+    finally:
+        with site.db.session() as s:
+            s.execute(sa.update(Attempt).where(Attempt.job_id == ids[0]).values(message=kept))
+
+
+def _fits_1280(page: Page, ids: list[int]) -> None:
     for job in ids:
         page.open(f"/jobs/{job}")
         wide = page.tab.evaluate("() => document.documentElement.scrollWidth")
@@ -476,6 +491,7 @@ def test_job_page_fits_1280(page, site):
             "#attempts time", "ts => ts.map(t => [t.getAttribute('datetime'), t.innerText])"
         )
         assert claimed and all(text == local(page, iso) for iso, text in claimed)
+    page.open(f"/jobs/{ids[0]}")
     page.shot("job-1280")
 
 
