@@ -224,8 +224,7 @@ def test_pages_render_and_say_where_things_are_missing(client, farm):
     ids = {"a": farm.cpu_a, "b": farm.cpu_b, "g": farm.gpu, "p": farm.problems[0], "j": 1}
     for path in PAGES:
         html = get(client, path.format(**ids))
-        assert "<table" in html and "/static/app.js" in html
-        assert "/static/plotly-strict.min.js" in html
+        assert "<table" in html and "/static/app.js?v=" in html
     js = client.get("/static/plotly-strict.min.js")
     assert js.status_code == 200 and len(js.content) > 1_000_000
     assert b"plotly.js (strict" in js.content[:2000]
@@ -233,6 +232,104 @@ def test_pages_render_and_say_where_things_are_missing(client, farm):
     missing = client.get("/sessions/999")
     assert missing.status_code == 404 and "no session 999" in missing.text
     assert client.get("/compare?a=x.tsv&b=1").status_code == 400
+
+
+PLOTLY_URL = r'src="(/static/plotly-strict\.min\.js\?v=\w+)"'
+DRAWING_PAGES = ("/sessions/{a}", "/problems/{p}?session={g}", "/compare?a={a}&b={b}")
+
+
+def test_plotly_only_where_drawn_gzipped_and_cached(client, farm):
+    """Issue 44 §3: every page loaded plotly's 5 MB as a blocking script, uncompressed and
+    uncached: the farm page stayed blank for seconds."""
+    ids = {"a": farm.cpu_a, "b": farm.cpu_b, "g": farm.gpu, "p": farm.problems[0], "j": 1}
+    for path in PAGES:
+        page = get(client, path.format(**ids))
+        tags = re.findall(r"<script [^>]*plotly[^>]*>", page)
+        if path in DRAWING_PAGES:
+            (tag,) = tags
+            assert " defer" in tag and re.search(PLOTLY_URL, tag)
+        else:
+            assert tags == [] and "plotly-strict" not in page, path
+    url = re.search(PLOTLY_URL, page)
+    assert url is not None
+    res = client.get(url[1], headers={"Accept-Encoding": "gzip"})
+    assert res.status_code == 200 and res.headers["content-encoding"] == "gzip"
+    assert res.num_bytes_downloaded < len(res.content) / 2  # sent compressed
+    assert b"plotly.js (strict" in res.content[:2000]
+    assert "max-age=31536000" in res.headers["cache-control"]
+    assert "immutable" in res.headers["cache-control"]
+    # Another hash (a stale page) or none: revalidated, never kept for a year.
+    for stale in ("/static/plotly-strict.min.js", "/static/plotly-strict.min.js?v=0"):
+        assert client.get(stale).headers["cache-control"] == "no-cache"
+    # A changed file is a new URL: the hash is the content's.
+    css = re.search(r'href="(/static/style\.css\?v=\w+)"', page)
+    assert css is not None and client.get(css[1]).headers["cache-control"].endswith("immutable")
+
+
+def test_the_api_link_and_the_collections_answer_a_browser(client, farm):
+    """Issue 44 §3: the nav's "API" (/api/docs) was a 404; /workers and /sessions were JSON 404s."""
+    home = get(client, "/")
+    assert '<a href="/api">API</a>' in home and "/api/docs" not in home
+    listing = html.unescape(get(client, "/api"))
+    for endpoint in ("/api/farm", "/api/workers", "/api/sessions/{session_id}/winners",
+                     "/api/compare", "/api/openapi.json"):  # fmt: skip
+        assert endpoint in listing, endpoint
+    assert "One page of the session's winners, filtered and sorted on the server." in listing
+    assert "with progress, and every worker busy now." in listing  # a docstring's whole paragraph
+    for path, anchor in (("/sessions", "/#sessions"), ("/workers", "/#workers")):
+        res = client.get(path, follow_redirects=False)
+        assert res.status_code == 307 and res.headers["location"] == anchor
+        followed = client.get(path)
+        assert followed.status_code == 200 and 'id="sessions"' in followed.text
+        assert followed.headers["content-type"].startswith("text/html")
+
+
+def test_compare_page_picks_sessions_and_marks_what_differs(client, db, farm):
+    """Issue 44 §3: the compare page took typed ids and showed no context side by side."""
+    page = get(client, "/compare")
+    every = [s.id for s in sessions.list_all(db)]
+    for side in ("a", "b"):
+        picker = re.search(rf'<select name="{side}" id="pick-{side}">(.*?)</select>', page, re.S)
+        assert picker is not None
+        offered = [int(v) for v in re.findall(r'<option value="(\d+)"', picker[1])]
+        assert offered == sorted(every, reverse=True)
+    chosen = get(client, f"/compare?a={farm.cpu_a}&b={farm.gpu}")
+    assert re.search(rf'<option value="{farm.gpu}" selected>', chosen)
+    marked = re.findall(r'<tr class="differs"[^>]*><th>([^<]+) ≠</th>', chosen)
+    a, g = sessions.get(db, farm.cpu_a), sessions.get(db, farm.gpu)
+    assert "arch" in marked and "tuner" in marked and a.tuner != g.tuner
+    assert "opened" not in marked  # two sessions are always opened at different times
+    same = get(client, f"/compare?a={farm.cpu_a}&b={farm.cpu_b}")
+    assert "tuner ≠" not in same and "arch ≠" not in same
+
+
+def test_session_notes_from_the_cli_on_the_page(client, db_url, db, farm):
+    """Issue 44 §3: an operator notes why a session was stopped; the session page shows it."""
+    sid = farm.gpu
+    assert "No notes" in get(client, f"/sessions/{sid}")
+    first = cli(db_url, "session", "note", str(sid), "node b lost at 03:10 <b>", "--json")
+    assert first.code == 0, first.stderr
+    assert first.json()["text"] == "node b lost at 03:10 <b>"
+    second = cli(db_url, "session", "note", str(sid), "re-run of TKT-1 queued")
+    assert second.code == 0 and f"session {sid}: noted at " in second.stderr
+    notes = get(client, f"/api/sessions/{sid}")["notes"]
+    assert [n["text"] for n in notes] == ["node b lost at 03:10 <b>", "re-run of TKT-1 queued"]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", n["created_at"]) for n in notes)
+    page = get(client, f"/sessions/{sid}")
+    assert "node b lost at 03:10 &lt;b&gt;" in page and "<b>" not in page.split("Notes")[1]
+    assert page.index("node b lost") < page.index("re-run of TKT-1")
+    assert f'datetime="{notes[0]["created_at"]}"' in page
+    # Refused, one line each, nothing written: an empty note, a log pasted, no such session.
+    for args, why in (([str(sid), "  "], "an empty note"),
+                      ([str(sid), "x" * 2001], "at most 2000"),
+                      (["99999", "text"], "no session 99999")):  # fmt: skip
+        bad = cli(db_url, "session", "note", *args)
+        assert bad.code != 0 and why in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    assert len(sessions.notes(db, sid)) == 2
+    # A deleted session takes its notes with it.
+    gone = cli(db_url, "session", "delete", str(sid), "--yes", "--force")
+    assert gone.code == 0, gone.stderr
+    assert sessions.notes(db, sid) == []
 
 
 def test_the_dashboard_cannot_write(db_url, farm):
@@ -521,10 +618,13 @@ def test_parallel_coordinates_of_one_op_and_data_type(client, db, farm):
     assert p["total"] == len(rows) == len(p["score"]) == len(p["perf_configs"]) > 3
     assert sorted(p["score"]) == sorted(tf / best[pid] for pid, _, tf in rows)
     assert max(p["score"]) == 1.0 and all(0 < x <= 1 for x in p["score"])
-    assert list(p["axes"])[:3] == ["mPerBlock", "nPerBlock", "kpackPerBlock"]
-    assert p["axes"]["mPerBlock"] == [
-        float(perffields.fields(pc)["mPerBlock"]) for pc in p["perf_configs"]
-    ]
+    # Every numeric field is an axis or, with one value in every candidate, named as constant.
+    fields = [perffields.fields(pc) for pc in p["perf_configs"]]
+    numeric = [n for n in perffields.columns(p["perf_configs"]) if n in fields[0]]
+    assert [n for n in numeric if n in p["axes"] or n in p["constant"]] == numeric
+    assert p["constant"] and all(len({f[n] for f in fields}) == 1 for n in p["constant"])
+    assert p["axes"]["kpackPerBlock"] == [float(f["kpackPerBlock"]) for f in fields]
+    assert all(len(set(values)) > 1 for values in p["axes"].values())
     f16 = get(client, f"/api/sessions/{sid}/parallel?op=gemm&data_type=f16")
     assert 0 < f16["total"] < p["total"]
     assert get(client, f"/api/sessions/{sid}/parallel?op=gemm&limit=2")["score"] == p["score"][:2]

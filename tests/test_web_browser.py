@@ -17,18 +17,20 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 import sqlalchemy as sa
 from support.browser import Page, fixture_browser  # noqa: F401 (the browser fixture)
 from support.clitools import mlirtuna_argv, run_cli, subprocess_env
+from support.e4tuning import e4_tuning
 from support.webfarm import Farm, make, run_folder
 from support.webserve import serving_command
 
 from mlirtuna import catalog, queue, sessions
 from mlirtuna.db import Database
-from mlirtuna.db.models import Job
-from mlirtuna.history import compare, winners
+from mlirtuna.db.models import Attempt, Job
+from mlirtuna.history import compare, perffields, winners
 from mlirtuna.problems import ExpandOptions
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
@@ -92,7 +94,7 @@ def test_farm_lists_every_session(page, site):
     run = sessions.get(site.db, site.run_session)
     assert run.name.startswith("gemm: ") and run.name in by_id[run.id]
     for sid, what in by_id.items():
-        assert "gemm" in what and sessions.get(site.db, sid).created_at in what
+        assert "gemm" in what and local(page, sessions.get(site.db, sid).created_at) in what
     page.shot("farm")
 
 
@@ -220,7 +222,9 @@ def test_candidate_table_sort_filter_remeasured_and_rule(page, site):
         f"() => document.querySelector('#candidates').dataset.total === '{len(every)}'"
     )
     head = page.tab.eval_on_selector_all("#candidates thead th", "ths => ths.map(t => t.innerText)")
-    assert head[:4] == ["perf config", "mPerBlock", "nPerBlock", "kPerBlock"]
+    assert head[:2] == ["perf config", "TFlops ▼"]
+    fields = head.index("mPerBlock")
+    assert head[fields : fields + 3] == ["mPerBlock", "nPerBlock", "kPerBlock"]
     assert "median µs" in head and "spread (IQR) µs" in head and "samples" in head
     marked = head.index("re-measured")
     rows = page.rows("#candidates")
@@ -398,3 +402,216 @@ def test_a_stale_heartbeat_is_flagged_before_the_lease_expires(page, site):
     finally:
         with site.db.session() as s:  # as the farm made it
             s.execute(sa.update(Job).where(Job.id == lease.job_id).values(state="completed"))
+
+
+# ---------------------------------------------------------------- issue 44 §3: 1280 px
+
+# The words (between spaces) of each cell that a line break cut in two: a Range over a word
+# has one client rect per line it is drawn on.
+WORDS_BROKEN = """tds => tds.flatMap(td => {
+    const broken = [];
+    const walk = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
+    for (let node = walk.nextNode(); node; node = walk.nextNode()) {
+        let at = 0;
+        for (const word of node.textContent.split(' ')) {
+            if (word) {
+                const r = document.createRange();
+                r.setStart(node, at);
+                r.setEnd(node, at + word.length);
+                if (r.getClientRects().length > 1) broken.push(word);
+            }
+            at += word.length + 1;
+        }
+    }
+    return broken;
+})"""
+# The cells whose text runs over more than one line.
+WRAPPED = """tds => tds.filter(td => {
+    const r = document.createRange();
+    r.selectNodeContents(td);
+    return new Set([...r.getClientRects()].map(b => Math.round(b.top))).size > 1;
+}).map(td => td.innerText)"""
+
+
+def local(page: Page, iso: str) -> str:
+    """The ISO time as the browser shows it: local "YYYY-MM-DD HH:MM"."""
+    zone = page.tab.evaluate("() => Intl.DateTimeFormat().resolvedOptions().timeZone")
+    when = dt.datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    return when.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M")
+
+
+def test_farm_page_loads_no_plotly_and_fits_1280(page, site):
+    asked: list[str] = []
+    page.tab.on("request", lambda r: asked.append(r.url))
+    page.open("/")
+    page.tab.wait_for_selector("#sessions tbody tr")
+    assert asked and not [u for u in asked if "plotly" in u]
+    # jobs/min and ETA in view at 1280 px, without scrolling the table.
+    right = page.tab.eval_on_selector_all(
+        "#sessions thead th",
+        "ths => Object.fromEntries(ths.map(t => [t.innerText.trim(), "
+        "t.getBoundingClientRect().right]))",
+    )
+    width = page.tab.evaluate("() => document.documentElement.clientWidth")
+    assert right["jobs/min"] <= width and right["ETA"] <= width, right
+    # Times local and to the minute, the stored ISO in the title.
+    times = page.tab.eval_on_selector_all(
+        "#sessions td.what time",
+        "ts => ts.map(t => [t.getAttribute('datetime'), t.title, t.innerText])",
+    )
+    assert len(times) == len(page.rows("#sessions"))
+    for iso, title, text in times:
+        assert title == iso and text == local(page, iso)
+    page.shot("farm-1280")
+
+
+def test_job_page_fits_1280(page, site):
+    with site.db.session() as s:
+        ids = s.scalars(sa.select(Job.id).where(Job.session_id == site.farm.gpu)).all()
+    # An attempt's message as long as a real one can get without a space (a list of E4 perf
+    # configs): it wraps inside its cell, never widens the page.
+    configs = ",".join(f"v4:{m},32,2,32,32,32,4,1,1,2,0,0,1,1" for m in range(60))
+    with site.db.session() as s:
+        attempt = s.scalar(sa.select(Attempt).where(Attempt.job_id == ids[0]))
+        assert attempt is not None
+        kept, attempt.message = attempt.message, f"tried:{configs}"
+    try:
+        _fits_1280(page, ids)
+    finally:
+        with site.db.session() as s:
+            s.execute(sa.update(Attempt).where(Attempt.job_id == ids[0]).values(message=kept))
+
+
+def _fits_1280(page: Page, ids: list[int]) -> None:
+    for job in ids:
+        page.open(f"/jobs/{job}")
+        wide = page.tab.evaluate("() => document.documentElement.scrollWidth")
+        assert wide <= 1280, (job, wide)
+        claimed = page.tab.eval_on_selector_all(
+            "#attempts time", "ts => ts.map(t => [t.getAttribute('datetime'), t.innerText])"
+        )
+        assert claimed and all(text == local(page, iso) for iso, text in claimed)
+    page.open(f"/jobs/{ids[0]}")
+    page.shot("job-1280")
+
+
+def test_winners_never_wrap_mid_value(page, site):
+    page.open(f"/sessions/{site.farm.gpu}")
+    page.tab.wait_for_selector("#winners tbody tr")
+    configs = page.tab.eval_on_selector_all(
+        "#winners td.config", "tds => tds.map(td => td.getClientRects().length && td.innerText)"
+    )
+    assert configs and all(configs)
+    assert page.tab.eval_on_selector_all("#winners td.config", WRAPPED) == []
+    assert page.tab.eval_on_selector_all("#winners td.vector", WORDS_BROKEN) == []
+    page.shot("winners-1280")
+
+
+def test_candidate_numbers_sit_next_to_the_sticky_config(page, site):
+    pid, sid = site.farm.problems[0], site.farm.gpu
+    page.open(f"/problems/{pid}?session={sid}")
+    page.tab.wait_for_selector("#candidates tbody tr")
+    box = page.tab.eval_on_selector_all(
+        "#candidates thead th",
+        "ths => Object.fromEntries(ths.map(t => [t.innerText.replace(/ [▲▼]$/, ''), "
+        "[t.getBoundingClientRect().left, t.getBoundingClientRect().right]]))",
+    )
+    assert box["TFlops"][0] - box["perf config"][1] < 2  # the next column
+    assert box["median µs"][1] < 1280
+    # Scrolled to the fields' end, the config column stays where it was.
+    scroller = "#candidates"
+    before = page.tab.eval_on_selector(
+        f"{scroller} tbody td.config", "td => td.getBoundingClientRect().left"
+    )
+    page.tab.eval_on_selector(scroller, "t => { t.parentElement.scrollLeft = 5000; }")
+    page.tab.wait_for_function(
+        "() => document.querySelector('#candidates').parentElement.scrollLeft > 0"
+    )
+    after = page.tab.eval_on_selector(
+        f"{scroller} tbody td.config", "td => td.getBoundingClientRect().left"
+    )
+    assert abs(after - before) < 1
+    page.tab.locator("#candidates").scroll_into_view_if_needed()
+    page.shot("candidates-sticky")
+
+
+def test_nav_api_and_the_collections_are_pages(page, site):
+    page.open("/")
+    page.tab.click("nav a:has-text('API')")
+    page.tab.wait_for_selector("#endpoints tbody tr")
+    assert page.tab.url.endswith("/api")
+    listed = [r[0] for r in page.rows("#endpoints")]
+    assert "/api/farm" in listed and "/api/sessions/{session_id}/winners" in listed
+    page.shot("api")
+    for path in ("/workers", "/sessions"):
+        page.open(path)
+        assert page.tab.url.endswith(f"/#{path[1:]}")
+        page.tab.wait_for_selector("#sessions tbody tr")
+
+
+def test_compare_picker_marks_differences_and_keeps_verdicts_whole(page, site):
+    a, g = site.farm.cpu_a, site.farm.gpu
+    page.open("/compare")
+    page.tab.select_option("#pick-a", str(a))
+    page.tab.select_option("#pick-b", str(g))
+    page.tab.click("form.filters button")
+    page.tab.wait_for_selector("#summary tr")
+    page.answered()
+    assert f"a={a}" in page.tab.url and f"b={g}" in page.tab.url
+    differs = page.tab.eval_on_selector_all(
+        "#contexts tr.differs th", "ths => ths.map(t => t.innerText)"
+    )
+    assert "tuner ≠" in differs and "arch ≠" in differs
+    # One line per verdict, however narrow the table.
+    assert page.tab.eval_on_selector_all("td.verdict", "tds => tds.length") > 0
+    assert page.tab.eval_on_selector_all("td.verdict", WRAPPED) == []
+    page.shot("compare-picker")
+
+
+def test_trend_points_are_labelled_by_session(page, site):
+    pid = site.farm.problems[0]
+    trend = explore.trend(site.db, pid)
+    page.open(f"/problems/{pid}?session={site.farm.gpu}")
+    labels = page.tab.eval_on_selector("#trend-plot", "el => el.data.flatMap(t => t.text)")
+    assert sorted(labels) == sorted(f"s{p.session_id}" for p in trend)
+    drawn = page.tab.eval_on_selector_all(
+        "#trend-plot .textpoint text", "ts => ts.map(t => t.textContent)"
+    )
+    assert sorted(drawn) == sorted(labels)
+    page.tab.locator("#trend-plot").scroll_into_view_if_needed()
+    page.shot("trend-labelled")
+
+
+def test_session_notes_on_the_page(page, site):
+    sid = site.farm.cpu_b
+    for text in ("node b lost at 03:10", "re-tune queued as TKT-9"):
+        added = run_cli(site.db_url, "session", "note", str(sid), text)
+        assert added.code == 0, added.stderr
+    page.open(f"/sessions/{sid}")
+    notes = page.tab.eval_on_selector_all(
+        "#notes li", "lis => lis.map(li => [li.querySelector('time').title, li.innerText])"
+    )
+    stored = sessions.notes(site.db, sid)
+    assert [n[1] for n in notes] == [f"{local(page, n.created_at)} {n.text}" for n in stored]
+    assert [n[0] for n in notes] == [n.created_at for n in stored]
+    page.shot("session-notes")
+
+
+def test_e4_dropped_and_constant_fields_are_named(page, site, tmp_path):
+    sid, pid, dropped = e4_tuning(site.db, tmp_path)
+    page.open(f"/problems/{pid}?session={sid}")
+    title = page.tab.eval_on_selector("#tried-plot", "el => el.layout.xaxis.title.text")
+    assert "1 failed" in title and f"{len(dropped)} dropped" in title, title
+    page.open(f"/sessions/{sid}")
+    page.tab.wait_for_function("() => document.querySelector('#parallel-plot').dataset.count")
+    page.answered()
+    constant = len(perffields.columns([dropped[0].perf_config])) - 1
+    note = f"{constant} fields constant in all candidates, not drawn"
+    assert note in page.tab.inner_text("#parallel-count")
+    assert note in page.tab.inner_text("#importance-constant")
+    axes = page.tab.eval_on_selector(
+        "#parallel-plot", "el => el.data[0].dimensions.map(d => d.label)"
+    )
+    assert len(axes) == 2  # the one field that varies, and TFlops / best
+    page.tab.locator("#parallel-plot").scroll_into_view_if_needed()
+    page.shot("parallel-constant")

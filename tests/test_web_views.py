@@ -11,9 +11,11 @@ import sys
 
 import pytest
 from fastapi.testclient import TestClient
+from support.e4tuning import e4_tuning
 
 from mlirtuna import catalog, queue, sessions
 from mlirtuna.db import Database
+from mlirtuna.history import perffields
 from mlirtuna.problems import ExpandOptions
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
@@ -94,26 +96,8 @@ def test_the_cli_does_not_import_sklearn():
     assert out.stdout.strip() == "False"
 
 
-DROPPED = "Discarded by rocmlir-tuning-driver (E4: over its time budget)"  # tuners.rocmlir's
-
-
 def test_dropped_candidates_are_not_invalid(client, db, tmp_path):
-    path = tmp_path / "one"
-    path.write_text("-t f32 -out_datatype f32 -transA false -transB false -g 1 -m 8 -n 8 -k 8\n")
-    catalog.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag="drop")
-    spec = SessionSpec(
-        tuner="rocmlir", arch_full="gfx942:sramecc+:xnack-", num_cu=304, num_chiplets=8
-    )
-    sid = sessions.create(db, spec).id
-    jobs.load(db, sid, tag="drop")
-    lease = queue.claim(db, sid, queue.Claimant("h", 0, 1), 60)
-    assert lease is not None
-    top = [Candidate(f"v4:{m},16,4,16,16,16,4,1,1,0,1,1,1,1", 1e3 / m, m / 100, remeasured=True)
-           for m in (16, 32, 64)]  # fmt: skip
-    dropped = [Candidate(f"v4:{m},32,4,16,16,16,4,1,1,0,1,1,1,1", error=DROPPED) for m in (16, 32)]
-    invalid = [Candidate("v4:8,8,4,16,16,16,4,1,1,0,1,1,1,1", error="not applicable (N/A)")]
-    assert queue.record(db, lease, TuneOutcome([*top, *dropped, *invalid], top[-1]))
-    pid = lease.problem_id
+    sid, pid, dropped = e4_tuning(db, tmp_path)
     c = client.get(f"/api/problems/{pid}/candidates?session={sid}").json()
     assert len(c["valid"]) == 3 and len(c["dropped"]) == 2 and len(c["invalid"]) == 1
     assert c["invalid_reasons"] == {"not applicable (N/A)": 1}
@@ -124,6 +108,32 @@ def test_dropped_candidates_are_not_invalid(client, db, tmp_path):
     assert all(r["dropped"] and not r["remeasured"] for r in rows)
     every = client.get(table).json()
     assert every["total"] == 6 and sum(r["dropped"] for r in every["rows"]) == 2
+
+
+def test_the_history_tells_dropped_candidates_from_failed_ones(client, db, tmp_path):
+    """Issue 44 §3: E4's "Discarded" candidates were counted as failed under the history plot."""
+    sid, pid, dropped = e4_tuning(db, tmp_path)
+    h = client.get(f"/api/problems/{pid}/history?session={sid}").json()
+    assert h["total"] == 6 and len(h["dropped"]) == len(h["index"]) == 6
+    gone = [c for c, d in zip(h["perf_configs"], h["dropped"], strict=True) if d]
+    assert gone == [d.perf_config for d in dropped]
+    failed = [c for c, t, d in zip(h["perf_configs"], h["tflops"], h["dropped"], strict=True)
+              if t is None and not d]  # fmt: skip
+    assert failed == ["v4:8,8,4,16,16,16,4,1,1,0,1,1,1,1"]
+
+
+def test_constant_fields_are_left_out_and_named(client, db, tuned, tmp_path):
+    """Issue 44 §3: a field with one value in every candidate was drawn as an axis over an
+    invented range; the parallel coordinates and the importance leave it out and name it."""
+    sid, _, _ = e4_tuning(db, tmp_path)
+    every = perffields.columns(["v4:16,16,4,16,16,16,4,1,1,0,1,1,1,1"])
+    p = client.get(f"/api/sessions/{sid}/parallel?op=gemm").json()
+    assert list(p["axes"]) == every[:1]  # only the first field varies (16, 32, 64)
+    assert p["constant"] == every[1:] and len(every) > 10
+    imp = client.get(f"/api/sessions/{sid}/importance?op=gemm").json()
+    assert imp["fields"] == every[:1] and imp["constant"] == every[1:]
+    # The CPU tuning: every field varies, none is left out.
+    assert client.get(f"/api/sessions/{tuned}/parallel?op=gemm").json()["constant"] == []
 
 
 def test_farm_ops_follow_a_second_load(client, db, tmp_path):

@@ -20,6 +20,7 @@ from mlirtuna.db.models import (
     Problem,
     QuickList,
     Result,
+    SessionNote,
     TuningSession,
 )
 from mlirtuna.defaults import (
@@ -557,6 +558,46 @@ def retire(db: Database, session_id: int) -> Session:
             row.retired_at = utcnow()
         s.flush()
         return Session.from_row(row)
+
+
+NOTE_MAX_CHARS = 2000  # a note is a line or a paragraph, not a log file
+
+
+@dataclass(frozen=True)
+class Note:
+    """A line an operator added to a session, with when (UTC, ISO)."""
+
+    created_at: str
+    text: str
+
+
+def add_note(db: Database, session_id: int, text: str) -> Note:
+    """Append a note to the session (`mlirtuna session note`); notes are never edited."""
+    text = text.strip()
+    if not text:
+        raise UserError('an empty note: give its text, e.g. `session note 3 "node b lost"`')
+    if len(text) > NOTE_MAX_CHARS:
+        raise UserError(
+            f"a note of {len(text)} characters: at most {NOTE_MAX_CHARS} (put a log elsewhere "
+            "and note where)"
+        )
+    with db.session() as s:
+        _row(s, session_id)
+        row = SessionNote(session_id=session_id, created_at=utcnow(), text=text)
+        s.add(row)
+        s.flush()
+        return Note(_iso(row.created_at), row.text)
+
+
+def notes(db: Database, session_id: int) -> list[Note]:
+    """The session's notes, oldest first."""
+    stmt = (
+        sa.select(SessionNote.created_at, SessionNote.text)
+        .where(SessionNote.session_id == session_id)
+        .order_by(SessionNote.id)
+    )
+    with db.session() as s:
+        return [Note(_iso(when), text) for when, text in s.execute(stmt)]
 
 
 def _row(s, session_id: int) -> TuningSession:

@@ -5,10 +5,10 @@ Two fixtures a test module imports when it wants them: `browser` (fixture_browse
 Chromium for the module; `page` (served_page), a tab on the dashboard (support/webserve.py) over
 the test's database once the module's own `farm` fixture has filled it.
 
-Chromium keeps one profile per test process (under pytest's base temp): the dashboard loads a
-5 MB plotly bundle on every page, and V8 compiles it again each time (1.5 s of CPU on a loaded
-host) unless the profile's code cache holds it, which only a persistent profile keeps; with it a
-page loads in 0.2 s from its third load on."""
+Chromium keeps one profile per test process (under pytest's base temp): the pages that draw load
+a 5 MB plotly bundle, and V8 compiles it again each time (1.5 s of CPU on a loaded host) unless
+the profile's code cache holds it, which only a persistent profile keeps; with it a page loads
+in 0.2 s from its third load on."""
 
 from __future__ import annotations
 

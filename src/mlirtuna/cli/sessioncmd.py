@@ -1,4 +1,4 @@
-"""`mlirtuna session …`: open, list, show, retire and delete tuning sessions."""
+"""`mlirtuna session …`: open, list, show, note, retire and delete tuning sessions."""
 
 from __future__ import annotations
 
@@ -241,6 +241,26 @@ def retire(
         common.print_json(row.as_dict())
     else:
         common.err(f"session {row.id}: retired at {row.retired_at}")
+
+
+@app.command()
+def note(
+    ctx: typer.Context,
+    session_id: int = typer.Argument(..., metavar="ID"),
+    text: str = typer.Argument(..., metavar="TEXT", help="What to note (quote it)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the note as JSON."),
+) -> None:
+    """Add a note to a session (appended with the time; the dashboard's session page shows
+    them)."""
+    from dataclasses import asdict
+
+    from mlirtuna import sessions
+
+    added = sessions.add_note(common.database(ctx), session_id, text)
+    if as_json:
+        common.print_json(asdict(added))
+    else:
+        common.err(f"session {session_id}: noted at {added.created_at}")
 
 
 @app.command()

@@ -309,6 +309,18 @@ class TuningSession(Base):
     standin: Mapped[bool] = _bool()
 
 
+class SessionNote(Base):
+    """A line an operator added to a session (`mlirtuna session note`): why it was stopped, what
+    was odd about the node. Appended, never edited; the dashboard shows them (migration 0022)."""
+
+    __tablename__ = "session_note"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("session.id"), index=True)
+    created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
+    text: Mapped[str] = mapped_column(Text)
+
+
 class Job(Base):
     """One problem to tune in one session; the queue is this table (design.md)."""
 

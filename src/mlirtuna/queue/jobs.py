@@ -37,6 +37,7 @@ from mlirtuna.db.models import (
     Problem,
     ProblemTag,
     Result,
+    SessionNote,
     TuningSession,
 )
 from mlirtuna.errors import NotFound, UserError
@@ -596,6 +597,7 @@ def delete_session(db: Database, session_id: int, *, force: bool = False) -> Del
         )
         files = bundles.delete_session(s.connection(), session_id)
         jobs = rowcount(s.execute(sa.delete(Job).where(in_session)))
+        s.execute(sa.delete(SessionNote).where(SessionNote.session_id == session_id))
         s.execute(sa.delete(TuningSession).where(TuningSession.id == session_id))
     bundles.remove_files(files)  # after the commit: a rolled-back delete keeps them
     return Deleted(session_id, jobs, attempts, results, candidates)

@@ -10,11 +10,17 @@ no inline script, `X-Frame-Options: DENY` and `nosniff`; a request whose Host is
 name (or one given with `serve --allow-host`) is refused, so DNS rebinding cannot read the API;
 ids, offsets and query strings out of range are a 400, never a database overflow (500): a job
 id up to 2^63-1 (bigint), every other number up to 2^31-1. The
-interactive API docs are off (they load their scripts from a CDN); /api/openapi.json stays.
+interactive API docs are off (they load their scripts from a CDN); /api/openapi.json stays and
+/api lists the endpoints.
+
+Static files (issue 44): the pages name them with a hash of their content (`?v=`), so an answer
+to a versioned URL is cached for a year and a changed file is a new URL; answers are gzipped
+(plotly's 5 MB bundle is 1.5 MB), and only the pages that draw load plotly, deferred.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable
@@ -23,6 +29,7 @@ from urllib.parse import parse_qsl
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
@@ -52,6 +59,10 @@ SECURITY_HEADERS = [
     (b"referrer-policy", b"no-referrer"),
 ]  # fmt: skip
 _INT = re.compile(r"[-+]?\d+")
+GZIP_FROM = 1024  # bytes: smaller answers are sent as they are
+GZIP_LEVEL = 6  # zlib's default: 9 costs twice the CPU on plotly's bundle for 1 % less
+CACHE_VERSIONED = "public, max-age=31536000, immutable"  # a URL whose ?v= is the content's hash
+CACHE_OTHER = "no-cache"  # an unversioned or stale URL: revalidated (ETag) on each use
 
 _READ_ONLY = {
     "sqlite": "PRAGMA query_only = ON",
@@ -102,14 +113,41 @@ def create_app(db: Database, poll_ms: int = POLL_MS, allow_hosts: Iterable[str] 
     app.state.db = db
     app.state.poll_ms = poll_ms
     app.state.templates = Jinja2Templates(directory=str(HERE / "templates"))
-    app.state.templates.env.globals.update(version=__version__, db_url=db.display_url)
-    app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+    static = VersionedStatic(directory=str(HERE / "static"))
+    app.state.templates.env.globals.update(
+        version=__version__, db_url=db.display_url, static=static.url
+    )
+    app.mount("/static", static, name="static")
     app.include_router(routes.api)
     app.include_router(routes.pages)
     app.add_exception_handler(UserError, _user_error)
     app.add_exception_handler(RequestValidationError, _bad_parameter)
+    app.add_middleware(GZipMiddleware, minimum_size=GZIP_FROM, compresslevel=GZIP_LEVEL)
     app.add_middleware(Guard, hosts={*LOOPBACK_HOSTS, *(h.lower() for h in allow_hosts)})
     return app
+
+
+class VersionedStatic(StaticFiles):
+    """The static files, each named by the pages as `/static/NAME?v=HASH` (url): a browser keeps
+    an answer to the current hash for a year; any other URL it revalidates."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__(directory=directory)
+        self.hashes = {
+            f.name: hashlib.sha256(f.read_bytes()).hexdigest()[:12]
+            for f in Path(directory).iterdir()
+            if f.is_file()
+        }
+
+    def url(self, name: str) -> str:
+        return f"/static/{name}?v={self.hashes[name]}"
+
+    async def get_response(self, path: str, scope) -> Response:
+        response = await super().get_response(path, scope)
+        version = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"))).get("v")
+        current = version is not None and self.hashes.get(path) == version
+        response.headers["cache-control"] = CACHE_VERSIONED if current else CACHE_OTHER
+        return response
 
 
 class Guard:

@@ -44,6 +44,7 @@ class Importance:
     fields: list[str]
     importance: list[float]
     r2: float | None  # the forest's fit on the rows it was fitted on (None: nothing fitted)
+    constant: list[str]  # fields with one value in every candidate: not ranked (Parallel)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,4 +96,5 @@ def importance(
         ranked,
         [shares[n] for n in ranked],
         r2,
+        drawn.constant,
     )

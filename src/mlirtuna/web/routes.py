@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterable
+from dataclasses import asdict
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 import mlirtuna.web.explore as explore
 import mlirtuna.web.farm as farm
@@ -133,6 +134,7 @@ def api_session(request: Request, session_id: int) -> dict[str, Any]:
     db = _db(request)
     out = farm.session_progress(db, session_id).as_dict()
     out["stages"] = farm.stage_progress(db, session_id)  # two-stage sessions: per stage
+    out["notes"] = [asdict(n) for n in sessions.notes(db, session_id)]
     return out
 
 
@@ -314,10 +316,36 @@ def page_farm(request: Request) -> HTMLResponse:
     return _page(request, "farm.html")
 
 
+# A browser that asks for the collections gets the farm page, which shows both (the JSON is
+# under /api/).
+@pages.get("/sessions", response_class=RedirectResponse)
+def page_sessions() -> RedirectResponse:
+    return RedirectResponse("/#sessions", status_code=307)
+
+
+@pages.get("/workers", response_class=RedirectResponse)
+def page_workers() -> RedirectResponse:
+    return RedirectResponse("/#workers", status_code=307)
+
+
+@pages.get("/api", response_class=HTMLResponse)
+def page_api(request: Request) -> HTMLResponse:
+    """The JSON API's endpoints, each with the first paragraph of what it answers (the nav's
+    "API")."""
+    paths = request.app.openapi()["paths"]  # read off the app: never out of date
+    endpoints = [
+        (path, " ".join((item["get"].get("description") or "").strip().split("\n\n")[0].split()))
+        for path, item in paths.items()
+        if path.startswith("/api/") and "get" in item
+    ]
+    return _page(request, "api.html", endpoints=endpoints)
+
+
 @pages.get("/sessions/{session_id}", response_class=HTMLResponse)
 def page_session(request: Request, session_id: int) -> HTMLResponse:
-    info = sessions.get(_db(request), session_id)
-    return _page(request, "session.html", session=info)
+    db = _db(request)
+    info = sessions.get(db, session_id)
+    return _page(request, "session.html", session=info, notes=sessions.notes(db, session_id))
 
 
 @pages.get("/problems/{problem_id}", response_class=HTMLResponse)
@@ -339,4 +367,39 @@ def page_compare(
     for value in (a, b):
         if value and not value.isdigit():
             raise UserError(f"compare takes session ids, not {value!r} (import a .tsv first)")
-    return _page(request, "compare.html", a=a or "", b=b or "", threshold=threshold)
+    db = _db(request)
+    chosen = [sessions.get(db, int(v)) for v in (a, b) if v]
+    return _page(
+        request,
+        "compare.html",
+        a=a or "",
+        b=b or "",
+        threshold=threshold,
+        choices=sessions.list_all(db)[::-1][:PICKER_SESSIONS],
+        contexts=_context_rows(*chosen) if len(chosen) == 2 else [],
+    )
+
+
+# What a compare's two sessions were tuned with: a field that differs explains a changed winner.
+CONTEXT_FIELDS = (("arch", "arch_full"), ("CUs", "num_cu"), ("chiplets", "num_chiplets"),
+                  ("ROCm", "rocm_v"), ("rocMLIR", "mlir_v"), ("space", "tuning_space"),
+                  ("tuner", "tuner"), ("stand-in", "standin"), ("host", "host"),
+                  ("opened", "created_at"))  # fmt: skip
+PICKER_SESSIONS = 500  # the newest sessions the compare page's pickers offer
+NONE_SHOWN = "\N{EN DASH}"  # an empty field, as the other pages show it
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value) if value not in (None, "") else NONE_SHOWN
+
+
+def _context_rows(a: sessions.Session, b: sessions.Session) -> list[tuple[str, str, str, bool]]:
+    """(label, A's value, B's value, whether they differ) per context field; the opening time
+    always differs and is not marked."""
+    rows = []
+    for label, key in CONTEXT_FIELDS:
+        va, vb = (_shown(getattr(side, key)) for side in (a, b))
+        rows.append((label, va, vb, va != vb and key != "created_at"))
+    return rows

@@ -26,9 +26,12 @@ class Parallel:
     op: str
     data_type: str
     total: int  # valid candidates of that op and data type
-    axes: dict[str, list[float]]  # field -> one value per candidate drawn
+    axes: dict[str, list[float]]  # field -> one value per candidate drawn; varying fields only
     score: list[float]  # TFlops / the problem's best TFlops, in (0, 1]
     perf_configs: list[str]
+    # Numeric fields with one value in every drawn candidate: an axis of one value is drawn by
+    # plotly over an invented range, and explains nothing; left out, and named.
+    constant: list[str]
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -38,7 +41,8 @@ def parallel(
     db: Database, session_id: int, op: str, data_type: str = "", limit: int = PARALLEL_LIMIT
 ) -> Parallel:
     """The first `limit` valid candidates (by id) of the op and data type ("": any); the axes
-    are the fields every drawn candidate has as a number (history.perffields)."""
+    are the fields every drawn candidate has as a number (history.perffields) and that take more
+    than one value among them."""
     winners.check_op(op)
     sessions.get(db, session_id)
     limit = min(max(limit, 1), PARALLEL_LIMIT)
@@ -72,12 +76,14 @@ def parallel(
     parsed = [perffields.fields(r.perf_config) for r in rows]
     names = perffields.columns([r.perf_config for r in rows])
     numeric = [n for n in names if all(isinstance(f.get(n), int) for f in parsed)]
+    constant = [n for n in numeric if len({f[n] for f in parsed}) == 1]
     return Parallel(
         session_id,
         op,
         data_type,
         total,
-        {n: [float(f[n]) for f in parsed] for n in numeric},
+        {n: [float(f[n]) for f in parsed] for n in numeric if n not in constant},
         [r.tflops / r.best if r.best else 0.0 for r in rows],
         [r.perf_config for r in rows],
+        constant,
     )

@@ -17,6 +17,7 @@ from mlirtuna import sessions
 from mlirtuna.db import Database
 from mlirtuna.db.models import Candidate
 from mlirtuna.stats import stored_number
+from mlirtuna.web.explore.candidates import is_dropped
 from mlirtuna.web.explore.problem import problem
 from mlirtuna.web.explore.query import numbers
 
@@ -41,7 +42,8 @@ class History:
     total: int
     index: list[int]
     perf_configs: list[str]
-    tflops: list[float | None]  # None: the candidate failed
+    tflops: list[float | None]  # None: the candidate failed or was dropped
+    dropped: list[bool]  # E4's "Discarded": measured, then dropped by the driver (not a failure)
     best_so_far: list[float | None]  # None until a valid candidate came
 
     def as_dict(self) -> dict[str, Any]:
@@ -57,17 +59,20 @@ def history(db: Database, session_id: int, problem_id: int) -> History:
     mine = [C.session_id == session_id, C.problem_id == problem_id]
     ids: list[int] = []
     tflops: list[float | None] = []
+    dropped: list[bool] = []
     with db.session() as s:
         rows = s.execute(sa.select(C.id, C.tflops, C.error).where(*mine).order_by(C.id))
         for cid, value, error in rows:
             ids.append(cid)
             tflops.append(stored_number(value) if error is None else None)
+            dropped.append(is_dropped(error))
         best, raised = _best_so_far(tflops)
         kept = _sample(len(ids), raised)
         configs = _perf_configs(s, [ids[i] for i in kept])
     return History(
         session_id, problem_id, len(ids), [i + 1 for i in kept],
-        [configs[ids[i]] for i in kept], [tflops[i] for i in kept], [best[i] for i in kept],
+        [configs[ids[i]] for i in kept], [tflops[i] for i in kept], [dropped[i] for i in kept],
+        [best[i] for i in kept],
     )  # fmt: skip
 
 

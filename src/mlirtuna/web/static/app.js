@@ -22,6 +22,38 @@ async function api(path) {
   return body;
 }
 
+// A stored UTC time (ISO) as the reader's local "YYYY-MM-DD HH:MM"; the ISO in its title.
+function localTime(iso) {
+  const d = new Date(iso);
+  if (!iso || Number.isNaN(d.getTime())) return String(iso ?? "");
+  const p = (n) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}`;
+}
+
+function timeHtml(iso) {
+  return iso ? `<time datetime="${esc(iso)}" title="${esc(iso)}">${esc(localTime(iso))}</time>` : "–";
+}
+
+// The times a template wrote (job attempts, session context, notes): made local in place.
+function localTimes() {
+  for (const el of document.querySelectorAll("time.local")) {
+    el.textContent = localTime(el.getAttribute("datetime"));
+    el.title = el.getAttribute("datetime");
+  }
+}
+
+// A test vector that wraps only between its flags: each flag with its value one unbreakable
+// piece (a browser otherwise breaks "-k" after its hyphen). Escaped, as esc().
+function vectorHtml(text) {
+  const words = String(text ?? "").split(" ");
+  const pieces = [];
+  for (let i = 0; i < words.length; i++) {
+    const pair = words[i].startsWith("-") && i + 1 < words.length && !words[i + 1].startsWith("-");
+    pieces.push(pair ? `${words[i]} ${words[++i]}` : words[i]);
+  }
+  return pieces.map((p) => `<span class="nw">${esc(p)}</span>`).join(" ");
+}
+
 function duration(s) {
   if (s === null || s === undefined) return "–";
   s = Math.max(0, Math.round(s));
@@ -90,21 +122,21 @@ function sessionWhat(p) {
   const name = s.name ? `<b>${esc(s.name)}</b><br>` : "";
   const ops = (p.ops || []).map(esc).join(", ") || "–";
   const split = s.split ? ` · <span class="warn-text">split ${esc(s.split)}</span>` : "";
-  return `${name}${standinBadge(s)}<span class="ops">${ops}</span> · ${esc(s.created_at)}${split}`;
+  return `${name}${standinBadge(s)}<span class="ops">${ops}</span> · ${timeHtml(s.created_at)}${split}`;
 }
 
 const SESSION_COLUMNS = [
   { label: "session", html: (p) => `<a href="/sessions/${esc(p.session.id)}">${esc(p.session.id)}</a>` },
   { label: "name · op · opened", html: sessionWhat, cls: "what" },
   { label: "context", html: (p) => context(p.session) },
-  { label: "reason", html: (p) => `${esc(p.session.reason)}${p.session.ticket ? ` <span class="muted">${esc(p.session.ticket)}</span>` : ""}` },
+  { label: "reason", html: (p) => `${esc(p.session.reason)}${p.session.ticket ? ` <span class="muted">${esc(p.session.ticket)}</span>` : ""}`, cls: "reason" },
   { label: "new", html: (p) => esc(p.counts.new), cls: "n" },
   { label: "waiting", html: (p) => esc(p.counts.waiting), cls: "n" },
   { label: "running", html: (p) => esc(p.counts.running), cls: "n" },
   { label: "completed", html: (p) => esc(p.counts.completed), cls: "n" },
   { label: "error", html: (p) => esc(p.counts.error), cls: "n" },
   { label: "cancelled", html: (p) => esc(p.counts.cancelled), cls: "n" },
-  { label: "progress", html: progressBar },
+  { label: "progress", html: progressBar, cls: "progress" },
   { label: "jobs/min", html: (p) => (p.active ? num(p.per_minute, 1) : ""), cls: "n" },
   { label: "ETA", html: (p) => (p.active ? duration(p.eta_s) : ""), cls: "n" },
 ];
@@ -130,7 +162,7 @@ function farmPage() {
       const q = $("#farm-search").value.trim();
       const farm = await api(`/api/farm?offset=${offset}&limit=${limit}` + (q ? `&q=${encodeURIComponent(q)}` : ""));
       $("#sessions").dataset.total = farm.total_sessions;
-      $("#clock").textContent = farm.now;
+      $("#clock").innerHTML = timeHtml(farm.now);
       table($("#sessions"), SESSION_COLUMNS, farm.sessions);
       table($("#workers"), WORKER_COLUMNS, farm.workers);
       $("#no-workers").hidden = farm.workers.length > 0;
@@ -180,10 +212,10 @@ function wirePaging(state, load, { table, form, prev, next }) {
 // ------------------------------------------------------------------ session
 
 const WINNER_COLUMNS = [
-  { label: "problem", sort: "test_vector", html: (r) => `<a href="/problems/${esc(r.problem_id)}?session=${esc(SESSION)}">${esc(r.test_vector)}</a>`, cls: "vector" },
+  { label: "problem", sort: "test_vector", html: (r) => `<a href="/problems/${esc(r.problem_id)}?session=${esc(SESSION)}">${vectorHtml(r.test_vector)}</a>`, cls: "vector" },
   { label: "op", key: "op", sort: "op" },
   { label: "type", key: "data_type", sort: "data_type" },
-  { label: "perf config", key: "perf_config", sort: "perf_config", cls: "vector" },
+  { label: "perf config", key: "perf_config", sort: "perf_config", cls: "config" },
   { label: "TFlops", html: (r) => sig(r.tflops), sort: "tflops", cls: "n" },
   { label: "time (µs)", html: (r) => num(r.kernel_time === null ? null : r.kernel_time / 1000, 2), sort: "kernel_time", cls: "n" },
   { label: "candidates", key: "candidates", sort: "candidates", cls: "n" },
@@ -285,8 +317,26 @@ async function historyPlot(problemId, sid) {
       text: ok.map((j) => esc(h.perf_configs[j])), hovertemplate: "#%{x} %{text}<br>%{y:.3g} TFlops<extra></extra>" },
     { type: "scatter", mode: "lines", name: "best so far", x: h.index, y: h.best_so_far, line: { shape: "hv", color: "#c0392b" } },
   ], { margin: { t: PLOT_TOP }, height: 300, legend: { orientation: "h" },
-    xaxis: { title: { text: `candidate, in the order tried (${drawn}${h.index.length - ok.length} failed, not drawn)` } },
+    xaxis: { title: { text: `candidate, in the order tried (${drawn}${notDrawn(h)})` } },
     yaxis: { title: { text: "TFlops" } } }, PLOT_CONFIG);
+}
+
+// The drawn candidates without TFlops, as the candidate table names them: E4's "Discarded" ones
+// were measured and dropped by the driver, not failed.
+function notDrawn(h) {
+  const none = h.index.map((_, j) => j).filter((j) => h.tflops[j] === null);
+  const dropped = none.filter((j) => h.dropped[j]).length;
+  const parts = [`${none.length - dropped} failed`];
+  if (dropped) parts.push(`${dropped} dropped (discarded by the driver)`);
+  return `${parts.join(", ")}, not drawn`;
+}
+
+// Fields with one value in every candidate: not drawn (an axis of one value gets an invented
+// range), but counted, so nobody wonders where they went.
+function constantNote(constant) {
+  if (!constant.length) return "";
+  const n = constant.length;
+  return `${n} field${n === 1 ? "" : "s"} constant in all candidates, not drawn: ${constant.join(", ")}.`;
 }
 
 // A session's candidates of one op and data type: one axis per perf-config field, each line
@@ -304,8 +354,9 @@ function parallelPlot(session) {
         type: "parcoords", dimensions: dims,
         line: { color: p.score, cmin: 0, cmax: 1, colorscale: "Viridis", showscale: true },
       }], { margin: { t: 40, l: 60, r: 60 }, height: 380 }, PLOT_CONFIG);
-      $("#parallel-count").textContent = p.score.length < p.total
-        ? `${p.score.length} of ${p.total} candidates (the first by id)` : `${p.total} candidates`;
+      $("#parallel-count").textContent = (p.score.length < p.total
+        ? `${p.score.length} of ${p.total} candidates (the first by id)` : `${p.total} candidates`) +
+        (p.constant.length ? `; ${constantNote(p.constant)}` : "");
       $("#parallel-plot").dataset.count = p.score.length;
     } catch (err) {
       showError(err);
@@ -334,6 +385,7 @@ async function importancePlot(session, params) {
     }], { margin: { t: 40, l: 140, r: 20 }, height: Math.max(200, 40 + 24 * fields.length),
       xaxis: { title: { text: "importance (share)" }, rangemode: "tozero" } }, PLOT_CONFIG);
     const flat = imp.importance.every((v) => v === 0);
+    $("#importance-constant").textContent = constantNote(imp.constant);
     $("#importance-method").textContent = `${imp.rows} candidates fitted` +
       (imp.r2 === null ? "" : ` (R² ${sig(imp.r2, 2)})`) + `: ${imp.method}.` +
       (flat ? " No field explains anything here: TFlops over the best do not vary, or no field does." : "") +
@@ -358,16 +410,18 @@ function problemPage() {
       byContext.get(p.context).push(p);
     }
     const traces = [...byContext].map(([ctx, ps]) => ({
-      type: "scatter", mode: "lines+markers", name: esc(ctx),
+      type: "scatter", mode: "lines+markers+text", name: esc(ctx),
       x: ps.map((p) => p.created_at), y: ps.map((p) => p.tflops),
-      text: ps.map((p) => `session ${esc(p.session_id)}<br>rocMLIR ${esc(p.mlir_v || "?")}<br>${esc(p.perf_config)}`),
-      hovertemplate: "%{y:.3g} TFlops<br>%{text}<extra></extra>",
+      // Each point labelled with its session: which run a dot is, without hovering.
+      text: ps.map((p) => `s${esc(p.session_id)}`), textposition: "top center",
+      customdata: ps.map((p) => `session ${esc(p.session_id)}<br>rocMLIR ${esc(p.mlir_v || "?")}<br>${esc(p.perf_config)}`),
+      hovertemplate: "%{y:.3g} TFlops<br>%{customdata}<extra></extra>",
     }));
     Plotly.newPlot($("#trend-plot"), traces, { margin: { t: PLOT_TOP }, height: 320, showlegend: true,
       legend: { orientation: "h" }, ...trendAxes(points) }, PLOT_CONFIG);
     table($("#history"), [
       { label: "session", html: (p) => `<a href="/sessions/${esc(p.session_id)}">${esc(p.session_id)}</a>` },
-      { label: "opened", key: "created_at" },
+      { label: "opened", html: (p) => timeHtml(p.created_at), cls: "n" },
       { label: "context", key: "context" },
       { label: "ROCm", key: "rocm_v" },
       { label: "rocMLIR", key: "mlir_v" },
@@ -462,11 +516,13 @@ function candidateRows(el, page, state, decided = false) {
     ...numbers.map(([label, , get, cls]) => [label, null, get, cls]),
     ["winner", null, (r) => (r.winner ? "winner" : ""), "mark"],
   ] : [
+    // The measured numbers and marks next to the config (the config column stays in view),
+    // then the config's fields (14-19 of them on real rocMLIR), then why it failed.
     ["perf config", "perf_config", (r) => r.perf_config, "config"],
-    ...page.columns.map((f) => [f, null, (r) => (f in r.fields ? String(r.fields[f]) : ""), "n"]),
     ...numbers,
     ["re-measured", "remeasured", (r) => (r.remeasured ? "re-measured" : r.dropped ? "dropped" : ""), "mark"],
     ["winner", null, (r) => (r.winner ? "winner" : ""), "mark"],
+    ...page.columns.map((f) => [f, null, (r) => (f in r.fields ? String(r.fields[f]) : ""), "n"]),
     ["error", null, (r) => r.error || "", "why"],
   ];
   const thead = document.createElement("thead"), head = document.createElement("tr");
@@ -563,7 +619,8 @@ function compareTable(el, rows, session, missing = false) {
       first.textContent = r.label;
     }
     for (const [, get] of cols.slice(1)) {
-      cell(tr, typeof get === "function" ? get(r) : String(r[get] ?? ""), typeof get === "function" ? "n" : "vector");
+      const cls = typeof get === "function" ? "n" : get === "verdict" ? "verdict" : "vector";
+      cell(tr, typeof get === "function" ? get(r) : String(r[get] ?? ""), cls);
     }
     tbody.append(tr);
   }
@@ -617,4 +674,7 @@ function comparePage() {
 }
 
 const PAGES = { farm: farmPage, session: sessionPage, problem: problemPage, compare: comparePage };
-document.addEventListener("DOMContentLoaded", () => (PAGES[document.body.dataset.page] || (() => {}))());
+document.addEventListener("DOMContentLoaded", () => {
+  localTimes();
+  (PAGES[document.body.dataset.page] || (() => {}))();
+});
