@@ -166,7 +166,7 @@ def error_line(url: URL | None, exc: DBAPIError) -> DatabaseError:
         line += (
             f" (connected as {role}: this command needs a role that may do it, e.g. the admin "
             "role for import, session and jobs commands, the worker role for `worker`; "
-            "docs/ci.md, section 5)"
+            "docs/ci.md, section 6)"
         )
     elif needed_a_password(url, exc):
         line += f" ({password_hint(url)})"
