@@ -11,11 +11,11 @@ import re
 import signal
 import subprocess
 import threading
-import time
 
 import pytest
 import sqlalchemy as sa
 from support.clitools import cli, mlirtuna_argv
+from support.gpuspans import Timed, overlaps
 from support.workers import env_for, job_states, make_session, wait_for
 
 from mlirtuna import machine, queue
@@ -24,31 +24,6 @@ from mlirtuna.queue import Claimant
 from mlirtuna.tuners.sleep import SleepTuner
 from mlirtuna.worker import Worker, WorkerSettings, gpulock, supervisor
 from mlirtuna.worker.supervisor import Slot
-
-
-class Timed(SleepTuner):
-    """A sleep tuner that notes when each benchmark ran, per worker (the GPU's busy times)."""
-
-    def __init__(self, seconds: float, runs: list, name: str) -> None:
-        super().__init__(seconds)
-        self.runs, self.worker = runs, name
-
-    def tune(self, problem, ctx):
-        start = time.monotonic()
-        try:
-            return super().tune(problem, ctx)
-        finally:
-            self.runs.append((self.worker, start, time.monotonic()))
-
-
-def overlaps(spans: list[tuple[str, object, object]]) -> list[tuple]:
-    """Pairs of spans of different workers that overlap in time."""
-    found = []
-    for i, (w1, s1, e1) in enumerate(spans):
-        for w2, s2, e2 in spans[i + 1 :]:
-            if w1 != w2 and s1 < e2 and s2 < e1:
-                found.append(((w1, s1, e1), (w2, s2, e2)))
-    return found
 
 
 @pytest.mark.parametrize("batch", [1, 2])

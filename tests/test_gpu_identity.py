@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from support.clitools import cli
+from support.gpuspans import Timed, overlaps
 from support.workers import job_states, make_session
 
 from mlirtuna import catalog, machine, sessions
@@ -27,7 +27,6 @@ from mlirtuna.errors import UserError
 from mlirtuna.problems import ExpandOptions
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
-from mlirtuna.tuners.sleep import SleepTuner
 from mlirtuna.worker import Worker, WorkerSettings, supervisor
 from mlirtuna.worker.supervisor import Slot
 
@@ -215,31 +214,6 @@ def test_two_containers_on_one_gpu_never_benchmark_at_once(db, tmp_path, monkeyp
         ).all()
     assert {a.gpu for a in attempts} == {f"GPU-{UID_B:016x}"}
     assert overlaps([tuple(a)[:3] for a in attempts]) == []
-
-
-class Timed(SleepTuner):
-    """A sleep tuner that notes when each benchmark ran, per worker (the GPU's busy times)."""
-
-    def __init__(self, seconds: float, runs: list, name: str) -> None:
-        super().__init__(seconds)
-        self.runs, self.worker = runs, name
-
-    def tune(self, problem, ctx):
-        start = time.monotonic()
-        try:
-            return super().tune(problem, ctx)
-        finally:
-            self.runs.append((self.worker, start, time.monotonic()))
-
-
-def overlaps(spans: list[tuple]) -> list[tuple]:
-    """Pairs of spans of different workers that overlap in time."""
-    return [
-        (a, b)
-        for i, a in enumerate(spans)
-        for b in spans[i + 1 :]
-        if a[0] != b[0] and a[1] < b[2] and b[1] < a[2]
-    ]
 
 
 def rocmlir_session(db, tmp_path: Path) -> tuple[int, Path]:
