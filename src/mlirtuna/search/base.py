@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -23,6 +24,18 @@ class Space:
 
     def __len__(self) -> int:
         return len(self.keys)
+
+    @staticmethod
+    def from_keys(keys: Sequence[str]) -> Space:
+        """A space read off its config keys alone: each field of a key (split on `,` and `:`,
+        as perf configs and Kernel Tuner's cache keys are written) is a parameter; a field
+        that is a number everywhere keeps its value, any other is the index of its text."""
+        rows = [re.split(r"[,:]", k) for k in keys]
+        width = max((len(r) for r in rows), default=0)
+        rows = [r + [""] * (width - len(r)) for r in rows]
+        columns = [_numeric([r[j] for r in rows]) for j in range(width)]
+        values = np.array(columns, dtype=float).T.reshape(len(rows), width)
+        return Space(tuple(keys), tuple(f"f{j + 1}" for j in range(width)), values)
 
 
 @dataclass(frozen=True)
@@ -71,3 +84,11 @@ def untold(n: int, told: Sequence[int] | set[int]) -> list[int]:
     """Indices 0..n-1 not in `told`, in order."""
     seen = set(told)
     return [i for i in range(n) if i not in seen]
+
+
+def _numeric(column: list[str]) -> list[float]:
+    try:
+        return [float(v) for v in column]
+    except ValueError:
+        levels = {v: i for i, v in enumerate(sorted(set(column)))}
+        return [float(levels[v]) for v in column]

@@ -105,6 +105,17 @@ class Tuner(Protocol):
 
 
 @runtime_checkable
+class SearchableTuner(Tuner, Protocol):
+    """A tuner that can list a problem's candidates and measure the ones it is given: the
+    worker can then run a search strategy (mlirtuna.search) over it, one round a `tune` call
+    with `ctx.perf_configs` set to the round's configs (issue 45)."""
+
+    def search_space(self, problem: Problem, ctx: TuneContext) -> list[str]:
+        """Every perf config of `ctx.tuning_space` for this problem, in a stable order."""
+        ...
+
+
+@runtime_checkable
 class BatchTuner(Tuner, Protocol):
     """A tuner that can tune several problems in one tool call (`worker --batch K`).
 
