@@ -9,7 +9,7 @@ lists of size k are built from the other problems' sessions of its op and data t
 scored on it (best TFlops in the list / best TFlops measured, from its own session):
 
 - mlirtuna: quick.across_list over the history as `quick-list --across problem` reads it
-  (quick.collect: portable CPU names, each scored by what it clips to on the problem);
+  (quick.histories: portable CPU names, each scored by what it clips to on the problem);
 - baseline: the k configs with the best mean log(best/time) over the training problems;
 - set cover: the farm's classic `quick-list` (minimum set cover at 0.93 x best, HiGHS), cut at k;
 - quickTuningGen: rocMLIR's script (--peers DIR, as in bench_quick_real.py) on the training
@@ -115,12 +115,12 @@ def evaluate_op(db, url, op, tuned, ks, peer):
     """Leave-one-problem-out rows (op, data type, problem, k, {maker: ratio}) and notes."""
     rows, notes = [], []
     for i, (sid, vector) in enumerate(tuned):
-        (test,) = quick.collect(db, [sid], op)
+        (test,) = quick.histories(db, [sid], op)
         train_ids = [s for j, (s, _) in enumerate(tuned) if j != i]
         train = (
             [
                 h
-                for h in quick.collect(db, train_ids, op)
+                for h in quick.histories(db, train_ids, op)
                 if h.group.data_type == test.group.data_type
             ]
             if train_ids

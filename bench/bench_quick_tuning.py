@@ -16,7 +16,7 @@ Steps, all through mlirtuna's real API and CPU worker (one SQLite scratch databa
    the fastest of exhaustive's timed candidates: the fair comparison on a loaded machine) and
    *as tuned* (each run's own measurement of its winner over exhaustive's own measurement of its
    winner);
-   plus the k-fold evaluation of the list over all problems (quick.evaluate, from the
+   plus the k-fold evaluation of the list over all problems (quick.k_fold, from the
    exhaustive measurements).
 
 Every session runs with `topk=1`: no top-k re-measurement, so each stored time (candidates and
@@ -215,13 +215,13 @@ def run(db: Database, per_op: int, repeats: int, args) -> str:
         name = f"bench-{threshold:g}"
         built = []
         for op in ids:
-            (hist,) = quick.collect(db, [full_sid], op)
+            (hist,) = quick.histories(db, [full_sid], op)
             opts = quick.Options(threshold)
             configs_, uncovered, method = quick.build_one(hist, train[op], opts)
-            ev = quick.evaluate(hist, opts, args.folds, args.seed)
+            ev = quick.k_fold(hist, opts, args.folds, args.seed)
             lists.append((name, hist.group, configs_, uncovered, method, ev))
             built.append(quick.GroupList(hist.group, configs_, len(train[op]), [], method))
-        quick.store(db, name, built, [full_sid])
+        quick.save(db, name, built, [full_sid])
         common.status(f"list:{name} on the held-out halves")
         spaces[f"list:{name}"] = tune(db, f"list:{name}", held_tags, repeats)
     common.status("quick on the held-out halves")

@@ -235,3 +235,54 @@ def test_every_package_says_what_it_is():
         if not (ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or "").strip()
     ]
     assert silent == []
+
+
+# Quick lists (history/quick/): the steps that work on a history in memory are free of the
+# database, so they can be read, tested and reused (bench/) without one.
+DATABASE_FREE = (
+    "mlirtuna.history.quick.groups",
+    "mlirtuna.history.quick.cover",
+    "mlirtuna.history.quick.evaluate",
+    "mlirtuna.history.quick.across",
+)
+DATABASE = ("mlirtuna.db", "mlirtuna.catalog", "mlirtuna.sessions", "mlirtuna.queue", "sqlalchemy")
+
+
+def _reached(start: str, edges: dict[str, set[str]]) -> set[str]:
+    seen, todo = {start}, [start]
+    while todo:
+        for nxt in edges.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def _is_under(module: str, roots: tuple[str, ...]) -> bool:
+    return any(module == r or module.startswith(r + ".") for r in roots)
+
+
+def test_quick_list_steps_import_nothing_of_the_database():
+    sources = _sources()
+    edges = _edges(sources)
+    found = [
+        f"{start}: {module} imports {imported}"
+        for start in DATABASE_FREE
+        for module in sorted(_reached(start, edges))
+        for imported, _ in _imports(sources[module], module.rpartition(".")[0])
+        if _is_under(imported, DATABASE)
+    ]
+    assert found == []
+
+
+def test_history_asks_the_registry_not_the_cpu_tuner():
+    """What a listed perf config means is its TunerKind's (listed); history imports no tuner."""
+    found = [
+        f"{name}: {module}"
+        for name, path in _sources().items()
+        if name.startswith("mlirtuna.history")
+        for module, imported in _imports(path, name.rpartition(".")[0])
+        if _is_under(module, ("mlirtuna.tuners.cpu",))
+        or (module == "mlirtuna.tuners" and imported == "cpu")
+    ]
+    assert found == []

@@ -16,6 +16,7 @@ from mlirtuna import catalog, sessions
 from mlirtuna.db.models import Candidate
 from mlirtuna.errors import UserError
 from mlirtuna.history import quick
+from mlirtuna.history.quick import cover as quick_cover
 from mlirtuna.problems import ExpandOptions, parse
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
@@ -105,7 +106,7 @@ def test_problem_nothing_covers_is_listed():
 
 
 def test_very_large_instances_fall_back_to_greedy_and_say_so(monkeypatch):
-    monkeypatch.setattr(quick, "GREEDY_ABOVE", 3)
+    monkeypatch.setattr(quick_cover, "GREEDY_ABOVE", 3)  # the module that reads it
     cover = quick.set_cover(HAND_MADE[0])
     assert cover.method.startswith("greedy") and "too large" in cover.method
 
@@ -135,14 +136,14 @@ def test_top_k_per_problem():
 def test_kfold_evaluation_scores_held_out_problems_against_their_best():
     # Two kinds of problem: "a" wins on even ones, "b" on odd; both kinds are in every fold.
     perf = {p: {"a": 10.0 if p % 2 == 0 else 5.0, "b": 10.0 if p % 2 else 6.0} for p in range(20)}
-    ev = quick.evaluate(hist(perf), quick.Options(), folds=4)
+    ev = quick.k_fold(hist(perf), quick.Options(), folds=4)
     assert ev["held_out"] == 20 and ev["coverage_all"] == 1.0
     assert ev["ratio_geomean"] == pytest.approx(1.0) and ev["ratio_min"] == 1.0
     assert ev["coverage_at"][2] == 1.0 and ev["regret_at"][2] == 0.0
     assert ev["regret_at"][1] > 0  # one config alone is not enough for both kinds
     # A problem whose winner no training problem shares: held out, its ratio shows the loss.
     perf[99] = {"z": 10.0, "a": 2.0, "b": 1.0}
-    ev = quick.evaluate(hist(perf), quick.Options(), folds=3)
+    ev = quick.k_fold(hist(perf), quick.Options(), folds=3)
     assert ev["ratio_min"] == pytest.approx(0.2)
 
 
@@ -309,8 +310,8 @@ def test_list_session_end_to_end_with_the_cpu_worker(db, tmp_path):
     jobs.load(db, full.id, tag="g")
     settings = WorkerSettings(session_id=full.id, until_empty=True)
     Worker(db, settings, CpuTuner(repeats=1)).run()
-    lists = quick.build(quick.collect(db, [full.id]), quick.Options(threshold=0.8))
-    quick.store(db, "mine", lists, [full.id])
+    lists = quick.build(quick.histories(db, [full.id]), quick.Options(threshold=0.8))
+    quick.save(db, "mine", lists, [full.id])
     listed = sessions.create(db, SessionSpec(tuner="cpu", tuning_space="list:mine"))
     jobs.load(db, listed.id, tag="g")
     Worker(db, WorkerSettings(session_id=listed.id, until_empty=True),
@@ -353,6 +354,20 @@ def test_cpu_names_are_portable_grid_values():
     assert portable(p)("v4:1,2,3") == ["v4:1,2,3"]
 
 
+def test_the_kind_that_owns_a_perf_config_says_what_a_listed_name_means():
+    """quick lists ask the registry by family (TunerKind.listed), never the cpu tuner itself."""
+    from mlirtuna.tuners import registry
+
+    p = parse("gemm", "-t f32 -transA false -transB false -g 1 -m 40 -n 24 -k 100")
+    cpu = registry.listed_on(p, registry.family_of("cpu:v1:40,16,64"))
+    assert cpu.expand("cpu:v1:40,16,64") == [f"cpu:v1:{m},16,64" for m in (64, 128, 256, 512)]
+    assert cpu.resolve("cpu:v1:256,16,64") == "cpu:v1:40,16,64"
+    rocmlir = registry.listed_on(p, registry.family_of("v4:1,2,3"))
+    assert rocmlir is registry.AS_IS
+    assert (rocmlir.resolve("v4:1,2,3"), rocmlir.expand("v4:1,2,3")) == ("v4:1,2,3", ["v4:1,2,3"])
+    assert registry.listed_on(p, "no-such-family") is registry.AS_IS
+
+
 def test_one_problem_on_two_chips_is_two_groups_and_stdout_stays_clean(db, tmp_path):
     from support.clitools import run_cli
 
@@ -360,7 +375,7 @@ def test_one_problem_on_two_chips_is_two_groups_and_stdout_stays_clean(db, tmp_p
     b = new_session(db, arch="gfx90a", arch_full="gfx90a:sramecc+:xnack-", num_cu=104)
     _candidates(db, a, {gemm(16): {"v4:a": 1.0, "v4:b": 2.0}})
     _candidates(db, b, {gemm(16): {"v4:a": 2.0, "v4:b": 1.0}})
-    hists = quick.collect(db, [a, b])
+    hists = quick.histories(db, [a, b])
     assert [(h.group.arch, list(h.perf[next(iter(h.perf))])) for h in hists] == [
         ("gfx90a", ["v4:a", "v4:b"]),
         ("gfx942", ["v4:a", "v4:b"]),
@@ -395,7 +410,7 @@ def test_lists_learn_from_search_pass_times_not_the_top_k_re_measurement(db):
     with db.session() as s:
         stored = dict(s.execute(sa.select(Candidate.perf_config, Candidate.search_time)).all())
     assert stored == {"v4:a": 100.0, "v4:b": 125.0}
-    (hist,) = quick.collect(db, [sid])
+    (hist,) = quick.histories(db, [sid])
     assert {pc: round(tf, 6) for pc, tf in next(iter(hist.perf.values())).items()} == {
         "v4:a": 10.0,
         "v4:b": 8.0,

@@ -455,6 +455,6 @@ def test_fusion_history_is_read_from_its_config_rows(db):
     lease = queue.claim(db, sid, Claimant("t", 0), 60)
     cands = [Candidate("v4:a", 10.0, 2.0), Candidate("v4:b", 20.0, 1.0)]
     assert queue.record(db, lease, TuneOutcome(cands, cands[0]))
-    (hist,) = quick.collect(db, [sid], "fusion")
+    (hist,) = quick.histories(db, [sid], "fusion")
     assert hist.group.op == "fusion"
     assert list(hist.perf.values()) == [{"v4:a": 2.0, "v4:b": 1.0}]

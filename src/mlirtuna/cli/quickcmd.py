@@ -1,4 +1,4 @@
-"""`mlirtuna quick-list`: quick-tuning lists from the farm's history (logic in history/quick.py)."""
+"""`mlirtuna quick-list`: quick-tuning lists from the farm's history (logic in history/quick/)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import mlirtuna.cli.common as common
 from mlirtuna.defaults import DEFAULT_QUICK_THRESHOLD
 from mlirtuna.errors import UserError
 
-if TYPE_CHECKING:  # history/quick.py pulls in the database layer and the solver: load it when run
+if TYPE_CHECKING:  # history/quick/ pulls in the database layer and the solver: load it when run
     from mlirtuna.history import quick
 
 FORMATS = ("list", "json", "inc")
@@ -80,12 +80,12 @@ def quick_list(
             raise UserError(
                 "--across builds its own lists and evaluation: not with --top-k/--folds"
             )
-        lists = quick.build_across(quick.collect(db, ids, op), across, max_size)
+        lists = quick.build_across(quick.histories(db, ids, op), across, max_size)
     else:
-        lists = quick.build(quick.collect(db, ids, op), opts, folds or None, seed)
+        lists = quick.build(quick.histories(db, ids, op), opts, folds or None, seed)
     write_text(output, _render(lists, fmt, ids, opts, output if update else None))
     if name is not None:
-        quick.store(db, name, lists, ids)
+        quick.save(db, name, lists, ids)
     if as_json and output != "-":
         print(_render(lists, "json", ids, opts, None), end="")
     for gl in lists:

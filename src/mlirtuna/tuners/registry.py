@@ -44,6 +44,23 @@ BuildCheck = Callable[[str, str, Sequence[str]], tuple[str, str]]
 
 
 @dataclass(frozen=True)
+class Listed:
+    """What the perf configs a quick list names mean on one problem, as the tuner that owns
+    them says. A list carries *portable* names, meant for any problem: the cpu tuner clips block
+    sizes to a problem's dims, so the listed `cpu:v1:256,256,64` is the measured
+    `cpu:v1:100,256,64` on a 100-row gemm (and that one stands for every grid value >= 100)."""
+
+    #: A listed name -> the perf config it is measured as on this problem.
+    resolve: Callable[[str], str]
+    #: A measured perf config -> every listed name that means it on this problem.
+    expand: Callable[[str], list[str]]
+
+
+#: Every name means itself on every problem (rocMLIR's perf configs: no clipping).
+AS_IS = Listed(resolve=lambda pc: pc, expand=lambda pc: [pc])
+
+
+@dataclass(frozen=True)
 class TunerKind:
     """What a tuner is, as the rest of mlirtuna needs to know it."""
 
@@ -84,6 +101,9 @@ class TunerKind:
     measures_cpu: bool = False
     #: What ARG of `NAME:ARG` means ("SECONDS"); "" when it takes none.
     arg: str = ""
+    #: What a listed perf config of its family means on a problem (quick lists: listed_on);
+    #: None: each name means itself.
+    listed: Callable[[Problem], Listed] | None = None
 
     def owns(self, perf_config: str) -> bool:
         """Whether a perf config is of this tuner's family (True when that is not checked)."""
@@ -162,6 +182,15 @@ def family_of(perf_config: str) -> str:
     tells a perf config's format apart (v2, attn:v1, …)."""
     prefixes = _prefixes()
     return prefixes.get(perf_config.partition(":")[0], prefixes.get("", ""))
+
+
+def listed_on(problem: Problem, family: str) -> Listed:
+    """What the perf configs of a tuner family (family_of) mean on this problem: the kind of
+    that family says (TunerKind.listed); a family no kind clips, or none knows, as is."""
+    found = _known().get(family)
+    if found is None or found.listed is None:
+        return AS_IS
+    return found.listed(problem)
 
 
 @functools.cache

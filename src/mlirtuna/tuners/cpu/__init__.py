@@ -43,7 +43,7 @@ from mlirtuna.stats import Spread
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome
 from mlirtuna.tuners.cpu.kernels import Blocks, CpuOp
 from mlirtuna.tuners.cpu.ops import make_op
-from mlirtuna.tuners.registry import TunerKind
+from mlirtuna.tuners.registry import Listed, TunerKind
 from mlirtuna.tuners.timing import Budget
 
 #: A kernel a test (or an experiment) adds to the space: it runs the op given the op's data
@@ -147,6 +147,11 @@ def portable(problem: Problem) -> Callable[[str], list[str]]:
         return [op.perf_config(c) for c in itertools.product(*choices)]
 
     return names
+
+
+def listed(problem: Problem) -> Listed:
+    """Its TunerKind.listed: what a quick list's portable cpu: names mean on this problem."""
+    return Listed(resolve=resolver(problem), expand=portable(problem))
 
 
 def _op(problem: Problem, ctx: TuneContext) -> CpuOp:
@@ -418,4 +423,5 @@ KIND = TunerKind(
     perf_prefix="cpu",
     unsupported=unsupported,
     measures_cpu=True,
+    listed=listed,
 )
