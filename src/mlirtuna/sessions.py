@@ -45,7 +45,7 @@ TUNER_SETTINGS = {
     "gpu_run_timeout_s": "--gpu-run-timeout",
     "lfbo_effort": "--lfbo-effort",
 }
-#: A session tuning over a stored quick list (history/quick.py makes them) says `list:NAME`.
+#: A session tuning over a stored quick list (history/quick/store.py makes them) says `list:NAME`.
 LIST_PREFIX = "list:"
 _LIST_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,48}$")
 # A session commit the worker can compare with a build's: a git hash, full or abbreviated as
@@ -471,7 +471,7 @@ def _check_list(db: Database, spec: SessionSpec) -> None:
 
 
 # -- the list:NAME tuning space: what a session and its workers read of a stored quick list ----
-# (history/quick.py builds and stores the lists; it sits above this module and imports it.)
+# (history/quick/ builds and stores the lists; it sits above this module and imports it.)
 
 
 def check_quick_list_name(name: str) -> str:

@@ -445,13 +445,13 @@ class Candidate(Base):
     samples: Mapped[int | None] = mapped_column(Integer, nullable=True)  # kept after outliers
     remeasured: Mapped[bool] = _bool()  # numbers from the top-k re-measurement
     # The search pass's time (ns) of every valid candidate: kernel_time's own where it was not
-    # re-measured, the search's where the top-k pass replaced it (one kind: quick.collect).
+    # re-measured, the search's where the top-k pass replaced it (one kind: quick.histories).
     search_time: Mapped[float | None] = mapped_column(Double, nullable=True)
 
 
 class QuickList(Base):
     """A stored quick-tuning list: the perf configs `--tuning-space list:NAME` tries, per
-    (arch, op, data type), built by `mlirtuna quick-list` from the history (quick.py)."""
+    (arch, op, data type), built by `mlirtuna quick-list` from the history (history/quick/)."""
 
     __tablename__ = "quick_list"
     __table_args__ = (UniqueConstraint("name", "arch", "op", "data_type"),)

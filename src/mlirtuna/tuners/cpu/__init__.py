@@ -19,7 +19,7 @@ problem's dims and equivalent configs deduplicated. Tuning spaces:
 - greedy: coordinate descent over the full grid (each axis swept in turn, at most 3 rounds),
   so never more than full;
 - exhaustive: the product of the fine grid (up to 252 gemm/conv, 42 attention configs);
-- list:NAME: exactly the perf configs of a stored quick list (quick.py) for the problem's
+- list:NAME: exactly the perf configs of a stored quick list (history/quick/) for the problem's
   (arch, op, data type), clipped like the rest; the worker hands them over in the context.
 """
 
