@@ -1,7 +1,8 @@
 """A worker: claims jobs of one session, runs the tuner on its GPU, records through the fence.
 
 - loop.py: `Worker`, the claim and the outer loop, dispatching each job by its stage;
-- runner.py: one job's (or one batch's) run and its outcome, `Settled`, recorded or failed;
+- runner.py: one job's run and its outcome, `Settled`, recorded or failed;
+- batch.py: a claimed batch's run (`--batch K`): one tool call per op, each job settled;
 - heartbeat.py: the thread that renews the leases of the jobs being run;
 - stages.py: a split session's compile and benchmark stages, on the runner's public API;
 - gpulock.py: one worker per GPU on a host (a flock per GPU);

@@ -1,7 +1,8 @@
 """The worker's loop: claim jobs of one session, hand each to its stage's work, until told to stop.
 
-One worker process per GPU (supervisor.py). A job's run and its outcome are runner.py's; a split
-session's compile and benchmark stages are stages.py's; this module claims and dispatches. One
+One worker process per GPU (supervisor.py). A job's run and its outcome are runner.py's, a
+batch's batch.py's; a split session's compile and benchmark stages are stages.py's; this module
+claims and dispatches. One
 job at a time, the record of job N claims job N+1 in the same commit (queue.record_and_claim);
 a worker that stops holding such a job gives it back (state new, no retry counted).
 Stopping: the first SIGINT/SIGTERM lets the current job finish, the second gives it back at once
@@ -24,6 +25,7 @@ import threading
 import time
 from collections.abc import Generator
 
+import mlirtuna.worker.batch as batch
 import mlirtuna.worker.stages as stages
 from mlirtuna import machine, queue, sessions, tuners
 from mlirtuna.db import Database, faults
@@ -183,7 +185,7 @@ class Worker:
                 self._prefetch = Prefetch(
                     self.runner, functools.partial(self._claim, len(leases)), self.stop_requested
                 )
-            self.runner.work_batch(leases, functools.partial(self._many, prepared=prepared))
+            batch.work(self.runner, leases, functools.partial(self._many, prepared=prepared))
         return self.stats
 
     # -- one worker per GPU ----------------------------------------------------------------------
@@ -324,7 +326,7 @@ class Worker:
         benchmark call, else tuned."""
         if leases[0].stage == BENCHMARK:
             return stages.benchmark(self.runner, leases, prepared)
-        return self.runner.tune_batch(leases)
+        return batch.tune(self.runner, leases)
 
     def _enough(self) -> bool:
         return self.settings.max_jobs is not None and self._done() >= self.settings.max_jobs

@@ -1,24 +1,22 @@
 """One claimed job's run, and its outcome settled through the fence (record, fail or give back).
 
 A `Runner` holds what running a job needs (the session, the tuner, the heartbeat, the worker's
-stop event) and nothing of claiming: the loop (loop.py) claims and hands each job, or batch, to
-`work`/`work_batch` with the function that does its stage's work. Every job ends as one
-`Settled` (lease, outcome, error, final), which `settle` records or fails.
+stop event) and nothing of claiming: the loop (loop.py) claims and hands each job to `work` with
+the function that does its stage's work. Every job ends as one `Settled` (lease, outcome, error,
+final), which `settle` records or fails.
 
-With `--batch K` the jobs the tuner can batch (rocmlir on E3/E4 builds) are tuned in one tool
-call (`tune_batch`, `tune_many`), each job settled as its outcome arrives (docs/architecture.md,
-"Batches").
+With `--batch K` the loop hands a batch to batch.py (`batch.work`, `batch.tune`, `tune_many`),
+which runs it on this module's public API: the heartbeat, `tools_for`/`tool_done` (a lost lease
+stops the tool), the job timeout (`alarm`, `grace_s`) and `settle`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import signal
 import threading
-import time
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -35,16 +33,14 @@ from mlirtuna.defaults import (
     KILL_GRACE_S,
 )
 from mlirtuna.errors import (
-    BatchRefused,
     DatabaseError,
-    NotRun,
     RecordConflict,
     TunerError,
     Unsupported,
 )
 from mlirtuna.problems import Problem
 from mlirtuna.queue import AlsoInTransaction, Lease, NextClaim, bundles
-from mlirtuna.tuners.base import BatchItem, BatchTuner, TuneContext, TuneOutcome, Tuner
+from mlirtuna.tuners.base import BatchTuner, TuneContext, TuneOutcome, Tuner
 from mlirtuna.worker.heartbeat import Heartbeat
 
 log = logging.getLogger(__name__)
@@ -126,7 +122,7 @@ QuickLists = dict[tuple[str, str], tuple[str, ...]]
 
 
 class Runner:
-    """Runs the jobs a worker claimed, one or a batch at a time, and settles each."""
+    """Runs the jobs a worker claimed, one at a time (a batch: batch.py), and settles each."""
 
     def __init__(
         self,
@@ -179,7 +175,7 @@ class Runner:
         the Finish it returns; a second stop signal gives the job back at once."""
         self.current = lease
         try:
-            with self.heartbeat.hold(lease) as lost, self._tools_for([lease]):
+            with self.heartbeat.hold(lease) as lost, self.tools_for([lease]):
                 finish = job(lease)
                 if lost.is_set():
                     self.stats.lost += 1
@@ -229,7 +225,7 @@ class Runner:
         job timeout, and none of its failures escapes as an exception."""
         timeout = self.job_timeout_s
         try:
-            with _alarm(timeout + grace_s(timeout)):
+            with alarm(timeout + grace_s(timeout)):
                 return work(), None, False
         except JobTimedOut:
             return None, f"timed out after {timeout:g} s (the worker stopped the tuner)", False
@@ -356,42 +352,9 @@ class Runner:
             self.stats.failed += 1
             log.warning("job %s: %s -> %s", lease.job_id, first_line(error), state)
 
-    # -- batches (--batch K) -------------------------------------------------------------------
-    def work_batch(
-        self, leases: list[Lease], run: Callable[[list[Lease]], Generator[Settled, None, None]]
-    ) -> None:
-        """Run a claimed batch (`run`: its stage's work), settling each job (record, fail or
-        give back) as its outcome arrives; a second stop signal gives back every job not
-        settled yet."""
-        self.current = leases[0]
-        pending = {lease.job_id: lease for lease in leases}
-        try:
-            # closing: a give-back stops the tool before the jobs are given back.
-            with (
-                self.heartbeat.hold_many(leases) as lost,
-                self._tools_for(leases),
-                contextlib.closing(run(leases)) as outcomes,
-            ):
-                for lease, outcome, error, final in outcomes:
-                    self.heartbeat.drop(lease)
-                    self._settled(lease)
-                    if lost[lease.job_id].is_set():
-                        self.stats.lost += 1  # another worker has it now: record nothing
-                    else:
-                        self.settle(lease, outcome, error, final)
-                    pending.pop(lease.job_id)
-        except GiveBack:
-            self.stop_requested.set()
-            self.give_back(pending.values(), "given back by a stopping worker")
-        except DatabaseError:
-            self.give_back(pending.values(), "the worker stopped on a database error")
-            raise
-        finally:
-            self.current = None
-
     # -- a lost lease stops its tool (issue 23) --------------------------------------------
     @contextlib.contextmanager
-    def _tools_for(self, leases: list[Lease]) -> Iterator[None]:
+    def tools_for(self, leases: list[Lease]) -> Iterator[None]:
         """While the block runs, the tools this thread starts work for these jobs."""
         with self._running_lock:
             self._running = {lease.job_id: (lease.token, False) for lease in leases}
@@ -402,7 +365,7 @@ class Runner:
             with self._running_lock:
                 self._running = {}
 
-    def _settled(self, lease: Lease) -> None:
+    def tool_done(self, lease: Lease) -> None:
         """A job of the batch has its outcome: the tool no longer works for it."""
         with self._running_lock:
             self._running.pop(lease.job_id, None)
@@ -442,101 +405,6 @@ class Runner:
                     first_line(exc),
                 )
 
-    def tune_batch(self, leases: list[Lease]) -> Generator[Settled, None, None]:
-        """(lease, outcome, error, final) for each job, as each is known: the jobs the tuner
-        can batch in one call per op, every other one alone."""
-        groups: dict[str, list[Lease]] = {}
-        alone: list[Lease] = []
-        for lease in leases:
-            problem = self.problem(lease)
-            lease = dataclasses.replace(lease, problem=problem)
-            if self._batchable(problem):
-                groups.setdefault(problem.op, []).append(lease)
-            else:
-                alone.append(lease)
-        for group in groups.values():
-            if len(group) > 1 and self.batch_tuner is not None:  # always, when _batchable
-                yield from self.tune_many(group, self.batch_tuner.tune_many)
-            else:
-                alone.extend(group)
-        for lease in alone:
-            yield self.tune(lease)
-
-    def _batchable(self, problem: Problem) -> bool:
-        if self.batch_tuner is None:
-            return False
-        try:
-            return bool(self.batch_tuner.batchable(problem))
-        except TunerError:
-            return False  # tuned alone, where the failure is the job's own
-
-    def tune_many(
-        self,
-        group: list[Lease],
-        call: Callable[[Sequence[Problem], TuneContext], Iterator[BatchItem]],
-        alone: Callable[[Lease], Settled] | None = None,
-    ) -> Generator[Settled, None, None]:
-        """One tool call for the group (`call(problems, ctx)`: a BatchTuner's tune_many, or a
-        split session's benchmark_many, stages.py): each job's outcome as the tool writes it.
-        The worker's alarm for the call is the job timeout times the batch size; when it fires,
-        or the tuner fails as a whole, the job the tool was on fails and the ones not begun are
-        given back. When the tool refused the whole call before tuning any of it (BatchRefused:
-        one config it cannot parse), each job is tuned alone (`alone`, by default `tune`) in
-        the same attempt: no retry is counted against the innocent ones."""
-        refused: list[Lease] = []
-        yield from self._tune_group(group, call, refused)
-        if refused:
-            log.warning("jobs %s: the batch's tool refused the call; tuning each alone",
-                        _ids(refused))  # fmt: skip
-        for lease in refused:
-            yield (alone or self.tune)(lease)
-
-    def _tune_group(
-        self,
-        group: list[Lease],
-        call: Callable[[Sequence[Problem], TuneContext], Iterator[BatchItem]],
-        refused: list[Lease],
-    ) -> Generator[Settled, None, None]:
-        """tune_many's one call; the jobs of a call refused as a whole go to `refused`."""
-        try:
-            ctx = self.context(group[0].problem)
-        except TunerError as exc:
-            for lease in group:
-                yield lease, None, error_text(exc), False
-            return
-        timeout = self.job_timeout_s * len(group)
-        deadline = time.monotonic() + timeout + grace_s(timeout)
-        log.info("jobs %s: tuning %d problems in one call", _ids(group), len(group))
-        left = list(group)
-        with _closing(call([self.problem(lease) for lease in group], ctx)) as outcomes:
-            while left:
-                try:
-                    with _alarm(max(deadline - time.monotonic(), 0.001)):
-                        item = next(outcomes, None)
-                except JobTimedOut:
-                    why = f"timed out after {timeout:g} s (the worker stopped the tuner)"
-                    yield from _unfinished(left, why)
-                    return
-                except TunerError as exc:  # the call as a whole: each job, as K=1 would
-                    for lease in left:
-                        yield lease, None, error_text(exc), isinstance(exc, Unsupported)
-                    return
-                except Exception as exc:  # a tuner bug must cost one attempt, not the jobs
-                    log.exception("jobs %s: tuner crashed", _ids(left))
-                    for lease in left:
-                        yield lease, None, f"tuner crashed: {type(exc).__name__}: {exc}", False
-                    return
-                if item is None:
-                    for lease in left:
-                        yield lease, None, "the tuner gave no outcome for it", False
-                    return
-                lease = group[item[0]]
-                left.remove(lease)
-                if isinstance(item[1], BatchRefused):
-                    refused.append(lease)
-                else:
-                    yield (lease, *_batch_outcome(item[1]))
-
 
 def record_with(session: sessions.Session, lease: Lease) -> tuple[AlsoInTransaction | None, Finish]:
     """What a job's record also does, and what follows its commit: a benchmark job deletes its
@@ -566,31 +434,6 @@ def foreign_perf_config(session: sessions.Session, outcome: TuneOutcome) -> str 
     return None
 
 
-def _batch_outcome(
-    result: TuneOutcome | TunerError,
-) -> tuple[TuneOutcome | None, str | None, Final]:
-    """(outcome, error, final) of one job of a batch; final RELEASE for a job not tuned."""
-    if isinstance(result, NotRun):
-        return None, error_text(result), RELEASE
-    if isinstance(result, TunerError):
-        return None, error_text(result), isinstance(result, Unsupported)
-    return result, None, False
-
-
-def _unfinished(left: list[Lease], why: str) -> Iterator[Settled]:
-    """A batch stopped by the worker's alarm: the job the tool was on (the first not settled:
-    it tunes in order) fails, the others go back."""
-    for i, lease in enumerate(left):
-        if i == 0:
-            yield lease, None, why, False
-        else:
-            yield lease, None, f"not tuned: its batch stopped ({first_line(why)})", RELEASE
-
-
-def _ids(leases: list[Lease]) -> str:
-    return ",".join(str(lease.job_id) for lease in leases)
-
-
 def grace_s(timeout: float) -> float:
     """How long past the job timeout a tuner may take to stop itself before the worker does:
     longer than a tool's own SIGTERM-to-SIGKILL grace, so that the worker's alarm does not cut
@@ -599,17 +442,7 @@ def grace_s(timeout: float) -> float:
 
 
 @contextlib.contextmanager
-def _closing(items: Iterator[T]) -> Iterator[Iterator[T]]:
-    """Close the tuner's outcomes when the batch ends early: a generator stops its tool then."""
-    try:
-        yield items
-    finally:
-        if isinstance(items, Generator):
-            items.close()
-
-
-@contextlib.contextmanager
-def _alarm(seconds: float) -> Iterator[None]:
+def alarm(seconds: float) -> Iterator[None]:
     """Raise JobTimedOut in this (main) thread after `seconds`: a tuner that ignores the timeout
     (a plugin in a loop, a tool that never returns) is stopped all the same. Signals reach only
     the main thread, so elsewhere (a worker run in a thread, as some tests do) it is a no-op."""

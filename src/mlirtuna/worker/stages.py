@@ -13,7 +13,7 @@ The work runs while the worker's heartbeat holds the leases. `run` (one job) ret
 finishes the job, which the runner calls once the heartbeat let go, as for one-stage jobs;
 `benchmark` yields each job's Settled as it is known, which a batch worker (`--batch K`: K
 bundles, one tool call) settles job by job. Both are built on the runner's public API
-(runner.py) and call the tuner through the SplitTuner protocol.
+(runner.py, batch.py) and call the tuner through the SplitTuner protocol.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable, Generator
 from pathlib import Path
 
+import mlirtuna.worker.batch as batch
 from mlirtuna import machine
 from mlirtuna.db.models import COMPILE
 from mlirtuna.errors import DatabaseError, TunerError, Unsupported
@@ -79,7 +80,7 @@ def compile_batch(runner: Runner, leases: list[Lease]) -> None:
     `--compile-only` call (one tool start-up, not K), its output split into one bundle per
     problem, each job finished as compile_job's. When the call fails, or leaves a problem out,
     those problems are compiled alone in the same attempt: one bad problem never fails the
-    others, and no retry is counted for the shared call (as benchmark batches, runner.py)."""
+    others, and no retry is counted for the shared call (as benchmark batches, batch.py)."""
     runner.current = leases[0]
     done: set[int] = set()
     try:
@@ -92,7 +93,7 @@ def compile_batch(runner: Runner, leases: list[Lease]) -> None:
                 if (
                     len(leases) > 1
                     and runner.batch_tuner is not None
-                    and _batchable(runner, problem)
+                    and batch.batchable(runner, problem)
                 ):
                     groups.setdefault(problem.op, []).append(lease)
                 else:
@@ -122,13 +123,6 @@ def compile_batch(runner: Runner, leases: list[Lease]) -> None:
         raise
     finally:
         runner.current = None
-
-
-def _batchable(runner: Runner, problem: Problem) -> bool:
-    try:
-        return runner.batch_tuner is not None and bool(runner.batch_tuner.batchable(problem))
-    except TunerError:
-        return False
 
 
 def _compile_group(
@@ -290,7 +284,8 @@ def benchmark(
         # One tool call for every bundle (one start-up, the GPU busy meanwhile), each job
         # settled as its row appears, through the runner's batch code.
         group = [dataclasses.replace(lease, problem=problem) for lease, problem, _ in ready]
-        yield from runner.tune_many(
+        yield from batch.tune_many(
+            runner,
             group,
             lambda problems, ctx: split_tuner(runner).benchmark_many(problems, ctx, artifacts),
             alone,
