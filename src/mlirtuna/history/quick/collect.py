@@ -93,14 +93,16 @@ def _group(perf, problems, parsed, op) -> list[History]:
 def _meanings(parsed: Mapping[int, Any]) -> tuple[Resolver, Expander]:
     """(resolve, expand) of every perf config on its problem, as the tuner that owns it says
     (TunerKind.listed, asked by family): the cpu tuner's clipped block sizes; rocMLIR's configs
-    pass as is. One answer per (problem, family), asked when first needed."""
+    pass as is. One answer per (problem, first word), asked when first needed: this runs for
+    every (config, problem) pair of a matrix."""
     known: dict[tuple[int, str], Listed] = {}
 
     def listed(pc: str, pid: int) -> Listed:
-        key = (pid, family_of(pc))
-        if key not in known:
-            known[key] = listed_on(parsed[pid], key[1])
-        return known[key]
+        key = (pid, pc.partition(":")[0])  # the first word decides the family (family_of)
+        found = known.get(key)
+        if found is None:
+            found = known[key] = listed_on(parsed[pid], family_of(pc))
+        return found
 
     def resolve(pc: str, pid: int) -> str:
         return listed(pc, pid).resolve(pc)
