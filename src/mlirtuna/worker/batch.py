@@ -115,7 +115,7 @@ def tune_many(
     The worker's alarm for the call is the job timeout times the batch size; when it fires,
     or the tuner fails as a whole, the job the tool was on fails and the ones not begun are
     given back. When the tool refused the whole call before tuning any of it (BatchRefused:
-    one config it cannot parse), each job is tuned alone (`alone`, by default `tune`) in
+    one config it cannot parse), each job is tuned alone (`alone`, by default `runner.tune`) in
     the same attempt: no retry is counted against the innocent ones."""
     refused: list[Lease] = []
     yield from _tune_group(runner, group, call, refused)
