@@ -53,8 +53,8 @@ def with_o(vector: str) -> str:
         ("perf_best", "other"),
     ],
 )
-def test_perf_config_family(perf_config: str, family: str) -> None:
-    assert keys.perf_config_family(perf_config) == family
+def test_perf_config_format(perf_config: str, family: str) -> None:
+    assert keys.perf_config_format(perf_config) == family
 
 
 def test_key_forms_split_and_match_as_perfrunner_does() -> None:

@@ -123,7 +123,7 @@ def test_e4_lfbo_variant_candidates_discarded_named_and_split_k(build, monkeypat
     discarded = [c for c in outcome.candidates if c.error == rocmlir.DISCARDED]
     not_applicable = [c for c in outcome.candidates if c.error and "N/A" in c.error]
     assert discarded and not_applicable and len(outcome.candidates) == 40
-    assert all(keys.perf_config_family(c.perf_config) == "gemm:named" for c in outcome.candidates)
+    assert all(keys.perf_config_format(c.perf_config) == "gemm:named" for c in outcome.candidates)
     # its "-transO false ... -supportsSplitK true" key matched
     assert outcome.winner.valid and outcome.notes == []
 

@@ -28,7 +28,7 @@ from mlirtuna.db import Database, utcnow
 from mlirtuna.db.models import Candidate, Problem, QuickList, Result
 from mlirtuna.defaults import DEFAULT_QUICK_THRESHOLD as DEFAULT_THRESHOLD
 from mlirtuna.errors import MlirtunaError, UserError
-from mlirtuna.problems import parse
+from mlirtuna.problems import parse, spec
 
 #: Above this many (problem, covering config) pairs the ILP is not tried: greedy, said so.
 GREEDY_ABOVE = 2_000_000
@@ -516,8 +516,9 @@ INC_LOOKUPS = ("NonAccel", "Accel", "GemmGemm")
 
 
 def instruction_type(arch: str, data_type: str, op: str) -> str:
-    if op == "attention":
-        return "GemmGemm"
+    fixed = spec(op).inc_section  # the op's own section on every arch (attention: GemmGemm)
+    if fixed:
+        return fixed
     if arch.startswith("gfx9"):
         return "XDL"
     if arch.startswith("gfx1") and data_type != "f32":
@@ -568,7 +569,7 @@ def _inc_group(text: str, gl: GroupList) -> str:
         f"static const StringRef {param}[{count}];",
     ]
     text = _put_section(text, f"{instr}_DECLARATIONS_GEN", f"{tag}_DECS", "\n".join(decl))
-    lookup = "GemmGemm" if op == "attention" else ("NonAccel" if instr == "NonAccel" else "Accel")
+    lookup = instr if instr in ("NonAccel", "GemmGemm") else "Accel"  # XDL and Wmma: Accel
     entry = f'{{"{arch}_{op}_{dtype}", {{{cls}::{param}, {cls}::{count}}}}},'
     return _put_lookup(text, f"{lookup}_LOOKUP_TABLE_GEN", f'"{arch}_{op}_{dtype}"', entry)
 
@@ -729,7 +730,7 @@ def _row_weights(units: Sequence[str]) -> Any:
     return w / w.sum()
 
 
-def families(configs: Sequence[str]) -> Any:
+def switch_families(configs: Sequence[str]) -> Any:
     """Per config, its family: the values of its switch fields (fields split on `,` and `:`
     with exactly SWITCH_VALUES distinct values over all configs). One family when none."""
     import numpy as np
@@ -776,7 +777,7 @@ def across_list(m: Matrix, k: int) -> list[str]:
     logs = _log_ratios(m)  # (configs, rows)
     score = logs @ _row_weights(m.units)
     chosen = _robust_cover(logs, _row_weights(m.units), score, k)
-    chosen += _family_picks(families(m.configs), score, chosen, k)
+    chosen += _family_picks(switch_families(m.configs), score, chosen, k)
     chosen += _virtual_cover(logs, score, chosen, k)
     return [m.configs[j] for j in chosen]
 

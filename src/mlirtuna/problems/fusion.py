@@ -33,6 +33,7 @@ from mlirtuna import keys
 from mlirtuna.errors import InputError, UserError
 from mlirtuna.problems.flags import Columns, ExpandOptions
 from mlirtuna.problems.migraphx import Function, Module, Op, read_module
+from mlirtuna.problems.spec import OpSpec
 
 KEY_OPS = ("conv", "gemm", "gemm_gemm")
 CONV_TYPES = {"f32": "f32", "f16": "f16", "bf16": "bf16", "i8": "i8"}
@@ -316,3 +317,16 @@ def expand(line: str, options: ExpandOptions) -> list[str]:
 
 
 PROBLEM = FusionProblem
+
+
+SPEC = OpSpec(
+    name="fusion",
+    problem=FusionProblem,
+    table="fusion_config",
+    flags=frozenset(),
+    sniff=None,  # a module, not a config line (`run --op auto` takes .mlir files and folders)
+    sniff_rank=99,
+    # The tool tunes a module as its key's conv or gemm and writes that op's .debug rows.
+    debug=None,
+    config_list=False,
+)
