@@ -203,16 +203,28 @@ def _check_era(era: str) -> None:
 # -- shared column declarations (several ops' table_entry() spell these alike) ------------------
 
 
-def gen_layout(n: str, c: str) -> Callable[[Any], str]:
-    """perfRunner's conv layouts as rocmlir-gen spells them, which table_entry() prints
-    (filter N->k, C->c; input N->n, C->c; output N->n, C->k; H->0, W->1, G->g): `kcyx`."""
-    table = {"N": n, "C": c, "H": "0", "W": "1", "G": "g"}
+def gen_layout(table: Mapping[str, str]) -> Callable[[Any], str]:
+    """A conv layout as table_entry() prints it: perfRunner's *_LAYOUT_MAP letter by letter
+    (rocMLIR 3fc5be9e, perfRunner.py; a real `-f NCHW` row says `kcyx`), lower case."""
     return lambda layout: "".join(table.get(ch, ch) for ch in str(layout)).lower()
 
 
-FILTER_LAYOUT = Column("FilterLayout", "fil_layout", spell=gen_layout("k", "c"))
-INPUT_LAYOUT = Column("InputLayout", "in_layout", spell=gen_layout("n", "c"))
-OUTPUT_LAYOUT = Column("OutputLayout", "out_layout", spell=gen_layout("n", "k"))
+_SPATIAL = {"G": "g", "0": "0", "1": "1"}
+FILTER_LAYOUT = Column(
+    "FilterLayout",
+    "fil_layout",
+    spell=gen_layout({"N": "k", "C": "c", "H": "y", "W": "x", **_SPATIAL}),
+)
+INPUT_LAYOUT = Column(
+    "InputLayout",
+    "in_layout",
+    spell=gen_layout({"N": "n", "C": "c", "H": "h", "W": "w", **_SPATIAL}),
+)
+OUTPUT_LAYOUT = Column(
+    "OutputLayout",
+    "out_layout",
+    spell=gen_layout({"N": "n", "C": "k", "H": "h", "W": "w", **_SPATIAL}),
+)
 CONV_SIZES = (
     Column("N", "batchsize"),
     Column("C", "in_channels"),
