@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping, Sequence
 from types import ModuleType
-from typing import Any, TypeAlias
+from typing import Any, ClassVar, Protocol
 
 from mlirtuna import defaults, keys
 from mlirtuna.errors import UserError
@@ -61,9 +61,17 @@ __all__ = [
 ]
 
 
-Problem: TypeAlias = (
-    ConvProblem | GemmProblem | AttentionProblem | GemmGemmProblem | ConvGemmProblem | FusionProblem
-)
+class Problem(Protocol):
+    """What every op's problem dataclass is (the module docstring's contract): a protocol, not a
+    union of the classes, so that a new op's module is all this package needs."""
+
+    op: ClassVar[str]
+
+    def canonical(self) -> str: ...
+
+    def flops(self) -> int: ...
+
+    def columns(self) -> dict[str, Any]: ...
 
 
 def _op_modules() -> dict[str, ModuleType]:
