@@ -82,7 +82,7 @@ def test_an_unknown_op_lists_the_declared_ones():
     with pytest.raises(UserError, match=re.escape(", ".join(problems.OPS))):
         problems.parse("nosuchop", "-t f32")
     with pytest.raises(UserError, match=re.escape(", ".join(problems.OPS))):
-        problems.spec("nosuchop")
+        problems.spec_of("nosuchop")
 
 
 @pytest.mark.parametrize(
@@ -135,7 +135,7 @@ def test_attention_perf_configs_fit_the_attention_kernel_ops_only():
 
 
 def test_the_inc_section_is_the_specs():
-    assert problems.spec("gemm").inc_section is None
+    assert problems.spec_of("gemm").inc_section is None
     for spec in problems.SPECS:
         for arch, data_type in (("gfx942", "f16"), ("gfx1100", "f16"), ("gfx1100", "f32")):
             section = quick.instruction_type(arch, data_type, spec.name)
@@ -148,13 +148,13 @@ def test_the_inc_section_is_the_specs():
 
 @pytest.mark.parametrize("op", DEBUG_OPS)
 def test_debug_header_is_the_real_tools(op):
-    layout = problems.spec(op).debug
+    layout = problems.spec_of(op).debug
     assert layout is not None
     assert list(layout.header("E3", debug=True)) == real_debug(op)[0]
 
 
 def test_quick_tune_data_header_is_the_real_tools():
-    layout = problems.spec("gemm").debug
+    layout = problems.spec_of("gemm").debug
     assert layout is not None
     assert list(layout.header("E3")) == real_debug("gemm-quick-tune-data")[0]
     e4 = layout.header("E4", debug=True)
@@ -166,7 +166,7 @@ def test_quick_tune_data_header_is_the_real_tools():
 def test_debug_problem_cells_are_the_real_tools(op):
     """Every cell before PerfConfig, as mlirtuna writes it for the config the real tool ran,
     is the real tool's; the reader takes that row for this problem."""
-    layout = problems.spec(op).debug
+    layout = problems.spec_of(op).debug
     assert layout is not None
     problem = problems.parse(op, real_config(op))
     header, first = real_debug(op)[:2]
@@ -181,7 +181,7 @@ def test_debug_export_reads_back_as_written(db, tmp_path, op):
     """export --format debug -> the rocmlir tuner's reader: the same rows, in order, each
     naming its problem (the invalid candidate's TFlops missing)."""
     tv = problems.parse(op, real_config(op)).canonical()
-    prefix = "attn:v2" if problems.spec(op).attention_kernel else "v2"
+    prefix = "attn:v2" if problems.spec_of(op).attention_kernel else "v2"
     cands = [
         Candidate(f"{prefix}:1,2", 1e5, 2.5),
         Candidate(f"{prefix}:3,4", 2e5, 1.0 / 3),

@@ -53,7 +53,7 @@ def render(s: Session, chosen: Sequence[TuningSession], op: str | None) -> tuple
 
 
 def _layout(op: str) -> debug.Layout:
-    layout = problems.spec(op).debug
+    layout = problems.spec_of(op).debug
     if layout is None:
         known = ", ".join(s.name for s in problems.SPECS if s.debug)
         raise UserError(f"no .debug layout for op {op!r} (known: {known})")

@@ -28,7 +28,7 @@ from mlirtuna.db import Database, utcnow
 from mlirtuna.db.models import Candidate, Problem, QuickList, Result
 from mlirtuna.defaults import DEFAULT_QUICK_THRESHOLD as DEFAULT_THRESHOLD
 from mlirtuna.errors import MlirtunaError, UserError
-from mlirtuna.problems import parse, spec
+from mlirtuna.problems import parse, spec_of
 
 #: Above this many (problem, covering config) pairs the ILP is not tried: greedy, said so.
 GREEDY_ABOVE = 2_000_000
@@ -516,7 +516,7 @@ INC_LOOKUPS = ("NonAccel", "Accel", "GemmGemm")
 
 
 def instruction_type(arch: str, data_type: str, op: str) -> str:
-    fixed = spec(op).inc_section  # the op's own section on every arch (attention: GemmGemm)
+    fixed = spec_of(op).inc_section  # the op's own section on every arch (attention: GemmGemm)
     if fixed:
         return fixed
     if arch.startswith("gfx9"):

@@ -33,6 +33,7 @@ from mlirtuna.problems.fusion import FusionProblem
 from mlirtuna.problems.gemm import GemmProblem
 from mlirtuna.problems.gemm_gemm import GemmGemmProblem
 from mlirtuna.problems.spec import OpSpec
+from mlirtuna.problems.spec import op_of as op_among
 
 __all__ = [
     "CONFIG_LIST_OPS",
@@ -56,7 +57,7 @@ __all__ = [
     "parse",
     "perf_config_fits",
     "problem_class",
-    "spec",
+    "spec_of",
     "stored_vector",
 ]
 
@@ -88,8 +89,6 @@ SPECS: tuple[OpSpec, ...] = tuple(m.SPEC for m in _MODULES.values())
 OPS: tuple[str, ...] = tuple(s.name for s in SPECS)
 CONFIG_LIST_OPS: tuple[str, ...] = tuple(s.name for s in SPECS if s.config_list)
 _SPECS = {s.name: s for s in SPECS}
-# The one op-guessing rule's order: the most specific sniffer first (module docstring of spec.py).
-_SNIFFERS = sorted((s for s in SPECS if s.sniff is not None), key=lambda s: s.sniff_rank)
 
 
 def _module(op: str) -> ModuleType:
@@ -99,7 +98,7 @@ def _module(op: str) -> ModuleType:
         raise UserError(f"unknown op {op!r} (known: {', '.join(OPS)})") from None
 
 
-def spec(op: str) -> OpSpec:
+def spec_of(op: str) -> OpSpec:
     """The OpSpec of one op; UserError listing the known ones for another name."""
     _module(op)
     return _SPECS[op]
@@ -109,7 +108,7 @@ def op_of(words: Sequence[str]) -> str | None:
     """The op a config line or test vector is written for, from its words (None: no op claims
     them): the first spec, in sniff_rank order, whose sniffer does. `run --op auto`,
     `import-tsv` (each row's op) and the key forms of a tool's written key read it."""
-    return next((s.name for s in _SNIFFERS if s.sniff and s.sniff(words)), None)
+    return op_among(SPECS, words)
 
 
 def op_of_vector(written: str) -> str | None:
@@ -125,7 +124,7 @@ def stored_vector(written: str) -> str:
 
 def perf_config_fits(op: str, perf_config: str) -> bool:
     """Whether a perf config can be one of `op`'s (OpSpec.fits)."""
-    return spec(op).fits(perf_config)
+    return spec_of(op).fits(perf_config)
 
 
 def problem_class(op: str) -> type[Problem]:

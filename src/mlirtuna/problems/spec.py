@@ -20,7 +20,7 @@ docs/adding-an-op.md) and no list elsewhere names it:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from mlirtuna.formats.debug import Layout
@@ -59,5 +59,9 @@ class OpSpec:
         return not attention or self.attention_kernel
 
 
-def first_word_is(prefix: str) -> Callable[[Sequence[str]], bool]:
-    return lambda words: bool(words) and words[0].startswith(prefix)
+def op_of(specs: Iterable[OpSpec], words: Sequence[str]) -> str | None:
+    """The one op-guessing rule over `specs`: the first, in sniff_rank order, whose sniffer
+    claims the words (None: none does). problems.op_of asks every op; a fusion module's tuning
+    key, the ops a key can be (problems/fusion.py)."""
+    ranked = sorted((s for s in specs if s.sniff is not None), key=lambda s: s.sniff_rank)
+    return next((s.name for s in ranked if s.sniff is not None and s.sniff(words)), None)

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import mlirtuna.tuners.cpu.fused as fused
+import mlirtuna.tuners.cpu.kernels as kernels
 from mlirtuna.errors import TunerError
-from mlirtuna.tuners.cpu import fused, kernels
 from mlirtuna.tuners.cpu.kernels import CpuOp
 
 

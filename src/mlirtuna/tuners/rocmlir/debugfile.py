@@ -1,11 +1,10 @@
 """The `.debug` file tuningRunner writes with `--debug`: one row per candidate it tried.
 
-A pandas TSV (tuningRunner's DebugFileWriter) of perfRunner's table_entry() columns, read by its
-header names, never by position: the columns differ per op and era (rocMLIR's E3 at 3fc5be9e:
-the problem's columns with `Chip numCU numChiplets`, then `PerfConfig [LDSBankConflict] TFlops
-Stats`; E4 adds `Status`; E2 has an unnamed index column first). A column this reader does not
-know is ignored. The header is written once; a file whose header changes mid-file (the tool
-refuses to append another op's schema) is an error.
+The format is formats/debug.py's (each op's columns declared in its OpSpec; `export --format
+debug` writes it): a pandas TSV of perfRunner's table_entry() columns, read by its header names,
+never by position (the columns differ per op and era). A column this reader does not know is
+ignored. The header is written once; a file whose header changes mid-file (the tool refuses to
+append another op's schema) is an error. What this module adds is the measurements' meaning:
 
 - `Stats`: what rocmlir-tuning-driver `--show-stats` printed for the candidate, which
   tuningRunner json.loads and pandas writes as the dict's repr (JSON accepted too); empty for
