@@ -34,7 +34,7 @@ FROM_E3, E4_ONLY = ("E3", "E4"), ("E4",)
 GPU_COLUMNS = ("Chip", "numCU", "numChiplets")
 PERF_CONFIG, LDS_BANK_CONFLICT, TFLOPS = "PerfConfig", "LDSBankConflict", "TFlops"
 STATS, MEASUREMENTS, STATUS = "Stats", "MeasurementsMs", "Status"
-# What `--debug` appends per era (E2 and E3: the driver's --show-stats dict; E4: every run).
+# What `--debug` appends per era: E3 the driver's --show-stats dict, E4 every run and a status.
 DEBUG_COLUMNS = {"E2": (), "E3": (STATS,), "E4": (MEASUREMENTS, STATUS)}
 NAN = "NaN"
 MISSING = frozenset(("", NAN, "nan"))  # what pandas reads as NaN in a TFlops cell
@@ -74,9 +74,6 @@ class Layout:
     rest: tuple[Column, ...]
     lds_bank_conflict: bool = False
 
-    def columns(self, era: str) -> tuple[Column, ...]:
-        return tuple(c for c in (*self.lead, *self.rest) if era in c.eras)
-
     def header(self, era: str, debug: bool = False) -> tuple[str, ...]:
         """The header the tool writes in `era`; `debug`: with `--debug`'s statistics columns
         (without: the `--debug-quick-tune-data` file). E2's unnamed index column left out."""
@@ -104,14 +101,6 @@ class Gpu:
     chip: str
     num_cu: int
     num_chiplets: int = 1
-
-
-def render_row(
-    layout: Layout, era: str, problem: Any, gpu: Gpu, perf_config: str, tflops: float | None
-) -> str:
-    """One candidate's line (no newline) under `layout.header(era)`."""
-    cells = problem_cells(layout, era, problem, gpu) + candidate_cells(layout, perf_config, tflops)
-    return "\t".join(cells)
 
 
 def problem_cells(layout: Layout, era: str, problem: Any, gpu: Gpu) -> tuple[str, ...]:
@@ -157,10 +146,6 @@ class Header:
     def is_header(self, fields: Sequence[str]) -> bool:
         """Whether a line is a header: this one again, or another (a change mid-file)."""
         return PERF_CONFIG in fields and TFLOPS in fields
-
-    def cell(self, fields: Sequence[str], name: str) -> str | None:
-        at = self.named.get(name)
-        return None if at is None else fields[at]
 
 
 @dataclass(frozen=True)
