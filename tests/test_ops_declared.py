@@ -50,6 +50,7 @@ def test_every_op_has_its_module_in_the_declared_order():
     assert [s.name for s in problems.SPECS] == list(problems.OPS)
     assert tuple(s.name for s in problems.SPECS if s.config_list) == problems.CONFIG_LIST_OPS
     assert problems.CONFIG_LIST_OPS == defaults.CONFIG_LIST_OPS
+    assert set(defaults.MODULE_OPS) == {s.name for s in problems.SPECS if not s.config_list}
 
 
 def test_every_module_that_declares_an_op_is_on_the_roster():

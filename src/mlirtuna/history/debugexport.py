@@ -32,10 +32,6 @@ from mlirtuna.formats import debug
 ERA = "E4"  # the newest columns: gemm's TransO tells two gemms apart that E3's rows would not
 
 
-def header(op: str) -> tuple[str, ...]:
-    return _layout(op).header(ERA)
-
-
 def render(s: Session, chosen: Sequence[TuningSession], op: str | None) -> tuple[str, int]:
     """The file's text and its number of candidate rows."""
     op = op or _single_op(s, chosen)
