@@ -52,7 +52,7 @@ MAKERS = ("mlirtuna", "baseline")
 QTG = "quickTuningGen"
 #: The transfer ceiling's levels (the goal's: within 10 % and 1 % of the best) and its lists:
 #: closed = holding every config that dominates one it holds on the training GPUs; in-family =
-#: every one of the same switch family (quick.families) that does.
+#: every one of the same switch family (quick.switch_families) that does.
 NEAR = (0.90, 0.99)
 CEILINGS = ("closed", "in-family")
 TOL = 1e-9
@@ -158,7 +158,7 @@ def training_view(m):
         "index": index,
         "rank": rank,
         "closed": dominators(r),
-        "in-family": dominators(r, quick.families(m.configs)),
+        "in-family": dominators(r, quick.switch_families(m.configs)),
     }
 
 

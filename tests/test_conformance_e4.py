@@ -158,7 +158,7 @@ def tool_blocks(workdir: Path) -> dict[str, tuple[str, float, dict[str, tuple]]]
             assert r["Status"] == ("Measured" if runs else r["Status"])
             median = statistics.median(runs) * 1e6 if runs else None
             cands[r["PerfConfig"]] = (float(r["TFlops"]) if r["TFlops"] else None, median)
-        out[keys.stored_vector(row[3])] = (row[4], float(row[5]), cands)
+        out[keys.stored_vector(row[3], "gemm")] = (row[4], float(row[5]), cands)
     return out
 
 

@@ -11,7 +11,7 @@ from conftest import DATA
 from support.clitools import cli
 from support.perfrunner_reader import read_tuning_db
 
-from mlirtuna import keys
+from mlirtuna import keys, problems
 from mlirtuna.db.models import ERROR, Job, Problem, Result, TuningSession
 from mlirtuna.errors import InputError
 from mlirtuna.formats import tuningdb
@@ -53,8 +53,8 @@ def with_o(vector: str) -> str:
         ("perf_best", "other"),
     ],
 )
-def test_perf_config_family(perf_config: str, family: str) -> None:
-    assert keys.perf_config_family(perf_config) == family
+def test_perf_config_format(perf_config: str, family: str) -> None:
+    assert keys.perf_config_format(perf_config) == family
 
 
 def test_key_forms_split_and_match_as_perfrunner_does() -> None:
@@ -71,7 +71,8 @@ def test_key_forms_split_and_match_as_perfrunner_does() -> None:
     assert keys.match_key("gemm", f"{G1} -supportsSplitK true") == keys.match_key("gemm", G1)
     assert keys.match_key("gemm", f"{G1} -supportsSplitK false") != keys.match_key("gemm", G1)
     assert keys.match_key("attention", "-seq_len_q 8 -supportsSplitK false") == "-seq_len_q 8"
-    assert keys.match_key(None, "-t f16 -seq_len_q 8 -supportsSplitK true").endswith("true")
+    guessed = problems.op_of_vector("-t f16 -seq_len_q 8 -supportsSplitK true")
+    assert keys.match_key(guessed, "-t f16 -seq_len_q 8 -supportsSplitK true").endswith("true")
     assert (
         keys.match_key("gemm", fused.suffix.replace("true", "true") and f"{G1} {fused.suffix}")
         == G1

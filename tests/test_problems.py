@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mlirtuna import keys
+from mlirtuna import keys, problems
 from mlirtuna.errors import InputError, UserError
 from mlirtuna.problems import (
     AttentionProblem,
@@ -94,10 +94,10 @@ def test_gemm_trans_o_defaults_false_and_is_spelled_only_when_true() -> None:
 def test_gemm_e4_spelling_round_trips_to_the_stored_vector() -> None:
     e4 = keys.e4_vector("gemm", GEMM_LITERAL)
     assert e4 == GEMM_LITERAL.replace("-transB false", "-transB false -transO false")
-    assert keys.stored_vector(e4) == GEMM_LITERAL
-    assert keys.stored_vector(f"{e4} -supportsSplitK true") == GEMM_LITERAL
+    assert keys.stored_vector(e4, "gemm") == GEMM_LITERAL == problems.stored_vector(e4)
+    assert problems.stored_vector(f"{e4} -supportsSplitK true") == GEMM_LITERAL
     transposed = parse("gemm", e4.replace("-transO false", "-transO true")).canonical()
-    assert keys.e4_vector("gemm", transposed) == transposed == keys.stored_vector(transposed)
+    assert keys.e4_vector("gemm", transposed) == transposed == problems.stored_vector(transposed)
     attention = parse("attention", ATTENTION_LITERAL).canonical()
     assert keys.e4_vector("attention", attention) == attention  # already spells -transO
 

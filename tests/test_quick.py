@@ -359,10 +359,10 @@ def test_the_kind_that_owns_a_perf_config_says_what_a_listed_name_means():
     from mlirtuna.tuners import registry
 
     p = parse("gemm", "-t f32 -transA false -transB false -g 1 -m 40 -n 24 -k 100")
-    cpu = registry.listed_on(p, registry.family_of("cpu:v1:40,16,64"))
+    cpu = registry.listed_on(p, registry.tuner_of("cpu:v1:40,16,64"))
     assert cpu.expand("cpu:v1:40,16,64") == [f"cpu:v1:{m},16,64" for m in (64, 128, 256, 512)]
     assert cpu.resolve("cpu:v1:256,16,64") == "cpu:v1:40,16,64"
-    rocmlir = registry.listed_on(p, registry.family_of("v4:1,2,3"))
+    rocmlir = registry.listed_on(p, registry.tuner_of("v4:1,2,3"))
     assert rocmlir is registry.AS_IS
     assert (rocmlir.resolve("v4:1,2,3"), rocmlir.expand("v4:1,2,3")) == ("v4:1,2,3", ["v4:1,2,3"])
     assert registry.listed_on(p, "no-such-family") is registry.AS_IS

@@ -167,7 +167,7 @@ def test_each_switch_family_gets_a_config():
     configs = ["8,0", "16,0", "32,0", "8,1"]
     times = np.array([[1.0, 1.01, 1.02, 3.0], [1.0, 1.01, 1.02, 2.5]])
     m = quick.Matrix(["a", "b"], configs, times)
-    assert quick.families(configs).tolist() == [0, 0, 0, 1]
+    assert quick.switch_families(configs).tolist() == [0, 0, 0, 1]
     assert quick.across_list(m, 2) == ["8,0", "8,1"]
     assert quick.baseline_list(m, 2) == ["8,0", "16,0"]
 

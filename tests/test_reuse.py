@@ -143,12 +143,12 @@ def test_family_changed_needs_a_winner_at_the_new_commit(db, tmp_path):
     assert r.code == 2 and "--sample" in r.stderr and r.stderr.count("\n") == 1
 
 
-def test_perf_config_family():
-    assert reuse.perf_config_family("v4:64,64,8") == "v4"
-    assert reuse.perf_config_family("attn:v3:1,2") == "attn:v3"
-    assert reuse.perf_config_family("64,64,8") == "v1"
-    assert reuse.perf_config_family("gemm:mPerBlock=64,nPerBlock=32") == "gemm:named"
-    assert reuse.perf_config_family("cpu:v1:32,32,32") == "cpu"
+def test_perf_config_format():
+    assert reuse.perf_config_format("v4:64,64,8") == "v4"
+    assert reuse.perf_config_format("attn:v3:1,2") == "attn:v3"
+    assert reuse.perf_config_format("64,64,8") == "v1"
+    assert reuse.perf_config_format("gemm:mPerBlock=64,nPerBlock=32") == "gemm:named"
+    assert reuse.perf_config_format("cpu:v1:32,32,32") == "cpu"
 
 
 def test_session_diff(db, tmp_path):

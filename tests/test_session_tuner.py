@@ -19,7 +19,7 @@ from mlirtuna.history import export
 from mlirtuna.problems import ExpandOptions
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
-from mlirtuna.tuners import tuner_family_of
+from mlirtuna.tuners import tuner_of
 from mlirtuna.tuners.base import Candidate as Cand
 from mlirtuna.tuners.base import TuneOutcome
 from mlirtuna.worker import Worker, WorkerSettings
@@ -69,7 +69,7 @@ def test_worker_without_tuner_runs_the_sessions_tuner(db, db_url, tmp_path, buil
     assert "worker GPU 0: 1 completed" in run.stderr
     with db.session() as s:
         winner = s.scalar(sa.select(Result.perf_config).where(Result.session_id == sid))
-    assert tuner_family_of(winner) == "rocmlir" and not winner.startswith("cpu:")
+    assert tuner_of(winner) == "rocmlir" and not winner.startswith("cpu:")
 
 
 @pytest.mark.parametrize("asked", ["cpu", "sleep:0.1", "plugins.claimlog:Logging"])

@@ -332,7 +332,7 @@ def test_a_compile_batch_is_one_call_split_into_a_bundle_per_problem(db, tmp_pat
         with db.session() as s:
             problem = catalog.load_problem(s, problem_id)
         # the tool's canonical form: E4 spells -transO, matched back in the stored form
-        assert keys.stored_vector(entry["testVector"]) == problem.canonical()
+        assert keys.stored_vector(entry["testVector"], problem.op) == problem.canonical()
         assert "-transO false" in entry["testVector"]
     assert work(db, sid, build, "gpu").stats.completed == 5
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from mlirtuna import catalog, keys, machine, sessions, tuners
+from mlirtuna import catalog, machine, sessions, tuners
 from mlirtuna.db import Database
 from mlirtuna.errors import UserError
 from mlirtuna.history import export, reuse, winners
-from mlirtuna.problems import ExpandOptions, Problem, configlist, problem_class
+from mlirtuna.problems import ExpandOptions, Problem, configlist, op_of, problem_class
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import Session, SessionSpec
 from mlirtuna.worker import WorkerSettings, supervisor
@@ -246,7 +246,7 @@ def detect_op(path: str) -> str:
             )
     except (OSError, UnicodeDecodeError):
         raise UserError(f"cannot read config list {path}") from None
-    op = keys.op_of_flags(first)
+    op = op_of(first)
     if op is None:
         raise UserError(f"{path}: cannot tell the op from its flags: give --op")
     return op

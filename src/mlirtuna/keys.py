@@ -1,4 +1,4 @@
-"""Tuning-DB key forms and perf-config families: what newer rocMLIR adds to the strings it writes.
+"""Tuning-DB key forms and perf-config formats: what newer rocMLIR adds to the strings it writes.
 
 Pure functions, no database (reference: rocmlir-newest §3, §4).
 
@@ -139,13 +139,14 @@ def e4_vector(op: str, vector: str) -> str:
     return " ".join([*words[:at], TRANS_O_FLAG, "false", *words[at:]])
 
 
-def stored_vector(written: str) -> str:
+def stored_vector(written: str, op: str | None) -> str:
     """The stored form of a key as a tool wrote it: the plain vector (split_key), and for a gemm
-    vector (op_of_flags) `-transO false` dropped, the default that mlirtuna's vector leaves
-    out. How a tool's row, `.state` key or index.json testVector is matched back to a job."""
+    vector `-transO false` dropped, the default that mlirtuna's vector leaves out. How a tool's
+    row, `.state` key or index.json testVector is matched back to a job. `op`: the vector's
+    (problems.op_of_vector where only the text is known)."""
     plain = split_key(written).plain
     words = plain.split()
-    if op_of_flags(words) != "gemm" or TRANS_O_FLAG not in words:
+    if op != "gemm" or TRANS_O_FLAG not in words:
         return plain
     at = words.index(TRANS_O_FLAG)
     if at + 1 < len(words) and words[at + 1].lower() in ("false", "0"):
@@ -160,53 +161,26 @@ def split_k_of(suffix: str) -> bool | None:
 def match_key(op: str | None, written: str, canonical_of=None) -> str:
     """The key two DBs are matched on. A key means what perfRunner makes of it: the plain
     canonical vector when its split-K value is what a plain key stands for (so an old-format row
-    meets the new-format row perfRunner would take for it), else the vector with the flag."""
+    meets the new-format row perfRunner would take for it), else the vector with the flag.
+    `op`: the key's (problems.op_of_vector where only the text is known; None: not attention)."""
     key = split_key(written)
-    stored = stored_vector(written)  # gemm's `-transO false` (E4 keys) is the plain vector's
+    stored = stored_vector(written, op)  # gemm's `-transO false` (E4 keys) is the plain vector's
     plain = canonical_of(stored) if canonical_of else stored
-    if key.split_k is None or key.split_k == plain_split_k(op or guess_op(plain)):
+    if key.split_k is None or key.split_k == plain_split_k(op or ""):
         return plain
     return f"{plain} {SPLIT_K_FLAG} {'true' if key.split_k else 'false'}"
 
 
-def guess_op(vector: str) -> str:
-    """The op of a plain test vector, from its syntax (vectors of different ops cannot
-    collide): conv strings start with conv or -F, attention ones carry -seq_len_q."""
-    words = vector.split()
-    if not words:
-        return "gemm"
-    if words[0].startswith("conv") or "-F" in words:
-        return "conv"
-    if "-seq_len_q" in words or "-seq_len" in words:
-        return "attention"
-    return "gemm"
-
-
-def op_of_flags(words: list[str]) -> str | None:
-    """The op a config line or test vector is written for, from its flags (None: cannot tell):
-    -gemmO makes a gemm_gemm (conv_gemm with -c), -seq_len_q attention, a leading `conv` or
-    -c a conv, -m a gemm. `run --op auto` and `import-tsv` (each row's op) read it."""
-    flags = set(words)
-    if "-gemmO" in flags:
-        return "conv_gemm" if "-c" in flags else "gemm_gemm"
-    if "-seq_len_q" in flags or "-seq_len" in flags:
-        return "attention"
-    if (words and words[0].startswith("conv")) or "-c" in flags:
-        return "conv"
-    if "-m" in flags:
-        return "gemm"
-    return None
-
-
-# --- perf-config families ------------------------------------------------------------------
+# --- perf-config formats (a row's `perf_family` column) -----------------------------------
 
 _NAMED_RE = re.compile(r"^(gemm|attn):[A-Za-z]\w*=")
 _VERSIONED_RE = re.compile(r"^(?:(gemm|attn):)?v(\d+):")
 _CPU_RE = re.compile(r"^cpu:")
 
 
-def perf_config_family(perf_config: str) -> str:
-    """The family of a perf config string, from its prefix (the string itself is never changed):
+def perf_config_format(perf_config: str) -> str:
+    """The format a perf config string is written in (stored as the row's `perf_family`), from
+    its prefix (the string itself is never changed):
 
     v1 (positional, no prefix), v2 … v4, attn:v1 … attn:v3 (rocMLIR); gemm:v1 … gemm:v5 and
     attn:v1 … attn:v6 positional, gemm:named / attn:named (rocmlirTriton's key=value form);
@@ -227,16 +201,3 @@ def perf_config_family(perf_config: str) -> str:
     if re.fullmatch(r"-?\d+(,-?\d+)+", text):
         return "v1"
     return "other"
-
-
-# Ops tuned with rocMLIR's attention attribute (attn:… perf configs): gemm_gemm and conv_gemm
-# are two-GEMM kernels built as attention is (history/perffields.py).
-ATTENTION_FAMILY_OPS = ("attention", "gemm_gemm", "conv_gemm")
-
-
-def perf_config_fits(op: str, perf_config: str) -> bool:
-    """Whether a perf config can be one of `op`'s: an attention perf config (`attn:…`,
-    `cpu:attn:…`) names no conv or gemm kernel."""
-    text = perf_config.strip()
-    attention = text.startswith(("attn:", "cpu:attn:"))
-    return not attention or op in ATTENTION_FAMILY_OPS

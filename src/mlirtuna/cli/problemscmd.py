@@ -6,9 +6,9 @@ import typer
 
 import mlirtuna.cli.common as common
 import mlirtuna.cli.options as options
-from mlirtuna.defaults import DEFAULT_MAX_MODULE_BYTES, OPS
+from mlirtuna.defaults import CONFIG_LIST_OPS, DEFAULT_MAX_MODULE_BYTES, MODULE_OPS
 
-OP_HELP = f"{', '.join(OPS[:-1])} or {OPS[-1]} (.mlir files / directories)."
+OP_HELP = f"{', '.join(CONFIG_LIST_OPS)} or {', '.join(MODULE_OPS)} (.mlir files / directories)."
 
 
 def import_(

@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from mlirtuna.keys import perf_config_family
+from mlirtuna.keys import perf_config_format
 
 # Constraint names are fixed so that migrations name them the same on every backend.
 NAMING = {
@@ -385,11 +385,11 @@ class Attempt(Base):
 
 
 def _family_default(context) -> str:
-    return perf_config_family(context.get_current_parameters().get("perf_config") or "")
+    return perf_config_format(context.get_current_parameters().get("perf_config") or "")
 
 
 def _perf_family() -> Mapped[str]:
-    """keys.perf_config_family of the row's perf_config, filled on insert (one place for it)."""
+    """keys.perf_config_format of the row's perf_config, filled on insert (one place for it)."""
     return mapped_column(String(16), default=_family_default, server_default="")
 
 

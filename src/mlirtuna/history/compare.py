@@ -325,7 +325,8 @@ def tsv_side(path: str, op: str | None, known: frozenset[str] = frozenset()) -> 
         if tsvimport.no_winner(row):
             continue
         try:
-            key = keys.match_key(op, row.test_vector, canonical)
+            row_op = op or problems.op_of_vector(row.test_vector)
+            key = keys.match_key(row_op, row.test_vector, canonical)
         except InputError as exc:
             raise exc.at(path, row.lineno) from None
         context = (row.arch, row.num_cu, row.num_chiplets, row.tuning_space)

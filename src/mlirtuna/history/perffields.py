@@ -1,7 +1,7 @@
 """A perf config's named fields: the one place that splits a perf-config string into what its
 numbers mean, for the dashboard's candidate table and plots (the string itself stays the key).
 
-The family comes from keys.perf_config_family; the field names are rocMLIR's
+The family comes from keys.perf_config_format; the field names are rocMLIR's
 (/work/shared/reference/rocmlir-interfaces.md, section 3, "perf_config string formats"):
 
 - v1 accel `mPerBlock,nPerBlock,kPerBlock,mPerWave,nPerWave,kPack,forceUnroll,bCopyMore`
@@ -19,7 +19,7 @@ kept as its text.
 
 from __future__ import annotations
 
-from mlirtuna.keys import perf_config_family
+from mlirtuna.keys import perf_config_format
 
 # (family, number of values) -> field names, in order.
 LAYOUTS: dict[tuple[str, int], tuple[str, ...]] = {
@@ -67,7 +67,7 @@ def _value(text: str) -> Value:
 def _family_and_values(perf_config: str) -> tuple[str, str]:
     """(family as LAYOUTS names it, the comma list after the prefix)."""
     text = perf_config.strip()
-    family = perf_config_family(text)
+    family = perf_config_format(text)
     if family == "cpu":
         prefix, _, rest = text.rpartition(":")
         return prefix, rest  # cpu:v1, cpu:attn:v1

@@ -27,7 +27,7 @@ from mlirtuna import sessions
 from mlirtuna.db import Database, db_now
 from mlirtuna.db.models import COMPLETED, Job, Problem, Result, TuningSession
 from mlirtuna.errors import UserError
-from mlirtuna.keys import perf_config_family  # the one place for families
+from mlirtuna.keys import perf_config_format  # the one place for families
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import Session
 
@@ -37,20 +37,21 @@ CONTEXT_FIELDS = ("arch_full", "num_cu", "num_chiplets", "tuning_space", "mlir_v
 RULES = ("all", "family-changed")
 
 
-def tuner_family(tuner: str) -> str:
-    """Imported .tsv files come from rocMLIR's tuningRunner: the tuner whose perf configs carry
-    no tuner prefix (rocmlir, the registry says) (and `sleep:0.1` is the sleep tuner)."""
+def measured_by(tuner: str) -> str:
+    """The tuner that measured a session's results: its own (`sleep:0.1` is the sleep tuner);
+    imported .tsv files come from rocMLIR's tuningRunner, the tuner whose perf configs carry no
+    prefix (rocmlir, the registry says)."""
     import mlirtuna.history.tsvimport as tsvimport
     from mlirtuna import tuners
 
     name = sessions.tuner_name(tuner)
-    return tuners.family_of("") if name == tsvimport.TUNER else name
+    return tuners.tuner_of("") if name == tsvimport.TUNER else name
 
 
 def same_context(a: Session | TuningSession, b: Session | TuningSession) -> bool:
-    """The same context and tuner family, stand-in or not."""
+    """The same context and the same tuner measured (measured_by), stand-in or not."""
     same = all(getattr(a, f) == getattr(b, f) for f in CONTEXT_FIELDS)
-    return same and tuner_family(a.tuner) == tuner_family(b.tuner)
+    return same and measured_by(a.tuner) == measured_by(b.tuner)
 
 
 def equivalent(a: Session | TuningSession, b: Session | TuningSession) -> bool:
@@ -260,7 +261,7 @@ def _family_changed(s: OrmSession, target: TuningSession, old: dict[int, Tuned])
     ops = dict(s.execute(sa.select(Problem.id, Problem.op)).all())
     families: dict[str, set[str]] = {}
     for t in new.values():
-        families.setdefault(ops[t.problem_id], set()).add(perf_config_family(t.perf_config))
+        families.setdefault(ops[t.problem_id], set()).add(perf_config_format(t.perf_config))
     missing = sorted({ops[p] for p in old} - set(families))
     if missing:
         raise UserError(
@@ -268,7 +269,7 @@ def _family_changed(s: OrmSession, target: TuningSession, old: dict[int, Tuned])
             f"{', '.join(missing)} yet, so the new perf config family is unknown: tune a sample "
             "first (--sample N), then load with --rule family-changed"
         )
-    return {p for p, t in old.items() if perf_config_family(t.perf_config) not in families[ops[p]]}
+    return {p for p, t in old.items() if perf_config_format(t.perf_config) not in families[ops[p]]}
 
 
 def load(
@@ -372,7 +373,7 @@ def diff(db: Database, a_id: int, b_id: int) -> SessionDiff:
 def _family_counts(tuned: Iterable[Tuned]) -> dict[str, int]:
     out: dict[str, int] = {}
     for t in tuned:
-        fam = perf_config_family(t.perf_config)
+        fam = perf_config_format(t.perf_config)
         out[fam] = out.get(fam, 0) + 1
     return dict(sorted(out.items()))
 

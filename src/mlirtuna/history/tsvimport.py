@@ -191,7 +191,7 @@ class AlreadyImported:
     sessions: list[int]
 
 
-AUTO = "auto"  # each row's op from its test vector (keys.op_of_flags)
+AUTO = "auto"  # each row's op from its test vector (problems.op_of_vector)
 
 
 def import_tsv(
@@ -441,7 +441,7 @@ class _Parser:
 
     def row_op(self, written: str) -> str:
         """The op of a test vector: from its flags, else --op; neither is one clear error."""
-        found = keys.op_of_flags(keys.split_key(written).plain.split())
+        found = problems.op_of_vector(written)
         if found is None and self.op is None:
             raise InputError("cannot tell this row's op from its flags: give --op")
         return found or self.op or ""
@@ -493,7 +493,7 @@ class _Parser:
         op, canonical, flops = self.vector(key.plain)
         if len(row.perf_config) > _LIMITS["perfConfig"]:
             _check_width("perfConfig", row.perf_config)
-        if not keys.perf_config_fits(op, row.perf_config):
+        if not problems.perf_config_fits(op, row.perf_config):
             raise InputError(
                 f"perf config {quote(row.perf_config)} is an attention one, not {op}'s"
             )

@@ -7,20 +7,24 @@ The contract every op module fulfils (see conv.py, gemm.py, attention.py):
 - `Cls.op` (class attribute), `p.canonical() -> str`, `p.flops() -> int`,
   `p.columns() -> dict` (field name -> value), `Cls.from_columns(dict)`;
 - `parse(line) -> Problem` raising errors.InputError (no file/line: the reader adds those);
-- `expand(line, options) -> list[str]`: perfRunner's expansion of one config-list line.
+- `expand(line, options) -> list[str]`: perfRunner's expansion of one config-list line;
+- `SPEC`: its OpSpec (spec.py), what every other layer knows of the op: its sniffer, config
+  table, `.debug` columns, perf-config family and `.inc` section. The modules are the ones
+  defaults.OPS names (the roster `--help` reads without importing this package); problems.OPS,
+  CONFIG_LIST_OPS and SPECS derive from their specs.
 
 This package must import nothing from the database layer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import importlib
+from collections.abc import Mapping, Sequence
 from types import ModuleType
-from typing import Any, TypeAlias
+from typing import Any, ClassVar, Protocol
 
-from mlirtuna.defaults import CONFIG_LIST_OPS, OPS
+from mlirtuna import defaults, keys
 from mlirtuna.errors import UserError
-from mlirtuna.problems import attention, conv, conv_gemm, fusion, gemm, gemm_gemm
 from mlirtuna.problems.attention import AttentionProblem
 from mlirtuna.problems.conv import ConvProblem
 from mlirtuna.problems.conv_gemm import ConvGemmProblem
@@ -28,10 +32,13 @@ from mlirtuna.problems.flags import ExpandOptions
 from mlirtuna.problems.fusion import FusionProblem
 from mlirtuna.problems.gemm import GemmProblem
 from mlirtuna.problems.gemm_gemm import GemmGemmProblem
+from mlirtuna.problems.spec import OpSpec
+from mlirtuna.problems.spec import op_of as op_among
 
 __all__ = [
     "CONFIG_LIST_OPS",
     "OPS",
+    "SPECS",
     "AttentionProblem",
     "ConvGemmProblem",
     "ConvProblem",
@@ -39,24 +46,49 @@ __all__ = [
     "FusionProblem",
     "GemmGemmProblem",
     "GemmProblem",
+    "OpSpec",
     "Problem",
     "check_options",
     "expand",
     "expand_problems",
     "from_columns",
+    "op_of",
+    "op_of_vector",
     "parse",
+    "perf_config_fits",
     "problem_class",
+    "spec_of",
+    "stored_vector",
 ]
 
 
-Problem: TypeAlias = (
-    ConvProblem | GemmProblem | AttentionProblem | GemmGemmProblem | ConvGemmProblem | FusionProblem
-)
+class Problem(Protocol):
+    """What every op's problem dataclass is (the module docstring's contract): a protocol, not a
+    union of the classes, so that a new op's module is all this package needs."""
 
-# Each op's module, by the op its problem class names (defaults.OPS is their order).
-_MODULES: dict[str, ModuleType] = {
-    m.PROBLEM.op: m for m in (conv, gemm, attention, gemm_gemm, conv_gemm, fusion)
-}
+    op: ClassVar[str]
+
+    def canonical(self) -> str: ...
+
+    def flops(self) -> int: ...
+
+    def columns(self) -> dict[str, Any]: ...
+
+
+def _op_modules() -> dict[str, ModuleType]:
+    """Each op's module, by name, in the roster's order; its SPEC must name it."""
+    modules = {op: importlib.import_module(f"{__name__}.{op}") for op in defaults.OPS}
+    for op, module in modules.items():
+        if module.SPEC.name != op or module.SPEC.problem.op != op:
+            raise ImportError(f"problems/{op}.py declares op {module.SPEC.name!r}")
+    return modules
+
+
+_MODULES = _op_modules()
+SPECS: tuple[OpSpec, ...] = tuple(m.SPEC for m in _MODULES.values())
+OPS: tuple[str, ...] = tuple(s.name for s in SPECS)
+CONFIG_LIST_OPS: tuple[str, ...] = tuple(s.name for s in SPECS if s.config_list)
+_SPECS = {s.name: s for s in SPECS}
 
 
 def _module(op: str) -> ModuleType:
@@ -64,6 +96,35 @@ def _module(op: str) -> ModuleType:
         return _MODULES[op]
     except KeyError:
         raise UserError(f"unknown op {op!r} (known: {', '.join(OPS)})") from None
+
+
+def spec_of(op: str) -> OpSpec:
+    """The OpSpec of one op; UserError listing the known ones for another name."""
+    _module(op)
+    return _SPECS[op]
+
+
+def op_of(words: Sequence[str]) -> str | None:
+    """The op a config line or test vector is written for, from its words (None: no op claims
+    them): the first spec, in sniff_rank order, whose sniffer does. `run --op auto`,
+    `import-tsv` (each row's op) and the key forms of a tool's written key read it."""
+    return op_among(SPECS, words)
+
+
+def op_of_vector(written: str) -> str | None:
+    """op_of on a written key's plain test vector (split-K and fusion words dropped)."""
+    return op_of(keys.split_key(written).plain.split())
+
+
+def stored_vector(written: str) -> str:
+    """keys.stored_vector of a key whose op only its text tells (a tool's row, `.state` key or
+    index.json testVector)."""
+    return keys.stored_vector(written, op_of_vector(written))
+
+
+def perf_config_fits(op: str, perf_config: str) -> bool:
+    """Whether a perf config can be one of `op`'s (OpSpec.fits)."""
+    return spec_of(op).fits(perf_config)
 
 
 def problem_class(op: str) -> type[Problem]:

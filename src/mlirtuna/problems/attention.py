@@ -29,6 +29,7 @@ from itertools import product
 from typing import Any, ClassVar
 
 from mlirtuna.errors import InputError
+from mlirtuna.formats import debug as dbg
 from mlirtuna.problems.flags import (
     Columns,
     ExpandOptions,
@@ -41,6 +42,7 @@ from mlirtuna.problems.flags import (
     known_name,
     option_values,
 )
+from mlirtuna.problems.spec import OpSpec
 
 DATA_TYPES = ("i8", "f32", "f16", "bf16")
 
@@ -197,3 +199,36 @@ def expand(line: str, options: ExpandOptions) -> list[str]:
 
 
 PROBLEM = AttentionProblem
+
+
+SPEC = OpSpec(
+    name="attention",
+    problem=AttentionProblem,
+    table="attention_config",
+    flags=FLAGS,
+    sniff=lambda words: "-seq_len_q" in words or "-seq_len" in words,
+    sniff_rank=1,
+    debug=dbg.Layout(
+        lead=(dbg.Column("DataType", "data_type"),),
+        rest=(
+            *(dbg.Column(f"Trans{x}", f"trans_{x.lower()}") for x in "QKVO"),
+            dbg.Column("Causal", "causal", eras=dbg.FROM_E3),
+            dbg.Column("ReturnLSE", "return_lse", eras=dbg.FROM_E3),
+            dbg.Column("SplitKV", "split_kv", eras=dbg.FROM_E3),
+            # no sliding window in mlirtuna's attention: perfRunner's "off"
+            dbg.Column("SlidingWindowLookBack", default="-1", eras=dbg.FROM_E3),
+            dbg.Column("WithAttnScale", "with_attn_scale"),
+            dbg.Column("WithAttnBias", "with_attn_bias", eras=dbg.FROM_E3),
+            dbg.Column("TransBias", "trans_bias", eras=dbg.FROM_E3),
+            dbg.Column("G", "group_size"),
+            dbg.Column("SeqLenQ", "seq_len_q"),
+            dbg.Column("SeqLenK", "seq_len_k"),
+            dbg.Column("NumHeadsQ", "num_heads_q", eras=dbg.FROM_E3),
+            dbg.Column("NumHeadsKV", "num_heads_kv", eras=dbg.FROM_E3),
+            dbg.Column("HeadDimQK", "head_dim_qk"),
+            dbg.Column("HeadDimV", "head_dim_v"),
+        ),
+    ),
+    attention_kernel=True,
+    inc_section="GemmGemm",  # quickTuningGen.py: attention lists are GemmGemm's on every arch
+)

@@ -30,11 +30,13 @@ num_chiplets, TUNE_REP_MS and -transBias), checked against 00267dbf and the olde
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import ClassVar, cast
 
 from mlirtuna.errors import InputError, UserError
+from mlirtuna.formats import debug as dbg
 from mlirtuna.problems.flags import (
     Columns,
     ExpandOptions,
@@ -45,6 +47,7 @@ from mlirtuna.problems.flags import (
     int_value,
     option_values,
 )
+from mlirtuna.problems.spec import OpSpec
 
 PREFIX_TYPES = {
     "conv": "f32",
@@ -340,3 +343,30 @@ def expand(line: str, options: ExpandOptions) -> list[str]:
 
 
 PROBLEM = ConvProblem
+
+
+def _sniff(words: Sequence[str]) -> bool:
+    """A conv line starts with its prefix (`conv…`); a vector written without one still has
+    -c (in channels) or -F (direction), which no gemm or attention line has."""
+    return (bool(words) and words[0].startswith("conv")) or "-c" in words or "-F" in words
+
+
+SPEC = OpSpec(
+    name="conv",
+    problem=ConvProblem,
+    table="conv_config",
+    flags=FLAGS,
+    sniff=_sniff,
+    sniff_rank=2,  # after conv_gemm (which has -c too)
+    debug=dbg.Layout(
+        lead=(dbg.Column("Direction", "direction"), dbg.Column("DataType", "data_type")),
+        rest=(
+            dbg.FILTER_LAYOUT,
+            dbg.INPUT_LAYOUT,
+            dbg.OUTPUT_LAYOUT,
+            *dbg.CONV_SIZES,
+            *dbg.CONV_WINDOW,
+        ),
+        lds_bank_conflict=True,
+    ),
+)

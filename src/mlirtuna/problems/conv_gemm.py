@@ -24,6 +24,7 @@ from itertools import product
 from typing import Any, ClassVar
 
 from mlirtuna.errors import InputError, UserError
+from mlirtuna.formats import debug as dbg
 from mlirtuna.problems.conv import check_shape, layout_error, out_size
 from mlirtuna.problems.flags import (
     Columns,
@@ -36,6 +37,7 @@ from mlirtuna.problems.flags import (
     known_name,
     option_values,
 )
+from mlirtuna.problems.spec import OpSpec
 
 DATA_TYPES = ("f32", "f16", "bf16")
 DEFAULT_LAYOUTS = ("NHWC", "NCHW")
@@ -196,3 +198,26 @@ def expand(line: str, options: ExpandOptions) -> list[str]:
 
 
 PROBLEM = ConvGemmProblem
+
+
+SPEC = OpSpec(
+    name="conv_gemm",
+    problem=ConvGemmProblem,
+    table="conv_gemm_config",
+    flags=FLAGS,
+    sniff=lambda words: "-gemmO" in words and "-c" in words,
+    sniff_rank=0,
+    debug=dbg.Layout(
+        lead=(dbg.Column("DataType", "data_type"),),
+        rest=(
+            dbg.FILTER_LAYOUT,
+            dbg.INPUT_LAYOUT,
+            dbg.Column("TransC", "trans_c"),
+            dbg.Column("TransO", "trans_o"),
+            *dbg.CONV_SIZES,
+            dbg.Column("O", "gemm_o"),
+            *dbg.CONV_WINDOW,
+        ),
+    ),
+    attention_kernel=True,  # built as attention is: attn:… perf configs
+)

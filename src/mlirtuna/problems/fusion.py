@@ -33,6 +33,7 @@ from mlirtuna import keys
 from mlirtuna.errors import InputError, UserError
 from mlirtuna.problems.flags import Columns, ExpandOptions
 from mlirtuna.problems.migraphx import Function, Module, Op, read_module
+from mlirtuna.problems.spec import OpSpec, op_of
 
 KEY_OPS = ("conv", "gemm", "gemm_gemm")
 CONV_TYPES = {"f32": "f32", "f16": "f16", "bf16": "bf16", "i8": "i8"}
@@ -120,11 +121,12 @@ def parse_key(emitted: str) -> tuple[str, str]:
     tokens = _strip_key_extras(problem.split())
     if not tokens:
         raise InputError(f"empty tuning key in {emitted.strip()!r}")
-    if tokens[0].startswith("conv"):
+    op = op_of((conv.SPEC, gemm.SPEC, gemm_gemm.SPEC), tokens)  # KEY_OPS, by the one rule
+    if op == "conv":
         return "conv", conv.parse(" ".join(tokens)).canonical()
-    if "-gemmO" in tokens:
+    if op == "gemm_gemm":
         return "gemm_gemm", gemm_gemm.parse(" ".join(tokens)).canonical()
-    key = gemm.parse(" ".join(tokens)).canonical()
+    key = gemm.parse(" ".join(tokens)).canonical()  # gemm, or gemm's parser says what is wrong
     # The key as rocmlir-gen spelled it: a gemm key that gives -transO keeps it (false too),
     # since the tool's rows for the module are keyed by that very string.
     return "gemm", keys.e4_vector("gemm", key) if keys.TRANS_O_FLAG in tokens else key
@@ -316,3 +318,16 @@ def expand(line: str, options: ExpandOptions) -> list[str]:
 
 
 PROBLEM = FusionProblem
+
+
+SPEC = OpSpec(
+    name="fusion",
+    problem=FusionProblem,
+    table="fusion_config",
+    flags=frozenset(),
+    sniff=None,  # a module, not a config line (`run --op auto` takes .mlir files and folders)
+    sniff_rank=99,
+    # The tool tunes a module as its key's conv or gemm and writes that op's .debug rows.
+    debug=None,
+    config_list=False,
+)

@@ -36,6 +36,7 @@ from functools import lru_cache
 from typing import ClassVar
 
 from mlirtuna.errors import InputError
+from mlirtuna.formats import debug as dbg
 from mlirtuna.problems.flags import (
     Columns,
     ExpandOptions,
@@ -48,6 +49,7 @@ from mlirtuna.problems.flags import (
     known_name,
     option_values,
 )
+from mlirtuna.problems.spec import OpSpec
 
 FP8_PAIRS = ("fp8_fp8", "fp8_bf8", "bf8_fp8", "bf8_bf8")  # A_B operand types
 DATA_TYPES = ("f32", "f16", "bf16", "i8", "fp8", "f4E2M1FN", *FP8_PAIRS)
@@ -177,3 +179,32 @@ def expand(line: str, options: ExpandOptions) -> list[str]:
 
 
 PROBLEM = GemmProblem
+
+
+SPEC = OpSpec(
+    name="gemm",
+    problem=GemmProblem,
+    table="gemm_config",
+    flags=FLAGS,
+    sniff=lambda words: "-m" in words,  # asked last: conv lines carry `-m conv` too
+    sniff_rank=3,
+    debug=dbg.Layout(
+        lead=(dbg.Column("DataType", "data_type"), dbg.Column("OutDataType", "out_data_type")),
+        rest=(
+            dbg.Column("TransA", "trans_a"),
+            dbg.Column("TransB", "trans_b"),
+            dbg.Column("TransO", "trans_o", eras=dbg.E4_ONLY),  # E3 has none
+            dbg.Column("G", "group_size"),
+            dbg.Column("M", "m"),
+            dbg.Column("K", "k"),
+            dbg.Column("N", "n"),
+            # Scaled gemms (E3 on): mlirtuna's gemm has no scales, so the plain values.
+            dbg.Column("ScaledGemm", default="False", eras=dbg.FROM_E3),
+            dbg.Column("ScaleADtype", eras=dbg.FROM_E3),
+            dbg.Column("ScaleBDtype", eras=dbg.FROM_E3),
+            dbg.Column("TransScaleA", default="False", eras=dbg.FROM_E3),
+            dbg.Column("TransScaleB", default="False", eras=dbg.FROM_E3),
+        ),
+        lds_bank_conflict=True,
+    ),
+)

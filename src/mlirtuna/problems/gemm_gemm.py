@@ -22,6 +22,7 @@ from itertools import product
 from typing import Any, ClassVar
 
 from mlirtuna.errors import InputError
+from mlirtuna.formats import debug as dbg
 from mlirtuna.problems.flags import (
     Columns,
     ExpandOptions,
@@ -33,6 +34,7 @@ from mlirtuna.problems.flags import (
     known_name,
     option_values,
 )
+from mlirtuna.problems.spec import OpSpec
 
 DATA_TYPES = ("f32", "f16", "bf16")
 
@@ -140,3 +142,25 @@ def expand(line: str, options: ExpandOptions) -> list[str]:
 
 
 PROBLEM = GemmGemmProblem
+
+
+SPEC = OpSpec(
+    name="gemm_gemm",
+    problem=GemmGemmProblem,
+    table="gemm_gemm_config",
+    flags=FLAGS,
+    sniff=lambda words: "-gemmO" in words and "-c" not in words,
+    sniff_rank=0,
+    debug=dbg.Layout(
+        lead=(dbg.Column("DataType", "data_type"),),
+        rest=(
+            *(dbg.Column(f"Trans{x}", f"trans_{x.lower()}") for x in "ABCO"),
+            dbg.Column("G", "group_size"),
+            dbg.Column("M", "m"),
+            dbg.Column("K", "k"),
+            dbg.Column("N", "n"),
+            dbg.Column("O", "gemm_o"),
+        ),
+    ),
+    attention_kernel=True,  # built as attention is: attn:… perf configs
+)

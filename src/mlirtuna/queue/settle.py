@@ -36,7 +36,7 @@ from mlirtuna.db.models import (
 from mlirtuna.db.text import MAX_CANDIDATE_ERROR_BYTES
 from mlirtuna.db.text import cut_text as _cut
 from mlirtuna.errors import RecordConflict
-from mlirtuna.keys import perf_config_family
+from mlirtuna.keys import perf_config_format
 from mlirtuna.queue.claim import Lease, NextClaim, claimed_with
 
 if TYPE_CHECKING:  # annotations only: `status` and `jobs` need no tuner code loaded
@@ -215,7 +215,7 @@ def _record_params(lease: Lease, outcome: TuneOutcome) -> dict[str, object]:
         "w_perf_config": w.perf_config,
         "w_kernel_time": w.kernel_time_ns,
         "w_tflops": w.tflops,
-        "w_perf_family": perf_config_family(w.perf_config),
+        "w_perf_family": perf_config_format(w.perf_config),
         "w_margin": m and m.margin,
         "w_noise": m and m.noise,
         "p_outcome": "completed",
@@ -243,7 +243,7 @@ def _candidate_columns(c: Candidate) -> dict[str, object]:
         "kernel_time": c.kernel_time_ns,
         "tflops": c.tflops,
         "error": _cut(c.error, MAX_CANDIDATE_ERROR_BYTES),
-        "perf_family": perf_config_family(c.perf_config),
+        "perf_family": perf_config_format(c.perf_config),
         **_spread_columns(c),
     }
 

@@ -14,14 +14,11 @@ from mlirtuna.tuners.registry import (
     AUTO,
     TunerKind,
     cannot_run,
-    family_of,
     kind,
     make,
     names,
+    tuner_of,
 )
-
-# The name tests and older callers know family_of by.
-tuner_family_of = family_of
 
 __all__ = [
     "AUTO",
@@ -31,9 +28,8 @@ __all__ = [
     "Tuner",
     "TunerKind",
     "cannot_run",
-    "family_of",
     "kind",
     "make",
     "names",
-    "tuner_family_of",
+    "tuner_of",
 ]

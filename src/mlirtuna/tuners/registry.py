@@ -107,7 +107,7 @@ class TunerKind:
 
     def owns(self, perf_config: str) -> bool:
         """Whether a perf config is of this tuner's family (True when that is not checked)."""
-        return self.perf_prefix is None or family_of(perf_config) == self.name
+        return self.perf_prefix is None or tuner_of(perf_config) == self.name
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -175,17 +175,17 @@ def names() -> list[str]:
     return [*BUILT_IN, *sorted(_entry_points().keys() - BUILT_IN.keys())]
 
 
-def family_of(perf_config: str) -> str:
+def tuner_of(perf_config: str) -> str:
     """Which registered tuner wrote a perf config, by its first word (`cpu:…`, `sleep:…`, a
     plugin's prefix); else the tuner whose perf configs carry no prefix (rocmlir: v2:…, v3:…,
-    attn:v1:… and the bare comma lists of older rocMLIR). Not keys.perf_config_family, which
+    attn:v1:… and the bare comma lists of older rocMLIR). Not keys.perf_config_format, which
     tells a perf config's format apart (v2, attn:v1, …)."""
     prefixes = _prefixes()
     return prefixes.get(perf_config.partition(":")[0], prefixes.get("", ""))
 
 
 def listed_on(problem: Problem, family: str) -> Listed:
-    """What the perf configs of a tuner family (family_of) mean on this problem: the kind of
+    """What the perf configs of a tuner family (tuner_of) mean on this problem: the kind of
     that family says (TunerKind.listed); a family no kind clips, or none knows, as is."""
     found = _known().get(family)
     if found is None or found.listed is None:

@@ -428,7 +428,7 @@ def foreign_perf_config(session: sessions.Session, outcome: TuneOutcome) -> str 
     for c in [outcome.winner, *outcome.candidates]:
         if not kind.owns(c.perf_config):
             return (
-                f"perf config {c.perf_config} is of the {tuners.family_of(c.perf_config)} tuner, "
+                f"perf config {c.perf_config} is of the {tuners.tuner_of(c.perf_config)} tuner, "
                 f"not of session {session.id}'s tuner {session.tuner_name}: nothing recorded"
             )
     return None

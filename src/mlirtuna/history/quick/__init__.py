@@ -36,9 +36,9 @@ from mlirtuna.history.quick.across import (
     baseline_list,
     best_in_list,
     build_across,
-    families,
     leave_one_out,
     matrix_of,
+    switch_families,
     unit_scores,
 )
 from mlirtuna.history.quick.collect import histories
@@ -67,7 +67,6 @@ __all__ = [
     "build_across",
     "build_one",
     "columns",
-    "families",
     "geomean",
     "greedy",
     "histories",
@@ -81,6 +80,7 @@ __all__ = [
     "save",
     "set_cover",
     "stored",
+    "switch_families",
     "top_k",
     "unit_scores",
 ]

@@ -92,7 +92,7 @@ def _row_weights(units: Sequence[str]) -> Any:
     return w / w.sum()
 
 
-def families(configs: Sequence[str]) -> Any:
+def switch_families(configs: Sequence[str]) -> Any:
     """Per config, its family: the values of its switch fields (fields split on `,` and `:`
     with exactly SWITCH_VALUES distinct values over all configs). One family when none."""
     import numpy as np
@@ -139,7 +139,7 @@ def across_list(m: Matrix, k: int) -> list[str]:
     logs = _log_ratios(m)  # (configs, rows)
     score = logs @ _row_weights(m.units)
     chosen = _robust_cover(logs, _row_weights(m.units), score, k)
-    chosen += _family_picks(families(m.configs), score, chosen, k)
+    chosen += _family_picks(switch_families(m.configs), score, chosen, k)
     chosen += _virtual_cover(logs, score, chosen, k)
     return [m.configs[j] for j in chosen]
 

@@ -15,7 +15,7 @@ from mlirtuna.db.models import Candidate, Problem, Result
 from mlirtuna.errors import MlirtunaError, UserError
 from mlirtuna.history.quick.groups import Expander, Group, History, Resolver
 from mlirtuna.problems import parse
-from mlirtuna.tuners.registry import Listed, family_of, listed_on
+from mlirtuna.tuners.registry import Listed, listed_on, tuner_of
 
 
 def histories(db: Database, session_ids: Sequence[int], op: str | None = None) -> list[History]:
@@ -98,10 +98,10 @@ def _meanings(parsed: Mapping[int, Any]) -> tuple[Resolver, Expander]:
     known: dict[tuple[int, str], Listed] = {}
 
     def listed(pc: str, pid: int) -> Listed:
-        key = (pid, pc.partition(":")[0])  # the first word decides the family (family_of)
+        key = (pid, pc.partition(":")[0])  # the first word decides the family (tuner_of)
         found = known.get(key)
         if found is None:
-            found = known[key] = listed_on(parsed[pid], family_of(pc))
+            found = known[key] = listed_on(parsed[pid], tuner_of(pc))
         return found
 
     def resolve(pc: str, pid: int) -> str:

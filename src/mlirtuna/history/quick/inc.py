@@ -9,6 +9,7 @@ from typing import Any
 
 from mlirtuna.errors import UserError
 from mlirtuna.history.quick.groups import GroupList
+from mlirtuna.problems import spec_of
 
 
 def render_list(lists: Sequence[GroupList]) -> str:
@@ -35,8 +36,9 @@ INC_LOOKUPS = ("NonAccel", "Accel", "GemmGemm")
 
 
 def instruction_type(arch: str, data_type: str, op: str) -> str:
-    if op == "attention":
-        return "GemmGemm"
+    fixed = spec_of(op).inc_section  # the op's own section on every arch (attention: GemmGemm)
+    if fixed:
+        return fixed
     if arch.startswith("gfx9"):
         return "XDL"
     if arch.startswith("gfx1") and data_type != "f32":
@@ -87,7 +89,7 @@ def _inc_group(text: str, gl: GroupList) -> str:
         f"static const StringRef {param}[{count}];",
     ]
     text = _put_section(text, f"{instr}_DECLARATIONS_GEN", f"{tag}_DECS", "\n".join(decl))
-    lookup = "GemmGemm" if op == "attention" else ("NonAccel" if instr == "NonAccel" else "Accel")
+    lookup = instr if instr in ("NonAccel", "GemmGemm") else "Accel"  # XDL and Wmma: Accel
     entry = f'{{"{arch}_{op}_{dtype}", {{{cls}::{param}, {cls}::{count}}}}},'
     return _put_lookup(text, f"{lookup}_LOOKUP_TABLE_GEN", f'"{arch}_{op}_{dtype}"', entry)
 

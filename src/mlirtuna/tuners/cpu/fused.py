@@ -73,6 +73,7 @@ def _held(et: ElemType, x: np.ndarray) -> np.ndarray:
 class GemmGemmOp(CpuOp):
     """O[g] = (A[g] @ B[g]) @ C[g]; trans flags only change memory order."""
 
+    op = "gemm_gemm"
     prefix = "cpu:v1"
     grid = GEMM_GRID
     quick = GEMM_QUICK
@@ -123,6 +124,7 @@ class GemmGemmOp(CpuOp):
 class ConvGemmOp(CpuOp):
     """out[p, o] = sum_k conv(x, w)[p, k] * C[k, o], p = (n, ho, wo) over all K channels."""
 
+    op = "conv_gemm"
     prefix = "cpu:v1"
     grid = GEMM_GRID
     quick = GEMM_QUICK
@@ -309,6 +311,7 @@ class _Tile:
 class FusionOp(CpuOp):
     """A fusion module: see the module docstring."""
 
+    op = "fusion"
     prefix = "cpu:v1"
     grid = GEMM_GRID
     quick = GEMM_QUICK

@@ -157,6 +157,7 @@ def alloc(
 class CpuOp:
     """One problem the CPU tuner runs: see the module docstring."""
 
+    op: ClassVar[str]  # the op it runs (its OpSpec's name): ops.py finds it by that
     prefix: ClassVar[str]  # perf config prefix, e.g. "cpu:v1"
     grid: ClassVar[dict[str, tuple[tuple[int, ...], ...]]]  # full / exhaustive values per axis
     quick: ClassVar[tuple[Blocks, ...]]  # the curated quick list
@@ -255,6 +256,7 @@ def gemm_tile(
 class GemmOp(CpuOp):
     """C[g] = A[g] @ B[g]: M x K times K x N, G times; transA/B/O only change memory order."""
 
+    op = "gemm"
     prefix = "cpu:v1"
     grid = GEMM_GRID
     quick = GEMM_QUICK
@@ -336,6 +338,7 @@ class ConvOp(CpuOp):
     wrw: M = K/G, N = C/G*Y*X, K = n*Ho*Wo  (gather input tiles, transposed)
     """
 
+    op = "conv"
     prefix = "cpu:v1"
     grid = GEMM_GRID
     quick = GEMM_QUICK
@@ -563,6 +566,7 @@ class AttentionOp(CpuOp):
     heads (num_heads_kv dividing num_heads_q) share K and V.
     """
 
+    op = "attention"
     prefix = "cpu:attn:v1"
     grid: ClassVar = {
         "exhaustive": ((16, 32, 64, 128, 256, 512), (16, 32, 64, 128, 256, 512, 1024)),

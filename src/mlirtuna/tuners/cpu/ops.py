@@ -1,7 +1,8 @@
 """The CPU tuner's ops registry: which op class runs which problem.
 
-Kept apart from kernels.py (gemm, conv, attention) and fused.py (gemm_gemm, conv_gemm, fusion)
-because it names both, and fused.py builds on kernels.py: neither imports the other back.
+Every CpuOp subclass of kernels.py (gemm, conv, attention) and fused.py (gemm_gemm, conv_gemm,
+fusion) names the op it runs (`op`), so a new op's kernel is its class alone. Kept apart from
+both because it reads both, and fused.py builds on kernels.py: neither imports the other back.
 """
 
 from __future__ import annotations
@@ -9,18 +10,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import mlirtuna.tuners.cpu.fused as fused
+import mlirtuna.tuners.cpu.kernels as kernels
 from mlirtuna.errors import TunerError
-from mlirtuna.tuners.cpu.fused import ConvGemmOp, FusionOp, GemmGemmOp
-from mlirtuna.tuners.cpu.kernels import AttentionOp, ConvOp, CpuOp, GemmOp
+from mlirtuna.tuners.cpu.kernels import CpuOp
 
-OPS: dict[str, Callable[[Any], CpuOp]] = {
-    "gemm": GemmOp,
-    "conv": ConvOp,
-    "attention": AttentionOp,
-    "gemm_gemm": GemmGemmOp,
-    "conv_gemm": ConvGemmOp,
-    "fusion": FusionOp,
-}
+
+def _registry() -> dict[str, Callable[[Any], CpuOp]]:
+    ops: dict[str, Callable[[Any], CpuOp]] = {}
+    for cls in CpuOp.__subclasses__():
+        if cls.__module__ not in (kernels.__name__, fused.__name__):
+            continue  # a test's or plugin's own CpuOp is not the CPU tuner's kernel
+        if cls.op in ops:
+            raise TypeError(f"two CPU kernels for op {cls.op!r}: {ops[cls.op]} and {cls}")
+        ops[cls.op] = cls
+    return ops
+
+
+OPS = _registry()
 
 
 def make_op(problem: Any) -> CpuOp:

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from mlirtuna import keys
+from mlirtuna import problems
 from mlirtuna.errors import TunerError
 from mlirtuna.tuners.process import last_error_line
 
@@ -101,18 +101,18 @@ def _plain_problem(src: Path, digest: object, merged: dict[str, Any]) -> None:
 def split_artifacts(source: Path, wanted: list[str], dests: list[Path]) -> list[bool]:
     """A --compile-only directory of several problems split into one directory per problem
     (the inverse of merge_artifacts): `wanted[i]` (a config, matched to the index's
-    testVector by its stored form, keys.stored_vector) moved into `dests[i]` with an
+    testVector by its stored form, problems.stored_vector) moved into `dests[i]` with an
     index.json of its own. Whether each was found: a problem the index lacks is compiled
     again alone by the caller."""
     index = read_index(source)
     header = {k: index.get(k) for k in _INDEX_HEADER}
     by_key = {
-        keys.stored_vector(str(entry.get("testVector", ""))): (digest, entry)
+        problems.stored_vector(str(entry.get("testVector", ""))): (digest, entry)
         for digest, entry in index["problems"].items()
     }
     found = []
     for config, dest in zip(wanted, dests, strict=True):
-        hit = by_key.get(keys.stored_vector(config))
+        hit = by_key.get(problems.stored_vector(config))
         if (
             hit is None
             or not _DIGEST_RE.fullmatch(hit[0])  # a name that stays inside problems/

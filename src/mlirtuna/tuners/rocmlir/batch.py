@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import mlirtuna.tuners.process as process
-from mlirtuna import keys
+from mlirtuna import problems
 from mlirtuna.errors import BatchRefused, InputError, NotRun, TunerError, TunerTimeout
 from mlirtuna.formats import tuningdb
 from mlirtuna.problems import CONFIG_LIST_OPS, Problem
@@ -151,7 +151,7 @@ class BatchTail:
     problem (debugfile.matches: the rows name no test vector), never merely the k-th. Row k's
     block is complete once row k+1 was seen before the `.debug` file was read, a block k+1
     has begun, or the tool has exited. Rows are matched to problems by their key in the stored
-    form (keys.stored_vector: the plain part, E4's gemm `-transO false` dropped); a row that
+    form (problems.stored_vector: the plain part, E4's gemm `-transO false` dropped); a row that
     names no problem of the batch is never recorded. Each file is read from where the last
     poll stopped, whole lines only: a poll costs what the tool wrote since, not the file so far.
 
@@ -289,7 +289,7 @@ class BatchTail:
         for row in rows[len(self._rows) :]:
             # The row's key as the tool canonicalized it, back in the stored form: a row for a
             # config the batch did not ask for (E4's `-transO true` twin) matches no job.
-            index = self._index.get(keys.stored_vector(row.test_vector))
+            index = self._index.get(problems.stored_vector(row.test_vector))
             if index is None:
                 for i in self.missing():  # noted on every job that may have been meant
                     self._notes.setdefault(i, []).append(
@@ -339,7 +339,7 @@ def _config_states(out: Path) -> dict[str, str]:
     try:
         data = json.loads(raw or b"{}")
         return {
-            keys.stored_vector(vector): state
+            problems.stored_vector(vector): state
             for context in data.get("contexts", {}).values()
             for vector, state in context.items()
             if isinstance(state, str)

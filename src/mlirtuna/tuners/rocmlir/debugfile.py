@@ -1,11 +1,10 @@
 """The `.debug` file tuningRunner writes with `--debug`: one row per candidate it tried.
 
-A pandas TSV (tuningRunner's DebugFileWriter) of perfRunner's table_entry() columns, read by its
-header names, never by position: the columns differ per op and era (rocMLIR's E3 at 3fc5be9e:
-the problem's columns with `Chip numCU numChiplets`, then `PerfConfig [LDSBankConflict] TFlops
-Stats`; E4 adds `Status`; E2 has an unnamed index column first). A column this reader does not
-know is ignored. The header is written once; a file whose header changes mid-file (the tool
-refuses to append another op's schema) is an error.
+The format is formats/debug.py's (each op's columns declared in its OpSpec; `export --format
+debug` writes it): a pandas TSV of perfRunner's table_entry() columns, read by its header names,
+never by position (the columns differ per op and era). A column this reader does not know is
+ignored. The header is written once; a file whose header changes mid-file (the tool refuses to
+append another op's schema) is an error. What this module adds is the measurements' meaning:
 
 - `Stats`: what rocmlir-tuning-driver `--show-stats` printed for the candidate, which
   tuningRunner json.loads and pandas writes as the dict's repr (JSON accepted too); empty for
@@ -44,7 +43,6 @@ from __future__ import annotations
 
 import ast
 import csv
-import dataclasses
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -52,8 +50,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlirtuna import stats
+from mlirtuna import problems, stats
 from mlirtuna.errors import InputError, TunerError
+from mlirtuna.formats import debug
 from mlirtuna.problems import Problem
 from mlirtuna.problems.fusion import FusionProblem
 from mlirtuna.tuners.process import output_lines
@@ -65,70 +64,16 @@ NS_PER_MS = 1e6  # the driver's msToNs: its stats are in ms, the time column in 
 # A normal distribution's IQR in standard deviations: Stats gives stddev, a Spread holds an IQR.
 IQR_PER_STDDEV = 1.349
 
-# Per op: the .debug problem columns that name a problem's field (table_entry's names), used to
-# tell a batch's blocks apart. Layout and Direction columns are spelled as rocmlir-gen spells
-# them and are left out: the sizes and types already tell configs of one batch apart.
-_CONV_SIZES = {
-    "N": "batchsize",
-    "C": "in_channels",
-    "H": "in_h",
-    "W": "in_w",
-    "K": "out_channels",
-    "Y": "fil_h",
-    "X": "fil_w",
-    "DilationH": "dilation_h",
-    "DilationW": "dilation_w",
-    "StrideH": "conv_stride_h",
-    "StrideW": "conv_stride_w",
-    "PaddingH": "pad_h",
-    "PaddingW": "pad_w",
-}
-_GEMM = {"G": "group_size", "M": "m", "K": "k", "N": "n", "TransA": "trans_a", "TransB": "trans_b"}
+# Per op: the .debug columns that show a problem's field as written (the op's OpSpec.debug),
+# used to tell a batch's blocks apart. Layout columns are spelled as rocmlir-gen spells them and
+# are left out: the sizes and types already tell configs of one batch apart.
 FIELD_COLUMNS: dict[str, dict[str, str]] = {
-    "conv": {"DataType": "data_type", **_CONV_SIZES},
-    # E4's gemm table_entry has TransO (E3's has none: then no column tells it apart).
-    "gemm": {"DataType": "data_type", "OutDataType": "out_data_type", **_GEMM, "TransO": "trans_o"},
-    "attention": {
-        "DataType": "data_type",
-        **{f"Trans{x}": f"trans_{x.lower()}" for x in "QKVO"},
-        "Causal": "causal",
-        "ReturnLSE": "return_lse",
-        "SplitKV": "split_kv",
-        "G": "group_size",
-        "SeqLenQ": "seq_len_q",
-        "SeqLenK": "seq_len_k",
-        "NumHeadsQ": "num_heads_q",
-        "NumHeadsKV": "num_heads_kv",
-        "HeadDimQK": "head_dim_qk",
-        "HeadDimV": "head_dim_v",
-        "WithAttnScale": "with_attn_scale",
-        "WithAttnBias": "with_attn_bias",
-        "TransBias": "trans_bias",
-    },
-    "gemm_gemm": {
-        "DataType": "data_type",
-        **_GEMM,
-        "TransC": "trans_c",
-        "TransO": "trans_o",
-        "O": "gemm_o",
-    },
-    "conv_gemm": {
-        "DataType": "data_type",
-        **_CONV_SIZES,
-        "TransC": "trans_c",
-        "TransO": "trans_o",
-        "O": "gemm_o",
-    },
+    s.name: s.debug.fields() for s in problems.SPECS if s.debug is not None
 }
 # The columns that describe the problem and the GPU (one config's rows share them); every other
 # named column is the candidate's (PerfConfig, TFlops, Stats, Status, LDSBankConflict, …) or
 # unknown, and ignored.
-PROBLEM_COLUMNS = frozenset(
-    ["Chip", "numCU", "numChiplets", "Direction", "FilterLayout", "InputLayout", "OutputLayout"]
-    + ["ScaledGemm", "ScaleADtype", "ScaleBDtype", "TransScaleA", "TransScaleB"]
-    + ["SlidingWindowLookBack", "OutDataType"]
-    + [name for columns in FIELD_COLUMNS.values() for name in columns]
-)
+PROBLEM_COLUMNS = debug.problem_column_names([s.debug for s in problems.SPECS if s.debug])
 
 
 class ImplausibleTime(ValueError):
@@ -154,9 +99,6 @@ class DebugRow:
     def where(self) -> str:
         return f"{self.source}:{self.lineno}"
 
-    def _replace_problem(self, problem: tuple[tuple[str, str], ...]) -> DebugRow:
-        return dataclasses.replace(self, problem=problem)
-
 
 def read_debug_file(path: Path) -> list[DebugRow]:
     """Reads a tuningRunner `.debug` file (see the module docstring)."""
@@ -167,64 +109,52 @@ def parse_debug_lines(lines: Iterable[str], path: Path, skipped: int = 0) -> lis
     """read_debug_file on text given as lines (a batch reads the file as the tool writes it:
     the header, then the lines after the first `skipped` data lines)."""
     reader = csv.reader(lines, delimiter="\t")
-    header = next(reader, None)
-    if not header:
+    names = next(reader, None)
+    if not names:
         return []
     try:
-        pc_col, tf_col = header.index("PerfConfig"), header.index("TFlops")
-    except ValueError:
-        raise TunerError(f"{path}:1: .debug header lacks PerfConfig or TFlops") from None
-    named = {name: i for i, name in enumerate(header) if name}
-    problem_cols = [(name, i) for name, i in named.items() if name in PROBLEM_COLUMNS]
+        header = debug.Header.read(names)
+    except debug.DebugFormatError as exc:
+        raise TunerError(f"{path}:1: {exc}") from None
+    problem_cols = [name for name in header.named if name in PROBLEM_COLUMNS]
     rows = []
     for fields in reader:
-        if not fields or fields == header:
+        if not fields or fields == names:
             continue
-        lineno = reader.line_num + skipped
-        if "PerfConfig" in fields and "TFlops" in fields:
+        where = f"{path}:{reader.line_num + skipped}"
+        if header.is_header(fields):
             raise TunerError(
-                f"{path}:{lineno}: the .debug header changed mid-file (another op's or era's "
+                f"{where}: the .debug header changed mid-file (another op's or era's "
                 "columns appended to this file)"
             )
-        row = _debug_row(path, lineno, fields, len(header), pc_col, tf_col, named)
-        rows.append(row._replace_problem(tuple((n, fields[i]) for n, i in problem_cols)))
+        try:
+            row = debug.parse_row(header, fields)
+        except debug.DebugFormatError as exc:
+            raise TunerError(f"{where}: {exc}") from None
+        spread, dropped = _statistics(row.cells, where)
+        status = row.cells.get(debug.STATUS, "").strip() or None
+        rows.append(
+            DebugRow(
+                row.perf_config,
+                row.tflops,
+                reader.line_num + skipped,
+                spread,
+                status,
+                problem=tuple((name, row.cells[name]) for name in problem_cols),
+                source=str(path),
+                dropped=dropped,
+            )
+        )
     return rows
 
 
-def _debug_row(
-    path: Path,
-    lineno: int,
-    fields: list[str],
-    width: int,
-    pc_col: int,
-    tf_col: int,
-    named: Mapping[str, int],
-) -> DebugRow:
-    if len(fields) != width:
-        raise TunerError(f"{path}:{lineno}: {len(fields)} fields, the .debug header has {width}")
-    text = fields[tf_col].strip()
-    try:
-        tflops = float(text) if text else None
-    except ValueError:
-        raise TunerError(f"{path}:{lineno}: TFlops {text!r} is not a number") from None
-    if not fields[pc_col]:
-        raise TunerError(f"{path}:{lineno}: empty PerfConfig")
-    spread, dropped = _statistics(fields, named, f"{path}:{lineno}")
-    status = fields[named["Status"]].strip() or None if "Status" in named else None
-    return DebugRow(
-        fields[pc_col], tflops, lineno, spread, status, source=str(path), dropped=dropped
-    )
-
-
-def _statistics(
-    fields: list[str], named: Mapping[str, int], where: str
-) -> tuple[stats.Spread | None, str]:
+def _statistics(cells: Mapping[str, str], where: str) -> tuple[stats.Spread | None, str]:
     """The row's Spread (Stats or MeasurementsMs), and why it was dropped ("" if it was not)."""
     try:
-        if "Stats" in named:
-            return parse_stats(fields[named["Stats"]], where), ""
-        if "MeasurementsMs" in named:
-            return _measurements(fields[named["MeasurementsMs"]]), ""
+        if debug.STATS in cells:
+            return parse_stats(cells[debug.STATS], where), ""
+        if debug.MEASUREMENTS in cells:
+            return _measurements(cells[debug.MEASUREMENTS]), ""
     except ImplausibleTime as exc:
         return None, f"{where}: {exc}: its statistics are dropped (a tool's fault)"
     return None, ""

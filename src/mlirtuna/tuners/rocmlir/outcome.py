@@ -145,7 +145,7 @@ def result_row(problem: Problem, out: Path, run: Run) -> tuple[tuningdb.TuningRo
     if not rows:
         raise no_result
     row, notes = rows[-1], []
-    expected, written = problem.canonical(), keys.stored_vector(row.test_vector)
+    expected, written = problem.canonical(), keys.stored_vector(row.test_vector, problem.op)
     if isinstance(problem, FusionProblem):  # the row is keyed by the module's tuning key
         expected = problem.tuning_key
         with contextlib.suppress(InputError):
