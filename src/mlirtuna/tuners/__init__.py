@@ -12,7 +12,10 @@ from __future__ import annotations
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome, Tuner
 from mlirtuna.tuners.registry import (
     AUTO,
+    BuildLimit,
+    SessionBuild,
     TunerKind,
+    build_limit,
     cannot_run,
     family_of,
     kind,
@@ -25,11 +28,14 @@ tuner_family_of = family_of
 
 __all__ = [
     "AUTO",
+    "BuildLimit",
     "Candidate",
+    "SessionBuild",
     "TuneContext",
     "TuneOutcome",
     "Tuner",
     "TunerKind",
+    "build_limit",
     "cannot_run",
     "family_of",
     "kind",

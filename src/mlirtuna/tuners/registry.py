@@ -44,6 +44,23 @@ BuildCheck = Callable[[str, str, Sequence[str]], tuple[str, str]]
 
 
 @dataclass(frozen=True)
+class SessionBuild:
+    """What `session new` read of a session's build, as a kind is asked about it later."""
+
+    key_form: str  # keys.KEY_FORMS: how its perfRunner spells a problem's key
+    capabilities: str  # what its tool can do (Era.describe); "" where no build was read
+
+
+@dataclass(frozen=True)
+class BuildLimit:
+    """Problems a session's build can never tune (rocMLIR E3's gemm parser: no -transO)."""
+
+    why: str  # "build cannot tune gemm -transO true (…)", after "session N's"
+    remedy: str  # besides leaving them out: "open the session on an E4 build"
+    refuses: Callable[[Problem], bool]
+
+
+@dataclass(frozen=True)
 class TunerKind:
     """What a tuner is, as the rest of mlirtuna needs to know it."""
 
@@ -84,6 +101,11 @@ class TunerKind:
     measures_cpu: bool = False
     #: What ARG of `NAME:ARG` means ("SECONDS"); "" when it takes none.
     arg: str = ""
+    #: What a session's build can never tune (None: it can try every problem): `jobs load` and
+    #: `run` refuse a selection holding such a problem whole, in one line, loading nothing.
+    #: Unlike `unsupported` (left out, the rest loaded) it is the build the user chose that is
+    #: wrong, so the user chooses: leave them out or open the session on another build.
+    build_limit: Callable[[SessionBuild], BuildLimit | None] | None = None
 
     def owns(self, perf_config: str) -> bool:
         """Whether a perf config is of this tuner's family (True when that is not checked)."""
@@ -148,6 +170,16 @@ def cannot_run(
         if why is not None:
             out.setdefault(why, []).append(p.canonical())
     return out
+
+
+def build_limit(spec: str, build: SessionBuild) -> BuildLimit | None:
+    """What a session's build can never tune (its kind's build_limit); None where it can tune
+    every problem, or the kind is a plugin this host lacks (its workers say what fails)."""
+    try:
+        limit = kind(spec).build_limit
+    except UserError:
+        return None
+    return limit(build) if limit is not None else None
 
 
 def names() -> list[str]:
