@@ -245,8 +245,8 @@ TUNER_NAME_HOMES = ("tuners", "migrations")
 #: Deliberate uses outside them, (file, name) with why:
 TUNER_NAME_EXCEPTIONS = {
     # `session new --tuner`'s default, shown by --help: the CLI imports no tuner code to render
-    # its help (cli/common.py says why), so the fact lives with the other defaults; the
-    # registry's test holds it to a built-in name (test_tuner_registry).
+    # its help (cli/common.py says why), so the fact lives with the other defaults; the rule's
+    # test below holds it to a built-in name.
     ("defaults.py", "DEFAULT_TUNER"),
 }
 # `auto` (`run --tuner auto`, flow.choose_tuner) is not a tuner name: no kind is called so, and
@@ -316,10 +316,12 @@ def _tuner_literals(files: list[Path], names: set[str]) -> list[str]:
 def test_no_tuner_name_outside_tuners():
     """farm-studio's rule: what a tuner is, the rest asks its TunerKind (tuners/registry.py);
     a tuner's name in a comparison, a dict key or a default outside tuners/ is a branch on it."""
+    from mlirtuna.defaults import DEFAULT_TUNER
     from mlirtuna.tuners.registry import AUTO, BUILT_IN
 
     names = set(BUILT_IN)
     assert "auto" not in names and set(AUTO) <= names  # `auto` is no tuner's name
+    assert DEFAULT_TUNER in names  # the one exception names a tuner that exists
     files = [p for p in SRC.rglob("*.py") if p.relative_to(SRC).parts[0] not in TUNER_NAME_HOMES]
     assert _tuner_literals(files, names) == []
 

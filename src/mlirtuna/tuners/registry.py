@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -106,6 +106,10 @@ class TunerKind:
     #: Unlike `unsupported` (left out, the rest loaded) it is the build the user chose that is
     #: wrong, so the user chooses: leave them out or open the session on another build.
     build_limit: Callable[[SessionBuild], BuildLimit | None] | None = None
+    #: Its perf config's named fields, in order (the dashboard's candidate columns and plots;
+    #: fields_by_layout makes one for `LAYOUT:V1,V2,…` configs); {} for one it cannot read.
+    #: None: history/perffields.py's built-in layouts (rocMLIR's v1-v4, attn:, named).
+    perf_fields: Callable[[str], dict[str, int | str]] | None = None
 
     def owns(self, perf_config: str) -> bool:
         """Whether a perf config is of this tuner's family (True when that is not checked)."""
@@ -180,6 +184,44 @@ def build_limit(spec: str, build: SessionBuild) -> BuildLimit | None:
     except UserError:
         return None
     return limit(build) if limit is not None else None
+
+
+def fields_by_layout(
+    layouts: Mapping[str, Sequence[str]],
+) -> Callable[[str], dict[str, int | str]]:
+    """A TunerKind.perf_fields for perf configs spelled `LAYOUT:V1,V2,…` (`cpu:v1:64,64,32`:
+    layout cpu:v1): each value named by its layout's field names; a layout or a length not
+    listed gets positional names f1, f2, … (nothing guessed); a value not an integer stays text."""
+
+    def perf_fields(perf_config: str) -> dict[str, int | str]:
+        layout, _, text = perf_config.strip().rpartition(":")
+        if not text:
+            return {}
+        values = [_field_value(v) for v in text.split(",")]
+        names = layouts.get(layout, ())
+        if len(names) != len(values):
+            names = [f"f{i}" for i in range(1, len(values) + 1)]
+        return dict(zip(names, values, strict=True))
+
+    return perf_fields
+
+
+def _field_value(text: str) -> int | str:
+    try:
+        return int(text)
+    except ValueError:
+        return text.strip()
+
+
+def perf_fields(perf_config: str) -> dict[str, int | str] | None:
+    """A perf config's fields as the tuner that wrote it names them (its kind's perf_fields);
+    None where that tuner names none, or no registered tuner wrote it."""
+    try:
+        name = family_of(perf_config)
+        own = kind(name).perf_fields if name else None
+    except UserError:  # a plugin that does not load: its configs shown without fields
+        return None
+    return own(perf_config) if own is not None else None
 
 
 def names() -> list[str]:
