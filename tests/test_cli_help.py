@@ -179,3 +179,51 @@ def test_top_level_help_groups_the_commands_by_what_they_are_for():
     assert sorted(root.commands) == sorted(c for cs in HELP_PANELS.values() for c in cs)
     assert HELP_PANELS["Tune on this machine"][0] == "run"
     assert {"compare", "export", "results"} <= set(HELP_PANELS["Results"])
+
+
+#: Options of the same name that `run`, `worker` and `session new` each mean their own way:
+#: --tuner (a new session's tuner; `run`'s auto; the one a worker checks against its session's),
+#: --session (`run` resumes one; a worker drains one), --json (what each prints).
+OWN_MEANING = {"--tuner", "--session", "--json"}
+
+
+def _option_facts(param: click.Option) -> dict[str, object]:
+    """What a user sees of an option and what it parses to: one definition gives one of these."""
+    return {
+        "name": param.name,
+        "opts": sorted(param.opts + param.secondary_opts),
+        "help": param.help,
+        "default": param.default,
+        "type": repr(param.type),
+        "envvar": param.envvar,
+        "show_envvar": param.show_envvar,
+        "metavar": param.metavar,
+        "hidden": param.hidden,
+        "is_flag": param.is_flag,
+    }
+
+
+def test_run_worker_and_session_new_share_one_definition_of_each_common_option():
+    """Issue 46: an option two of these commands have is declared once (cli/options.py), so its
+    help, default and type never drift apart (--job-timeout, --gpus, --tuning-space did)."""
+    root = typer.main.get_command(app)
+    found = dict(_commands(root))
+    options = {
+        path: {p.opts[0]: p for p in found[path].params if isinstance(p, click.Option)}
+        for path in ("run", "worker", "session new")
+    }
+    common: dict[str, list[str]] = {}
+    for path, opts in options.items():
+        for name in opts:
+            common.setdefault(name, []).append(path)
+    shared = {name: paths for name, paths in common.items() if len(paths) > 1}
+    assert {"--job-timeout", "--gpus", "--tuning-space", "--mlir-build-dir"} <= set(shared)
+    for name, paths in shared.items():
+        if name in OWN_MEANING:
+            continue
+        facts = [_option_facts(options[path][name]) for path in paths]
+        assert all(f == facts[0] for f in facts), f"{name} differs across {paths}: {facts}"
+    # The exceptions are real (each differs), so the list cannot keep a name that no longer does.
+    for name in OWN_MEANING:
+        facts = [_option_facts(options[path][name]) for path in shared[name]]
+        assert any(f != facts[0] for f in facts), f"{name} is the same everywhere: share it"

@@ -558,7 +558,7 @@ def test_a_line_the_real_tool_refuses_fails_only_its_job(db, tmp_path, real_tool
 
     with pytest.raises(UserError, match="cannot tune gemm -transO true"):
         through_mlirtuna(db, tmp_path, "gemm", [BAD], completed=0)
-    monkeypatch.setattr(jobs, "_trans_o_refusal", lambda sess: None)  # an older `jobs load`
+    monkeypatch.setattr(jobs, "_build_limit", lambda sess: None)  # an older `jobs load`
     sid = through_mlirtuna(db, tmp_path, "gemm", [G1, BAD, G2], batch=3, completed=2)
     # Keyed by problem, not job id: the job ids follow the tag's rows, whose order is the
     # backend's (MariaDB reads them by problem id, and BAD was imported first, above).

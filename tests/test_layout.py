@@ -286,3 +286,118 @@ def test_history_asks_the_registry_not_the_cpu_tuner():
         or (module == "mlirtuna.tuners" and imported == "cpu")
     ]
     assert found == []
+
+
+# --- the tuner seam (issue 46): nothing outside tuners/ knows a tuner by its name -------------
+
+#: Where a tuner's name may be written: the tuners themselves, and the frozen migrations (a
+#: revision states the data as it was then and may import nothing live to ask the registry).
+TUNER_NAME_HOMES = ("tuners", "migrations")
+#: Deliberate uses outside them, (file, name) with why:
+TUNER_NAME_EXCEPTIONS = {
+    # `session new --tuner`'s default, shown by --help: the CLI imports no tuner code to render
+    # its help (cli/common.py says why), so the fact lives with the other defaults; the rule's
+    # test below holds it to a built-in name.
+    ("defaults.py", "DEFAULT_TUNER"),
+}
+# `auto` (`run --tuner auto`, flow.choose_tuner) is not a tuner name: no kind is called so, and
+# the registry resolves it (registry.AUTO); nor is a perf-config family (keys.py's "cpu") or a
+# temporary directory's kind (machine.TEMP_KINDS "rocmlir"), which the rule does not look at.
+
+
+def _tuner_name_uses(tree: ast.AST, names: set[str]) -> Iterator[tuple[int, str, str]]:
+    """(line, name, what) for each string constant equal to a tuner name that is used as one:
+    an operand of a comparison (`==`, `!=`, `in` and the tuple after `in`), a dict key, a match
+    case, a parameter's default, the value assigned to a name or field saying `tuner`, or a
+    `tuner=` keyword argument. Elsewhere (a message, a return value, a tuple of directory kinds)
+    the same word means something else and is not flagged."""
+
+    def named(node: ast.AST | None) -> Iterator[ast.Constant]:
+        if isinstance(node, ast.Constant) and node.value in names:
+            yield node
+        elif isinstance(node, ast.Tuple | ast.List | ast.Set):
+            for element in node.elts:
+                yield from named(element)
+
+    for node in ast.walk(tree):
+        found: list[tuple[ast.AST | None, str]] = []
+        if isinstance(node, ast.Compare):
+            found = [(x, "compared") for x in (node.left, *node.comparators)]
+        elif isinstance(node, ast.Dict):
+            found = [(k, "a dict key") for k in node.keys]
+        elif isinstance(node, ast.MatchValue):
+            found = [(node.value, "a match case")]
+        elif isinstance(node, ast.arguments):
+            found = [(d, "a default") for d in (*node.defaults, *node.kw_defaults)]
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            text = " ".join(ast.unparse(t) for t in targets)
+            if "tuner" in text.lower():
+                found = [(node.value, f"assigned to {text}")]
+        elif isinstance(node, ast.keyword) and "tuner" in (node.arg or "").lower():
+            found = [(node.value, f"{node.arg}=")]
+        for value, what in found:
+            for constant in named(value):
+                yield constant.lineno, constant.value, what
+
+
+def _assigned_names(tree: ast.AST, line: int) -> set[str]:
+    return {
+        ast.unparse(t)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.lineno == line
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+    }
+
+
+def _tuner_literals(files: list[Path], names: set[str]) -> list[str]:
+    found = []
+    for path in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        where = str(path.relative_to(SRC))
+        for line, name, what in _tuner_name_uses(tree, names):
+            if any(
+                (where, target) in TUNER_NAME_EXCEPTIONS for target in _assigned_names(tree, line)
+            ):
+                continue
+            found.append(f"src/mlirtuna/{where}:{line}: {name!r} {what}")
+    return found
+
+
+def test_no_tuner_name_outside_tuners():
+    """farm-studio's rule: what a tuner is, the rest asks its TunerKind (tuners/registry.py);
+    a tuner's name in a comparison, a dict key or a default outside tuners/ is a branch on it."""
+    from mlirtuna.defaults import DEFAULT_TUNER
+    from mlirtuna.tuners.registry import AUTO, BUILT_IN
+
+    names = set(BUILT_IN)
+    assert "auto" not in names and set(AUTO) <= names  # `auto` is no tuner's name
+    assert DEFAULT_TUNER in names  # the one exception names a tuner that exists
+    files = [p for p in SRC.rglob("*.py") if p.relative_to(SRC).parts[0] not in TUNER_NAME_HOMES]
+    assert _tuner_literals(files, names) == []
+
+
+def test_the_tuner_name_rule_finds_each_kind_of_use(tmp_path):
+    """The rule catches what it says, and leaves a word that only looks like a name alone."""
+    code = (
+        "def f(tuner='cpu'):\n"  # 1: a default
+        "    if kind == 'rocmlir': pass\n"  # 2: compared
+        "    if name in ('sleep', 'x'): pass\n"  # 3: in a tuple after `in`
+        "    d = {'cpu': 1}\n"  # 4: a dict key
+        "    DEFAULT_TUNER = 'sleep'\n"  # 5: assigned to a name saying tuner
+        "    g(tuner='cpu')\n"  # 6: a tuner= keyword
+        "    return 'cpu'\n"  # not a use as a name: a return value
+        "KINDS = ('rocmlir', 'stream')\n"  # not one: a tuple of other things
+        "raise E('the cpu tuner')\n"  # not one: a message
+    )
+    (tmp_path / "m.py").write_text(code)
+    lines = [line for line, _, _ in _tuner_name_uses(ast.parse(code), {"cpu", "rocmlir", "sleep"})]
+    assert sorted(lines) == [1, 2, 3, 4, 5, 6]
+
+
+def test_the_settle_module_names_no_tuner():
+    """queue/settle.py records what a tuner returns (formats/outcome.py) without importing any
+    tuner code, TYPE_CHECKING imports included."""
+    path = SRC / "queue" / "settle.py"
+    imported = {module for module, _ in _imports(path, "mlirtuna.queue")}
+    assert sorted(m for m in imported if m.startswith("mlirtuna.tuners")) == []

@@ -8,6 +8,8 @@ was before: the vector without the flag.
 
 from __future__ import annotations
 
+import os
+
 import sqlalchemy as sa
 from support.clitools import cli
 from support.perfrunner_reader import read_tuning_db
@@ -129,3 +131,26 @@ def test_each_build_gets_lines_in_its_own_spelling(tmp_path, monkeypatch):
         "-v 1 -l 1 -j 1 -g 1",
     )
     assert e4.line(conv) == conv.canonical()  # only gemm keys change
+
+
+def test_run_refuses_what_the_build_cannot_tune_before_writing_anything(
+    db, db_url, tmp_path, monkeypatch
+):
+    """`run` asks the tuner's kind what the build can never tune (TunerKind.build_limit, as
+    `jobs load` does): on an E3 build a -transO true line stops it, one line, exit 2, before a
+    session is opened or a problem imported; the same lists without it run."""
+    build = fake_build(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E3")
+    monkeypatch.setenv("PATH", f"{build / 'below' / 'bin'}:{os.environ['PATH']}")  # rocminfo
+    configs = tmp_path / "gemm.txt"
+    configs.write_text(f"{G}\n{GT}\n")
+    argv = ["run", "--op", "gemm", str(configs), "--mlir-build-dir", str(build),
+            "--gpu-identity", "g0", "--tuning-space", "quick"]  # fmt: skip
+    refused = cli(db_url, *argv)
+    lines = refused.stderr.strip().splitlines()
+    assert refused.code == 2 and len(lines) == 1, refused.stderr
+    assert "the rocmlir tuner's build cannot tune gemm -transO true" in lines[0]
+    assert GT in lines[0] and "open the session on an E4 build" in lines[0]
+    with db.session() as s:
+        assert s.scalar(sa.text("SELECT count(*) FROM session")) == 0
+        assert s.scalar(sa.text("SELECT count(*) FROM problem")) == 0

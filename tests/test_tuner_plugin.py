@@ -13,10 +13,12 @@ import subprocess
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 import sqlalchemy as sa
 from support.clitools import mlirtuna_argv, run_cli, subprocess_env
 from support.rocmlir import pid_alive
+from support.webserve import serving_command
 from support.workers import wait_for
 
 from mlirtuna import catalog, queue, standin
@@ -74,6 +76,15 @@ def test_a_plugin_tuner_runs_end_to_end_on_gpu_workers(db, db_url, tmp_path):
     assert job.state == "completed" and job.gpu_id == 0  # a GPU worker, not a CPU one (-1)
     assert result.perf_config == "toy:v1:1"
     assert "toy tool on GPU 0" in job.result
+    # The dashboard names the plugin's fields (its TunerKind.perf_fields), as rocMLIR's.
+    with serving_command(db_url, **plugin_env()) as url:
+        got = httpx.get(f"{url}/api/problems/{job.problem_id}/table?session={sid}", timeout=30)
+    page = got.raise_for_status().json()
+    assert page["columns"] == ["n"]
+    assert {r["perf_config"]: r["fields"] for r in page["rows"]} == {
+        f"toy:v1:{n}": {"n": n} for n in (1, 2, 3)
+    }
+    assert {r["family"] for r in page["rows"]} == {"toy:v1"}
 
 
 def test_the_registry_knows_the_plugin(db_url):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from mlirtuna import catalog, machine, sessions, tuners
+from mlirtuna import catalog, keys, machine, sessions, tuners
 from mlirtuna.db import Database
 from mlirtuna.errors import UserError
 from mlirtuna.history import export, reuse, winners
@@ -187,18 +187,22 @@ def prepare(db: Database, plan: RunPlan) -> Prepared:
     if parsed and sum(map(len, skipped.values())) == len(parsed):
         raise UserError(f"the {tuner} tuner can run none of these problems: {next(iter(skipped))}")
     _check_gpus(plan, tuner, existing)  # a GPU it cannot tell: refused before anything is written
-    session = existing or sessions.create(
-        db,
-        SessionSpec(
-            tuner=tuner,
-            tuning_space=plan.tuning_space,
-            reason=plan.reason or "mlirtuna run",
-            mlir_build_dir=plan.mlir_build_dir,
-            **{"name": run_name(",".join(files_by_op(plan.op, plan.files)), plan.files)}
-            | plan.session_flags,
-        ),
-        run_spec=plan.spec(tuner),
-    )
+    if existing is None:  # read off the machine and the build now; written once all is checked
+        spec = sessions.detect(
+            SessionSpec(
+                tuner=tuner,
+                tuning_space=plan.tuning_space,
+                reason=plan.reason or "mlirtuna run",
+                mlir_build_dir=plan.mlir_build_dir,
+                **{"name": run_name(",".join(files_by_op(plan.op, plan.files)), plan.files)}
+                | plan.session_flags,
+            )
+        )
+        _refuse_what_the_build_cannot_tune(tuner, spec, f"the {tuner} tuner's", parsed)
+        session = sessions.create(db, spec, run_spec=plan.spec(tuner))
+    else:
+        _refuse_what_the_build_cannot_tune(tuner, existing, f"session {existing.id}'s", parsed)
+        session = existing
     tag = f"session-{session.id}"
     imported = catalog.ImportReport()
     for op, paths in files_by_op(plan.op, plan.files).items():
@@ -217,6 +221,24 @@ def prepare(db: Database, plan: RunPlan) -> Prepared:
     else:
         loaded = jobs.load(db, session.id, tag=tag, op=one_op(plan), exclude=exclude)
     return Prepared(session, tuner, why, imported, loaded, tag, plan, skipped)
+
+
+def _refuse_what_the_build_cannot_tune(
+    tuner: str, session: Session | SessionSpec, whose: str, parsed: list[Problem]
+) -> None:
+    """A problem the session's build can never tune (its kind's build_limit: rocmlir on an E3
+    build, gemm -transO true) refuses the run, one line, before anything is written; `jobs
+    load` refuses it the same way."""
+    key_form = session.key_form or keys.PLAIN
+    build = tuners.SessionBuild(key_form=key_form, capabilities=session.capabilities)
+    limit = tuners.build_limit(tuner, build)
+    hits = [p for p in parsed if limit is not None and limit.refuses(p)]
+    if limit is None or not hits:
+        return
+    raise UserError(
+        f"{whose} {limit.why}: {len(hits)} problem(s) of these lists have it, e.g. "
+        f"{hits[0].canonical()}; leave them out of the lists or {limit.remedy}"
+    )
 
 
 def _check_gpus(plan: RunPlan, tuner: str, existing: sessions.Session | None) -> None:

@@ -99,12 +99,13 @@ def serving(db_url: str, poll_ms: int = POLL_MS) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def serving_command(db_url: str) -> Iterator[str]:
-    """The dashboard of `db_url` as `mlirtuna serve` serves it, up and answering; its base URL."""
+def serving_command(db_url: str, **env: str) -> Iterator[str]:
+    """The dashboard of `db_url` as `mlirtuna serve` serves it, up and answering; its base URL.
+    `env`: more of the server's environment (a plugin's PYTHONPATH)."""
     port = free_port()
     proc = subprocess.Popen(
         mlirtuna_argv("serve", "--port", str(port)),
-        env=subprocess_env(db_url),
+        env=subprocess_env(db_url, **env),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

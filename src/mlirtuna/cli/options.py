@@ -5,8 +5,10 @@
 --num-cu, --num-chiplets, --mlir-v, --reason and --name; `problems import`, `jobs load` and
 `run` share the expansion options; listings share --csv. Each function returns a fresh
 typer.Option, used as a parameter's default. Only typer is imported: `--help` stays fast
-(common.py says why). --tuner is each command's own: a new session's tuner, `run`'s auto, the
-tuner a worker checks against its session's (tests/test_cli_help.py holds the list).
+(common.py says why). --tuner, --session and --json are each command's own: a new session's
+tuner, `run`'s auto, the tuner a worker checks against its session's; the session `run`
+resumes or a worker drains (tests/test_cli_help.py holds the list and checks that every other
+option `run`, `worker` and `session new` have in common is the same: help, default, type).
 """
 
 from __future__ import annotations

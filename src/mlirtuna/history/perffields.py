@@ -10,7 +10,9 @@ The family comes from keys.perf_config_format; the field names are rocMLIR's
 - attn:v3 (13); gemm_gemm and conv_gemm tune with the attention attribute, so their perf
   configs are attn:… too;
 - named configs (rocmlirTriton's `gemm:mPerBlock=64,nPerBlock=64,…`) name their own fields;
-- mlirtuna's CPU tuner: `cpu:v1:mPerBlock,nPerBlock,kPerBlock`, `cpu:attn:v1:qBlock,kvBlock`.
+- a tuner that declares its perf configs' fields (TunerKind.perf_fields: the cpu tuner's
+  `cpu:v1:mPerBlock,nPerBlock,kPerBlock`, a plugin's) is asked first, by the tuner that wrote
+  the config (tuners.tuner_of); its family is the config less its values (`cpu:v1`).
 
 A family or length the reference does not spell out (attn:v1, attn:v2, gemm:vN, v3 accel)
 gets positional names `f1`, `f2`, … so nothing is guessed; a value that is not an integer is
@@ -20,6 +22,7 @@ kept as its text.
 from __future__ import annotations
 
 from mlirtuna.keys import perf_config_format
+from mlirtuna.tuners import registry
 
 # (family, number of values) -> field names, in order.
 LAYOUTS: dict[tuple[str, int], tuple[str, ...]] = {
@@ -49,8 +52,6 @@ LAYOUTS: dict[tuple[str, int], tuple[str, ...]] = {
         "mnPerXdl", "kpack", "splitK", "scheduleVersion", "outputSwizzle", "wavesPerEU",
         "forceUnroll",
     ),
-    ("cpu:v1", 3): ("mPerBlock", "nPerBlock", "kPerBlock"),
-    ("cpu:attn:v1", 2): ("qBlock", "kvBlock"),
 }  # fmt: skip
 
 Value = int | str
@@ -68,9 +69,6 @@ def _family_and_values(perf_config: str) -> tuple[str, str]:
     """(family as LAYOUTS names it, the comma list after the prefix)."""
     text = perf_config.strip()
     family = perf_config_format(text)
-    if family == "cpu":
-        prefix, _, rest = text.rpartition(":")
-        return prefix, rest  # cpu:v1, cpu:attn:v1
     if family in ("", "other") or family.endswith(":named"):
         return family, text
     if family == "v1":
@@ -80,6 +78,9 @@ def _family_and_values(perf_config: str) -> tuple[str, str]:
 
 def fields(perf_config: str | None) -> dict[str, Value]:
     """The perf config's named fields, in order ({} for none, "None" or an unknown format)."""
+    own = registry.perf_fields((perf_config or "").strip())
+    if own is not None:
+        return own
     family, rest = _family_and_values(perf_config or "")
     if family in ("", "other"):
         return {}
@@ -98,6 +99,9 @@ def fields(perf_config: str | None) -> dict[str, Value]:
 
 def family(perf_config: str | None) -> str:
     """The family the fields were read as: v4, attn:v3, cpu:v1, gemm:named, … ("" for none)."""
+    text = (perf_config or "").strip()
+    if registry.perf_fields(text) is not None:  # the tuner's own layout: the config less its values
+        return text.rpartition(":")[0]
     name, _ = _family_and_values(perf_config or "")
     return "" if name == "other" else name
 

@@ -10,12 +10,12 @@ import datetime as dt
 import time
 from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from mlirtuna import catalog, keys, sessions, stats
+from mlirtuna import catalog, sessions, stats
 from mlirtuna.db import Database, db_now, rowcount
 from mlirtuna.db.models import (
     BENCHMARK,
@@ -32,7 +32,6 @@ from mlirtuna.db.models import (
     Attempt,
     Candidate,
     FusionConfig,
-    GemmConfig,
     Job,
     Problem,
     ProblemTag,
@@ -42,6 +41,9 @@ from mlirtuna.db.models import (
 )
 from mlirtuna.errors import NotFound, UserError
 from mlirtuna.problems import ExpandOptions
+
+if TYPE_CHECKING:  # annotations only: the read commands load no tuner code
+    from mlirtuna.tuners.registry import BuildLimit
 
 
 @dataclass(frozen=True)
@@ -78,26 +80,22 @@ def load(
     if sum(x is not None and x is not False for x in (tag, file, all_problems or None)) != 1:
         raise UserError("choose the problems with exactly one of --tag, --file or --all")
     sess = sessions.get(db, session_id)
-    refused = _trans_o_refusal(sess)
+    limit = _build_limit(sess)
     # Another `jobs load` of the same session may race this one: the loser tries again.
     return db.retrying_conflicts(
         lambda: _load(
-            db, sess, op, tag, file, all_problems, options, exclude, keep, refused,
+            db, sess, op, tag, file, all_problems, options, exclude, keep, limit,
         )
     )  # fmt: skip
 
 
-def _trans_o_refusal(sess: sessions.Session) -> str | None:
-    """Why this session cannot tune a gemm with `-transO true`, or None. A rocMLIR build read
-    when the session was opened (capabilities known) whose perfRunner does not spell gemm keys
-    with -transO (key form not e4 or e4-split-k: rocMLIR's own E3 line, whose gemm parser has no
-    -transO) fails such a line before it tunes anything; CPU and imported sessions can."""
-    if sess.tuner != "rocmlir" or not sess.capabilities or keys.spells_trans_o(sess.key_form):
-        return None
-    return (
-        f"session {sess.id}'s build cannot tune gemm -transO true (its perfRunner's gemm keys "
-        f"have no -transO: key form {sess.key_form}, {sess.capabilities})"
-    )
+def _build_limit(sess: sessions.Session) -> BuildLimit | None:
+    """What this session's build can never tune, as its tuner's kind says (rocmlir E3: gemm
+    -transO true); None for most sessions, so no problem is read for it."""
+    from mlirtuna import tuners  # here: the read commands import this module, not the tuners
+
+    build = tuners.SessionBuild(key_form=sess.key_form, capabilities=sess.capabilities)
+    return tuners.build_limit(sess.tuner, build)
 
 
 def stage_rows(session_id: int, problem_id: int, priority: int, two_stage: bool) -> list[dict]:
@@ -119,7 +117,7 @@ def _load(
     options,
     exclude,
     keep,
-    refused: str | None = None,
+    limit: BuildLimit | None = None,
 ) -> LoadReport:
     session_id, two_stage = sess.id, sess.two_stage
     with db.session(immediate=True) as s:
@@ -128,8 +126,8 @@ def _load(
             raise UserError(f"no problems carry the tag {tag!r}: import them with --tag {tag}")
         for pid in exclude:
             selected.pop(pid, None)
-        if refused is not None:
-            _refuse_trans_o(s, selected, refused)
+        if limit is not None:
+            _refuse_limited(s, sess, selected, limit)
         left_out = _leave_out_unrunnable(s, sess, selected)
         if keep is not None:
             selected = keep(s, session_id, selected)
@@ -173,19 +171,17 @@ def _leave_out_unrunnable(
     return found
 
 
-def _refuse_trans_o(s: Session, selected: dict[int, int], why: str) -> None:
-    """UserError (nothing loaded) when the selection holds gemm -transO true problems."""
-    stmt = (
-        sa.select(Problem.id, Problem.test_vector)
-        .join(GemmConfig, GemmConfig.id == Problem.id)
-        .where(GemmConfig.trans_o.is_(sa.true()))
-    )
-    hits = [(pid, vector) for pid, vector in s.execute(stmt) if pid in selected]
+def _refuse_limited(
+    s: Session, sess: sessions.Session, selected: dict[int, int], limit: BuildLimit
+) -> None:
+    """UserError (nothing loaded) when the selection holds a problem the build cannot tune."""
+    hits = sorted(pid for pid, p in catalog.load_problems(s, selected) if limit.refuses(p))
     if hits:
-        pid, vector = min(hits)
+        pid = hits[0]
+        vector = s.scalar(sa.select(Problem.test_vector).where(Problem.id == pid))
         raise UserError(
-            f"{why}: {len(hits)} selected problem(s) have it, e.g. problem {pid} ({vector}); "
-            "leave them out (--tag, --file) or open the session on an E4 build"
+            f"session {sess.id}'s {limit.why}: {len(hits)} selected problem(s) have it, e.g. "
+            f"problem {pid} ({vector}); leave them out (--tag, --file) or {limit.remedy}"
         )
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -36,11 +35,9 @@ from mlirtuna.db.models import (
 from mlirtuna.db.text import MAX_CANDIDATE_ERROR_BYTES
 from mlirtuna.db.text import cut_text as _cut
 from mlirtuna.errors import RecordConflict
+from mlirtuna.formats.outcome import Candidate, TuneOutcome
 from mlirtuna.keys import perf_config_format
 from mlirtuna.queue.claim import Lease, NextClaim, claimed_with
-
-if TYPE_CHECKING:  # annotations only: `status` and `jobs` need no tuner code loaded
-    from mlirtuna.tuners.base import Candidate, TuneOutcome
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome, Tuner
 from mlirtuna.tuners.registry import (
     AUTO,
+    BuildLimit,
+    SessionBuild,
     TunerKind,
+    build_limit,
     cannot_run,
     kind,
     make,
@@ -22,11 +25,14 @@ from mlirtuna.tuners.registry import (
 
 __all__ = [
     "AUTO",
+    "BuildLimit",
     "Candidate",
+    "SessionBuild",
     "TuneContext",
     "TuneOutcome",
     "Tuner",
     "TunerKind",
+    "build_limit",
     "cannot_run",
     "kind",
     "make",

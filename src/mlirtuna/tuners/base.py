@@ -7,35 +7,18 @@ the outcome through the queue's fenced record, so a tuner cannot half-write a jo
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from mlirtuna.errors import TunerError
+
+# What a tuner returns lives in a neutral leaf (the queue records it without naming a tuner);
+# re-exported here, where tuners and plugins import it from.
+from mlirtuna.formats.outcome import Candidate as Candidate
+from mlirtuna.formats.outcome import TuneOutcome as TuneOutcome
 from mlirtuna.problems import Problem
-from mlirtuna.stats import Margin, Spread
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One perf config tried. `kernel_time_ns`/`tflops` are None when it was invalid (`error`)."""
-
-    perf_config: str
-    kernel_time_ns: float | None = None
-    tflops: float | None = None
-    error: str | None = None
-    # The samples' statistics in ns where the tuner has them (kernel_time_ns is their median).
-    spread: Spread | None = None
-    remeasured: bool = False  # measured again in the top-k pass; these numbers are from it
-    # The search pass's time (ns) of a re-measured candidate, which kernel_time_ns no longer
-    # is; None: kernel_time_ns is the only time (stored as the candidate's search_time).
-    search_time_ns: float | None = None
-
-    @property
-    def valid(self) -> bool:
-        return self.error is None and self.tflops is not None
 
 
 @dataclass(frozen=True)
@@ -59,22 +42,6 @@ class TuneContext:
     # For a `list:NAME` space: the stored quick list for this problem's (arch, op, data type).
     perf_configs: tuple[str, ...] | None = None
     topk: int = 3  # candidates re-measured after the search to pick the winner (session.topk)
-
-
-@dataclass
-class TuneOutcome:
-    """The result of tuning one problem. `winner` is one of `candidates` and is valid."""
-
-    candidates: list[Candidate]
-    winner: Candidate
-    output: str = ""  # the tool's own output, kept in job.result
-    compile_start: dt.datetime | None = None  # UTC; set from the tuner's phases where it has them
-    compile_end: dt.datetime | None = None
-    notes: list[str] = field(
-        default_factory=list
-    )  # things worth logging (e.g. winner disagreement)
-    # Winner vs runner-up (relative times, and their noise); None with a single valid candidate.
-    margin: Margin | None = None
 
 
 @dataclass(frozen=True)

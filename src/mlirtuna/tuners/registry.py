@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -58,6 +58,23 @@ class Listed:
 
 #: Every name means itself on every problem (rocMLIR's perf configs: no clipping).
 AS_IS = Listed(resolve=lambda pc: pc, expand=lambda pc: [pc])
+
+
+@dataclass(frozen=True)
+class SessionBuild:
+    """What `session new` read of a session's build, as a kind is asked about it later."""
+
+    key_form: str  # keys.KEY_FORMS: how its perfRunner spells a problem's key
+    capabilities: str  # what its tool can do (Era.describe); "" where no build was read
+
+
+@dataclass(frozen=True)
+class BuildLimit:
+    """Problems a session's build can never tune (rocMLIR E3's gemm parser: no -transO)."""
+
+    why: str  # "build cannot tune gemm -transO true (…)", after "session N's"
+    remedy: str  # besides leaving them out: "open the session on an E4 build"
+    refuses: Callable[[Problem], bool]
 
 
 @dataclass(frozen=True)
@@ -104,6 +121,15 @@ class TunerKind:
     #: What a listed perf config of its family means on a problem (quick lists: listed_on);
     #: None: each name means itself.
     listed: Callable[[Problem], Listed] | None = None
+    #: What a session's build can never tune (None: it can try every problem): `jobs load` and
+    #: `run` refuse a selection holding such a problem whole, in one line, loading nothing.
+    #: Unlike `unsupported` (left out, the rest loaded) it is the build the user chose that is
+    #: wrong, so the user chooses: leave them out or open the session on another build.
+    build_limit: Callable[[SessionBuild], BuildLimit | None] | None = None
+    #: Its perf config's named fields, in order (the dashboard's candidate columns and plots;
+    #: fields_by_layout makes one for `LAYOUT:V1,V2,…` configs); {} for one it cannot read.
+    #: None: history/perffields.py's built-in layouts (rocMLIR's v1-v4, attn:, named).
+    perf_fields: Callable[[str], dict[str, int | str]] | None = None
 
     def owns(self, perf_config: str) -> bool:
         """Whether a perf config is of this tuner's family (True when that is not checked)."""
@@ -168,6 +194,54 @@ def cannot_run(
         if why is not None:
             out.setdefault(why, []).append(p.canonical())
     return out
+
+
+def build_limit(spec: str, build: SessionBuild) -> BuildLimit | None:
+    """What a session's build can never tune (its kind's build_limit); None where it can tune
+    every problem, or the kind is a plugin this host lacks (its workers say what fails)."""
+    try:
+        limit = kind(spec).build_limit
+    except UserError:
+        return None
+    return limit(build) if limit is not None else None
+
+
+def fields_by_layout(
+    layouts: Mapping[str, Sequence[str]],
+) -> Callable[[str], dict[str, int | str]]:
+    """A TunerKind.perf_fields for perf configs spelled `LAYOUT:V1,V2,…` (`cpu:v1:64,64,32`:
+    layout cpu:v1): each value named by its layout's field names; a layout or a length not
+    listed gets positional names f1, f2, … (nothing guessed); a value not an integer stays text."""
+
+    def perf_fields(perf_config: str) -> dict[str, int | str]:
+        layout, _, text = perf_config.strip().rpartition(":")
+        if not text:
+            return {}
+        values = [_field_value(v) for v in text.split(",")]
+        names = layouts.get(layout, ())
+        if len(names) != len(values):
+            names = [f"f{i}" for i in range(1, len(values) + 1)]
+        return dict(zip(names, values, strict=True))
+
+    return perf_fields
+
+
+def _field_value(text: str) -> int | str:
+    try:
+        return int(text)
+    except ValueError:
+        return text.strip()
+
+
+def perf_fields(perf_config: str) -> dict[str, int | str] | None:
+    """A perf config's fields as the tuner that wrote it names them (its kind's perf_fields);
+    None where that tuner names none, or no registered tuner wrote it."""
+    try:
+        name = tuner_of(perf_config)
+        own = kind(name).perf_fields if name else None
+    except UserError:  # a plugin that does not load: its configs shown without fields
+        return None
+    return own(perf_config) if own is not None else None
 
 
 def names() -> list[str]:

@@ -3,7 +3,8 @@ point `toy = toytuner:KIND` (group mlirtuna.tuners) of its dist-info, nothing of
 
 It runs a tool (tool.py, a process of its own) per problem through mlirtuna.tuners.process, so a
 worker that loses the job's lease kills the tool (TunerKind.stop_tools, the default). Its perf
-configs are `toy:v1:N`; its workers are one per GPU (`--gpus auto` asks rocminfo).
+configs are `toy:v1:N` (one field, `n`: the dashboard's column); its workers are one per GPU
+(`--gpus auto` asks rocminfo).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from mlirtuna.errors import TunerError
 from mlirtuna.problems import Problem
 from mlirtuna.tuners import process
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome
-from mlirtuna.tuners.registry import TunerKind
+from mlirtuna.tuners.registry import TunerKind, fields_by_layout
 
 TOOL = Path(__file__).with_name("tool.py")
 KILL_GRACE_S = 2.0
@@ -47,4 +48,5 @@ KIND = TunerKind(
     gpu=True,
     spaces=("quick", "full"),
     perf_prefix="toy",
+    perf_fields=fields_by_layout({"toy:v1": ("n",)}),
 )

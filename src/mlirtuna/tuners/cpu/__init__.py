@@ -43,7 +43,7 @@ from mlirtuna.stats import Spread
 from mlirtuna.tuners.base import Candidate, TuneContext, TuneOutcome
 from mlirtuna.tuners.cpu.kernels import Blocks, CpuOp
 from mlirtuna.tuners.cpu.ops import make_op
-from mlirtuna.tuners.registry import Listed, TunerKind
+from mlirtuna.tuners.registry import Listed, TunerKind, fields_by_layout
 from mlirtuna.tuners.timing import Budget
 
 #: A kernel a test (or an experiment) adds to the space: it runs the op given the op's data
@@ -416,6 +416,13 @@ def _greedy(op: CpuOp, measure: Callable[[Blocks], Candidate]) -> None:
             break
 
 
+#: The fields of each perf-config layout (the dashboard's columns): gemm and conv tile the op's
+#: implicit GEMM (CpuOp.prefix "cpu:v1"), attention its query and key/value blocks.
+FIELDS = {
+    "cpu:v1": ("mPerBlock", "nPerBlock", "kPerBlock"),
+    "cpu:attn:v1": ("qBlock", "kvBlock"),
+}
+
 KIND = TunerKind(
     name="cpu",
     make=lambda _arg, _build_dir: CpuTuner(),
@@ -424,4 +431,5 @@ KIND = TunerKind(
     unsupported=unsupported,
     measures_cpu=True,
     listed=listed,
+    perf_fields=fields_by_layout(FIELDS),
 )

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 from mlirtuna import keys
 from mlirtuna.errors import TunerError, UserError
+from mlirtuna.problems import GemmProblem, Problem
+from mlirtuna.tuners.registry import BuildLimit, SessionBuild
 from mlirtuna.tuners.rocmlir.eras import (
     SETTING_CAPABILITY,
     build_key_form,
@@ -58,3 +60,21 @@ def check_split_build(build_dir: str) -> None:
         ) from None
     if not can_split(era):
         raise UserError(f"--split: {lacks_split(tuner.script, era)}")
+
+
+def build_limit(build: SessionBuild) -> BuildLimit | None:
+    """A build read when the session was opened (capabilities known) whose perfRunner does not
+    spell gemm keys with -transO (key form not e4 or e4-split-k: rocMLIR's own E3 line, whose
+    gemm parser has no -transO) fails a `-transO true` line before it tunes anything."""
+    if not build.capabilities or keys.spells_trans_o(build.key_form):
+        return None
+    return BuildLimit(
+        why=f"build cannot tune gemm -transO true (its perfRunner's gemm keys have no -transO: "
+        f"key form {build.key_form}, {build.capabilities})",
+        remedy="open the session on an E4 build",
+        refuses=_transposes_output,
+    )
+
+
+def _transposes_output(problem: Problem) -> bool:
+    return isinstance(problem, GemmProblem) and problem.trans_o

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from mlirtuna.tuners.registry import TunerKind
 from mlirtuna.tuners.rocmlir.artifacts import check_bundle, index_commits, merge_artifacts
-from mlirtuna.tuners.rocmlir.checks import check_build, check_split_build
+from mlirtuna.tuners.rocmlir.checks import build_limit, check_build, check_split_build
 from mlirtuna.tuners.rocmlir.eras import E4_SETTINGS
 from mlirtuna.tuners.rocmlir.tuner import RocmlirTuner
 
@@ -21,4 +21,5 @@ KIND = TunerKind(
     artifact_commits=index_commits,
     check_artifacts=check_bundle,
     settings=E4_SETTINGS,
+    build_limit=build_limit,
 )
