@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from support.scheduling import SharedDatabaseScheduling, shared_id
+from support.standin import standin_build
 from support.testdbs import BACKENDS, TestDatabases
 
 from mlirtuna.db import Database
@@ -41,6 +42,13 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
 
 DB_FIXTURES = ("db_url", "empty_db_url", "module_db_url")
+
+
+@pytest.fixture
+def build(tmp_path, monkeypatch) -> Path:
+    """A private stand-in rocMLIR build that logs its calls (support/standin.py: a test module
+    that needs another era or knobs defines its own `build` with standin_build)."""
+    return standin_build(tmp_path, monkeypatch, log=True)
 
 
 def pytest_configure(config):

@@ -34,8 +34,8 @@ import sys
 from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fake_costs  # noqa: E402
-from standin_runner import e3, e4  # noqa: E402
+import fake_costs
+from standin_runner import e3, e4
 
 ERAS: dict[str, Callable[[list[str]], int]] = {"E3": e3.main, "E4": e4.main}
 OVERLAY = "standin_overlay"  # a test build's module (tests/support/standin_faults)

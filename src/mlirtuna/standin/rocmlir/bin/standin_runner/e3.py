@@ -45,12 +45,14 @@ def parser(
     add("--mlir-build-dir", type=str, default=".", metavar="DIR", help="rocMLIR build directory")
     add("--rocmlir-gen-flags", "--rocmlir_gen_flags", default="", metavar="FLAGS", help="extra")
     add("-d", "--debug", action="store_true", default=False, help="also write <output>.debug")
-    add("--tuning-space", default="full", choices=spaces or common.E3_SPACES, help="space kind")
+    add("--tuning-space", default="full", choices=spaces or common.E3_SPACES,
+        help="tuning space kind")  # fmt: skip
     logging_group = p.add_mutually_exclusive_group()
     logging_group.add_argument("-q", "--quiet", action="store_true", default=False, help="quiet")
     logging_group.add_argument("-v", "--verbose", action="store_true", default=False, help="loud")
     if not e4:  # rocmlirTriton has --verify-winning-config / --verify-all-perfconfigs instead
-        add("--verify-mode", default="gpu", choices=common.VERIFY_MODES, help="how verified")
+        add("--verify-mode", default="gpu", choices=common.VERIFY_MODES,
+            help="how the winner is verified")  # fmt: skip
         add("--verify-perf-configs", action="store_true", default=False, help="verify every one")
     add("--data-type", nargs="+", choices=common.E3_TYPES, default=["f32", "f16", "i8"],
         metavar="TYPE")  # fmt: skip
@@ -204,4 +206,3 @@ def already_tuned(args, gpu: common.Gpu, config: str) -> bool:
             ):
                 return True
     return False
-

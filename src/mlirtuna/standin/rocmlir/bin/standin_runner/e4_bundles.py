@@ -189,7 +189,8 @@ def bundle_benchmark(args, gpu: common.Gpu, gpu_id: int, log: common.Log) -> Mea
         if compiled_at != common.commit_id() and not args.allow_commit_mismatch:
             log.error(f"[GPU {gpu_id}] build-commit mismatch for problem {digest}: artifacts "
                       f"compiled at '{compiled_at}' but benchmarking from "
-                      f"'{common.commit_id()}'; pass --allow-commit-mismatch to override")  # fmt: skip
+                      f"'{common.commit_id()}'; pass --allow-commit-mismatch to "
+                      "override")  # fmt: skip
             return None
         manifest = json.loads(read_framed(os.path.join(problem_dir, "manifest.json.z")))
         compiled = [c for c in manifest["configs"] if c["status"] == "success"]
