@@ -77,6 +77,7 @@ from mlirtuna.queue import jobs
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_BUILD = standin.BUILD
+OVERLAY = ROOT / "tests" / "support" / "standin_faults"  # the stand-in's argv log
 # The stand-in's fake GPU; every session must say the same or its workers refuse the results.
 ARCH_FULL, NUM_CU, NUM_CHIPLETS = "gfx942:sramecc+:xnack-", 304, 8
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -235,7 +236,10 @@ def farm_env(url: str, build: Path, costs: Costs, gpus: int, logs: Path) -> dict
         if not k.startswith("FAKE_") and k not in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
     }
     env.update(
-        PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        # The tests' overlay on the stand-in (its argv log, FAKE_TUNINGRUNNER_LOG) on the path.
+        PYTHONPATH=os.pathsep.join(
+            [str(ROOT / "src"), str(OVERLAY), os.environ.get("PYTHONPATH", "")]
+        ),
         PYTHONUNBUFFERED="1",
         MLIRTUNA_DB=url,
         MLIRTUNA_ROCMLIR_BUILD=str(build),
@@ -827,9 +831,9 @@ def run_backend(plan: Plan, chosen: Sequence[Scenario]) -> list[Outcome | list[o
 def space_size(space: str) -> int:
     """Candidates per problem in the stand-in's E4 space (what its costs are charged for)."""
     sys.path.insert(0, str(FAKE_BUILD / "bin"))
-    import tuningRunner  # the stand-in itself: its spaces are the truth
+    from standin_runner import candidates  # the stand-in itself: its spaces are the truth
 
-    return len(tuningRunner.perf_configs("gemm", space, "E4"))
+    return len(candidates.perf_configs("gemm", space, "E4"))
 
 
 def options():

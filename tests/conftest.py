@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from support.scheduling import SharedDatabaseScheduling, shared_id
+from support.standin import standin_build
 from support.testdbs import BACKENDS, TestDatabases
 
 from mlirtuna.db import Database
@@ -44,6 +45,13 @@ DB_FIXTURES = ("db_url", "empty_db_url", "module_db_url")
 # The toy plugin's own tests run in a pytest of their own, in its directory with it installed
 # (test_tuner_contract.py), as a plugin's author runs them; never collected with these.
 collect_ignore = ["plugin_dist"]
+
+
+@pytest.fixture
+def build(tmp_path, monkeypatch) -> Path:
+    """A private stand-in rocMLIR build that logs its calls (support/standin.py: a test module
+    that needs another era or knobs defines its own `build` with standin_build)."""
+    return standin_build(tmp_path, monkeypatch, log=True)
 
 
 def pytest_configure(config):

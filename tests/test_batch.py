@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from support.clitools import cli, mlirtuna_argv, run_cli, subprocess_env
-from support.rocmlir import fake_build, mark_standin
+from support.rocmlir import mark_standin
 from support.workers import wait_for
 
 from mlirtuna import catalog, queue, sessions
@@ -35,12 +35,6 @@ from mlirtuna.worker import Worker, WorkerSettings
 pytestmark = pytest.mark.backends(fast=("sqlite",))
 
 ARCH_FULL = "gfx942:sramecc+:xnack-"
-
-
-@pytest.fixture
-def build(tmp_path, monkeypatch):
-    build = fake_build(tmp_path, monkeypatch)
-    return build
 
 
 def op_lines(op: str, n: int) -> list[str]:

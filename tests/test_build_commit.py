@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from support.clitools import cli, run_cli
-from support.rocmlir import GEMM, context, fake_build, tuner, work
+from support.rocmlir import GEMM, context, tuner, work
+from support.standin import standin_build
 
 from mlirtuna import catalog, machine, sessions, standin
 from mlirtuna.db.models import Attempt, Job
@@ -84,8 +85,8 @@ class Layout:
         self.pipeline_commit = commit_all(self.pipeline, "pipeline")
         # The stand-in's tools stand for the build's; without its marker it is a plain build.
         self.build = self.pipeline / "rocmlir-build"
-        shutil.move(fake_build(tmp_path, monkeypatch, log=True), self.build)
-        self.log = tmp_path / "argv.jsonl"  # where the tool logs its calls (fake_build)
+        shutil.move(standin_build(tmp_path, monkeypatch, log=True), self.build)
+        self.log = tmp_path / "argv.jsonl"  # where the tool logs its calls (standin_build)
         (self.build / STANDIN_MARKER).unlink()
         cmake_cache(self.build, self.source)
 
@@ -117,7 +118,7 @@ def test_the_stand_in_build_reports_its_commit_inside_another_repository(
     (pipeline / "Jenkinsfile").write_text("// the pipeline\n")
     commit_all(pipeline, "pipeline")
     build = pipeline / "rocmlir-build"
-    shutil.move(fake_build(tmp_path, monkeypatch), build)
+    shutil.move(standin_build(tmp_path, monkeypatch), build)
     made = session_new(db_url, build)
     assert made.code == 0, made.stderr
     assert made.json()["mlir_v"] == standin.COMMIT and made.json()["standin"]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import random
 
 import pytest
-from support.rocmlir import fake_build, work
+from support.rocmlir import work
+from support.standin import standin_build
 from support.twostage import COMMIT, problems, session
 
 from mlirtuna import queue, sessions
@@ -17,9 +18,7 @@ from mlirtuna.queue import Claimant, bundles, jobs
 
 @pytest.fixture
 def build(tmp_path, monkeypatch):
-    tool = fake_build(tmp_path, monkeypatch)
-    monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E4")
-    return tool
+    return standin_build(tmp_path, monkeypatch, era="E4")
 
 
 def test_a_bundle_over_the_sessions_cap_is_refused_unwritten(db, tmp_path, build, monkeypatch):

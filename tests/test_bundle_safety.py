@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from support.rocmlir import fake_build, work
+from support.rocmlir import work
+from support.standin import standin_build
 from support.twostage import count, problems, session
 
 from mlirtuna.db import db_now
@@ -143,9 +144,7 @@ def test_garbage_and_a_truncated_bundle_are_refused(tmp_path):
 
 @pytest.fixture
 def build(tmp_path, monkeypatch):
-    tool = fake_build(tmp_path, monkeypatch)
-    monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E4")
-    return tool
+    return standin_build(tmp_path, monkeypatch, era="E4")
 
 
 @pytest.fixture

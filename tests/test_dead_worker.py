@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from support.clitools import mlirtuna_argv, run_cli, subprocess_env
-from support.rocmlir import (  # noqa: F401 (quiet_build is the build fixture)
+from support.rocmlir import (
     pid_alive,
-    quiet_build,
     rocmlir_session,
 )
 from support.workers import make_session, wait_for

@@ -20,7 +20,6 @@ from support.rocmlir import (
     GEMM,
     calls,
     context,
-    fake_build,
     rocmlir_session,
     tuner,
     tuning_calls,
@@ -55,12 +54,6 @@ FLAGS = {
     "E4": COMMON | {"--gpus", "--timeout", "--abort-on-error"},
 }
 E4_SETTINGS = dict(rep_ms=50, warmup_ms=10, gpu_run_timeout_s=30)
-
-
-@pytest.fixture
-def build(tmp_path, monkeypatch):
-    build = fake_build(tmp_path, monkeypatch, log=True)
-    return build
 
 
 def flag_names(argv: list[str]) -> set[str]:

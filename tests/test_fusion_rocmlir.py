@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from support.perfrunner_keys import read_key
-from support.rocmlir import ARCH_FULL, mark_standin, quiet_build, work  # noqa: F401 (the build fixture)
+from support.rocmlir import ARCH_FULL, mark_standin, work
 
 from mlirtuna import catalog, sessions
 from mlirtuna.db.models import COMPLETED, Candidate, FusionConfig, Job, Result

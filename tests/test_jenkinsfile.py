@@ -32,6 +32,7 @@ import pytest
 import sqlalchemy as sa
 from support import jenkins
 from support.clitools import SRC
+from support.standin import with_overlay
 
 from mlirtuna import standin
 from mlirtuna.db import roles
@@ -132,7 +133,8 @@ def farm_env(tmp_path: Path, urls: dict[str, str], **params: str) -> dict[str, s
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_", "MLIRTUNA_"))}
     env = standin.environment(env)
     env |= urls | {
-        "PATH": f"{bin_dir}{os.pathsep}{rocm}{os.pathsep}{env['PATH']}", "PYTHONPATH": SRC,
+        "PATH": f"{bin_dir}{os.pathsep}{rocm}{os.pathsep}{env['PATH']}",
+        "PYTHONPATH": with_overlay({"PYTHONPATH": SRC})["PYTHONPATH"],  # faults: the overlay's
         "ARCH": "gfx942", "ROCMLIR_BUILD": "", "ROCMLIR_REF": "develop",
         "CONFIG_LIST": DEFAULT_CONFIG_LIST, "DRY_RUN": "false", "BUILD_TAG": "jenkins-weekly-1",
         "WORKER_LEASE_S": LEASE_S, "WAIT_TIMEOUT_S": "300", "FAKE_GPU_COUNT": "1",

@@ -11,7 +11,8 @@ import tarfile
 
 import pytest
 import sqlalchemy as sa
-from support.rocmlir import fake_build, work
+from support.rocmlir import work
+from support.standin import standin_build
 from support.twostage import count, problems, session, states
 
 from mlirtuna.db.models import Bundle, BundleChunk
@@ -27,9 +28,7 @@ HOSTILE_NAMES = ["../../escape", "/etc", "x" * 300, "h\u202eabc", "a\nb"]
 
 @pytest.fixture
 def build(tmp_path, monkeypatch):
-    build = fake_build(tmp_path, monkeypatch)
-    monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E4")
-    return build
+    return standin_build(tmp_path, monkeypatch, era="E4")
 
 
 def _renamed(index: dict, name: str) -> dict:

@@ -12,9 +12,8 @@ import time
 import pytest
 import sqlalchemy as sa
 from support.clitools import mlirtuna_argv, subprocess_env
-from support.rocmlir import (  # noqa: F401 (quiet_build is the build fixture)
+from support.rocmlir import (
     pid_alive,
-    quiet_build,
     rocmlir_session,
 )
 from support.workers import running_job, wait_for, wait_past_lease

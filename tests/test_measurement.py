@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from support.clitools import cli
 from support.results import cand, gemm, new_session, record
-from support.rocmlir import fake_build, rocmlir_session, work
+from support.rocmlir import rocmlir_session, work
 from threadpoolctl import threadpool_info
 
 from mlirtuna import catalog, sessions, stats
@@ -185,12 +185,6 @@ def test_topk_is_a_session_setting(db, db_url, tmp_path) -> None:
 
 # A gemm whose stand-in kernels take 1 ms and more (2 * 8192 * 4096^2 flops at <= 150 TFlops).
 LARGE_GEMM = "-t f16 -out_datatype f16 -transA false -transB false -g 1 -m 8192 -n 4096 -k 4096"
-
-
-@pytest.fixture
-def build(tmp_path, monkeypatch):
-    build = fake_build(tmp_path, monkeypatch)
-    return build
 
 
 def test_rocmlir_e3_stats_become_candidate_statistics(db, tmp_path, build, monkeypatch):

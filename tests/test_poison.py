@@ -15,7 +15,7 @@ import time
 import pytest
 import sqlalchemy as sa
 from support.queueing import ME, fixture_session_with_jobs, outcome  # noqa: F401 (a fixture)
-from support.rocmlir import GEMM, calls, context, logged_build, tuner  # noqa: F401 (the build fixture)
+from support.rocmlir import GEMM, calls, context, tuner
 
 from mlirtuna import queue
 from mlirtuna.db.models import Attempt, Candidate, Job

@@ -11,7 +11,8 @@ import stat
 import pytest
 import sqlalchemy as sa
 from conftest import DATA
-from support.rocmlir import GEMM, fake_build, mark_standin
+from support.rocmlir import GEMM, mark_standin
+from support.standin import standin_build
 
 from mlirtuna import catalog, machine, sessions
 from mlirtuna.db.models import Job, Result
@@ -89,8 +90,8 @@ def job_of(db, sid) -> tuple[str, str | None, int]:
 
 
 def test_rdna_jobs_are_recorded(db, tmp_path, monkeypatch, rdna_rocm):
-    build = fake_build(tmp_path, monkeypatch)
-    monkeypatch.setattr(machine, "ROCM_PATH", rdna_rocm)  # fake_build leaves it; be explicit
+    build = standin_build(tmp_path, monkeypatch)
+    monkeypatch.setattr(machine, "ROCM_PATH", rdna_rocm)  # standin_build leaves it; be explicit
     monkeypatch.setenv("FAKE_GPU_ARCH", "gfx1100")  # the tool: HIP's 48 CUs, 1 chiplet
     monkeypatch.setenv("FAKE_GPU_NUM_CU", "48")
     monkeypatch.setenv("FAKE_GPU_NUM_CHIPLETS", "1")

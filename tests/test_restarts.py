@@ -10,7 +10,8 @@ import pytest
 import sqlalchemy as sa
 from plugins.claimlog import read_log
 from support.ownservers import OwnMariadb, OwnPostgres
-from support.rocmlir import fake_build, work
+from support.rocmlir import work
+from support.standin import standin_build
 from support.streamrace import LeasesLostInStream, assert_each_recorded_from_its_second_attempt
 from support.twostage import problems, session
 from support.workers import (
@@ -93,7 +94,7 @@ def test_a_crash_restart_during_a_benchmark_stream_strands_no_job(
     # stream and stays down past their leases; the worker claims them again when it is back and
     # feeds them again before the stream answered the first attempts. Each new attempt's reply
     # is recorded; the old ones' are dropped; nothing waits out the job timeout.
-    build = fake_build(tmp_path, monkeypatch)
+    build = standin_build(tmp_path, monkeypatch)
     for name, value in (("ERA", "E4"), ("STREAM", "1"), ("LOG", str(tmp_path / "tool.jsonl"))):
         monkeypatch.setenv(f"FAKE_TUNINGRUNNER_{name}", value)
     db = Database(_fresh_database(own_server))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support.rocmlir import (  # noqa: F401 (logged_build is the build fixture)
+from support.rocmlir import (
     ARCH_FULL,
     ATTN,
     CONV,
@@ -20,7 +20,6 @@ from support.rocmlir import (  # noqa: F401 (logged_build is the build fixture)
     calls,
     context,
     expected,
-    logged_build,
     pid_alive,
     tuner,
     tuning_calls,

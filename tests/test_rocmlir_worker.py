@@ -8,11 +8,10 @@ import sys
 import pytest
 import sqlalchemy as sa
 from support.clitools import run_cli
-from support.rocmlir import (  # noqa: F401 (quiet_build is the build fixture)
+from support.rocmlir import (
     LINES,
     expected,
     pid_alive,
-    quiet_build,
     rocmlir_session,
     work,
     worker_args,

@@ -10,7 +10,8 @@ import time
 import pytest
 import sqlalchemy as sa
 from support.dbroles import as_role, fixture_server_db, refused, role_prefix  # noqa: F401 (the server_db fixture)
-from support.rocmlir import fake_build, work
+from support.rocmlir import work
+from support.standin import standin_build
 from support.twostage import problems, session
 from support.workers import job_states, make_session
 
@@ -136,7 +137,7 @@ def test_the_worker_role_cannot_move_a_finished_job(done, server_db):
 
 
 def test_the_worker_role_still_runs_two_stage_sessions(server_db, prefix, tmp_path, monkeypatch):
-    build = fake_build(tmp_path, monkeypatch)
+    build = standin_build(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E4")
     problems(server_db, tmp_path, 2)
     sid = session(server_db, build)

@@ -9,9 +9,8 @@ import pytest
 import sqlalchemy as sa
 from support.clitools import cli, run_cli
 from support.results import mark_standin
-from support.rocmlir import fake_build
 
-from mlirtuna import catalog, queue, sessions, standin
+from mlirtuna import catalog, queue, sessions
 from mlirtuna.db import Database
 from mlirtuna.db.models import Attempt, Candidate, Job, Result, TuningSession
 from mlirtuna.errors import UserError
@@ -28,16 +27,9 @@ from mlirtuna.worker import Worker, WorkerSettings
 # backend in their own files): SQLite only, to keep the suite quick.
 pytestmark = pytest.mark.backends("sqlite")
 
-FAKE = standin.BUILD
 GEMM = "-t f16 -out_datatype f16 -transA false -transB false -g 1 -m 1024 -n 512 -k 768"
 SMALL = "-t f32 -out_datatype f32 -transA false -transB false -g 1 -m {m} -n 8 -k 8"
 ROCMLIR = {"arch_full": "gfx942:sramecc+:xnack-", "num_cu": 304, "num_chiplets": 8}
-
-
-@pytest.fixture
-def build(tmp_path, monkeypatch):
-    build = fake_build(tmp_path, monkeypatch)
-    return build
 
 
 def open_session(db: Database, tmp_path: Path, tuner: str, lines: list[str], **spec) -> int:

@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 from support.clitools import cli, run_cli
 from support.results import FULL, gemm, mark_standin, new_session, tune
+from support.standin import standin_build
 
 from mlirtuna import sessions, standin
 from mlirtuna.db import Database
@@ -186,10 +187,9 @@ def test_the_dashboard_shows_a_stand_in_badge(db, db_url, tmp_path):
 # -- the worker: a build of the session's kind only -----------------------------------------------
 
 
-def real_build(tmp_path):
+def real_build(tmp_path, monkeypatch):
     """A copy of the stand-in without its marker: to mlirtuna, a real rocMLIR build."""
-    build = tmp_path / "real-build"
-    shutil.copytree(standin.BUILD, build)
+    build = standin_build(tmp_path, monkeypatch)
     (build / "MLIRTUNA_STANDIN.md").unlink()
     return build
 
@@ -215,7 +215,8 @@ def test_a_worker_refuses_the_stand_in_build_for_a_real_session(db, db_url, tmp_
 
 def test_a_worker_refuses_a_real_build_for_a_stand_in_session(db, db_url, tmp_path, monkeypatch):
     sid = mark_standin(db, rocmlir_session(db))
-    monkeypatch.setenv("MLIRTUNA_ROCMLIR_BUILD", str(real_build(tmp_path)))  # the env's build
+    build = real_build(tmp_path, monkeypatch)
+    monkeypatch.setenv("MLIRTUNA_ROCMLIR_BUILD", str(build))  # the env's build
     run = cli(db_url, "worker", "--session", str(sid), "--gpus", "0", "--until-empty")
     assert run.code == 2 and run.stderr.count("\n") == 1, run.stderr
     assert f"session {sid} is a stand-in session" in run.stderr

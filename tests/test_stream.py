@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from support.rocmlir import fake_build, work, worker_settings
+from support.rocmlir import work, worker_settings
+from support.standin import standin_build
 from support.streamrace import LeasesLostInStream, assert_each_recorded_from_its_second_attempt
 from support.twostage import count, gemm, problems, recorded, session, states
 
@@ -42,13 +43,16 @@ BENCH_MS = "50"  # per candidate; `quick` has 8 in the stand-in: 0.4 s per bundl
 
 @pytest.fixture
 def build(tmp_path, monkeypatch):
-    build = fake_build(tmp_path, monkeypatch)
-    monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E4")
-    monkeypatch.setenv("FAKE_TUNINGRUNNER_STREAM", "1")
-    monkeypatch.setenv("FAKE_TUNINGRUNNER_LOG", str(tmp_path / "tool.jsonl"))
-    monkeypatch.setenv("FAKE_TUNINGRUNNER_GPU_LOG", str(tmp_path / "gpu.jsonl"))
-    monkeypatch.setenv("FAKE_TUNINGRUNNER_BENCH_MS", "1")  # stretches are logged from 1 ms on
-    return build
+    # GPU stretches are logged from 1 ms on
+    return standin_build(
+        tmp_path,
+        monkeypatch,
+        era="E4",
+        FAKE_TUNINGRUNNER_STREAM="1",
+        FAKE_TUNINGRUNNER_LOG=str(tmp_path / "tool.jsonl"),
+        FAKE_TUNINGRUNNER_GPU_LOG=str(tmp_path / "gpu.jsonl"),
+        FAKE_TUNINGRUNNER_BENCH_MS="1",
+    )
 
 
 def tool_calls(tmp_path: Path) -> list[dict]:

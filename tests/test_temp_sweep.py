@@ -9,7 +9,8 @@ import subprocess
 import tempfile
 
 import pytest
-from support.rocmlir import fake_build, work
+from support.rocmlir import work
+from support.standin import standin_build
 from support.twostage import problems, session
 
 from mlirtuna import machine
@@ -73,7 +74,7 @@ def test_temp_dirs_are_named_for_their_owner(tmpdir_root):
 
 def test_a_worker_sweeps_at_start_and_leaves_none_of_its_own(db, tmp_path, monkeypatch,
                                                               tmpdir_root):  # fmt: skip
-    build = fake_build(tmp_path, monkeypatch)
+    build = standin_build(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E4")  # the era that splits
     problems(db, tmp_path, 2)
     sid = session(db, build)

@@ -11,11 +11,10 @@ import time
 import pytest
 import sqlalchemy as sa
 from support.clitools import run_cli
-from support.rocmlir import (  # noqa: F401 (quiet_build is the build fixture)
+from support.rocmlir import (
     GEMM,
     context,
     pid_alive,
-    quiet_build,
     rocmlir_session,
     tuner,
 )

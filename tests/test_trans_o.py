@@ -14,7 +14,8 @@ import sqlalchemy as sa
 from support.clitools import cli
 from support.perfrunner_reader import read_tuning_db
 from support.results import FULL, new_session, tune
-from support.rocmlir import fake_build, tuner
+from support.rocmlir import tuner
+from support.standin import standin_build
 
 from mlirtuna import catalog, keys, migrations
 from mlirtuna.db import Database
@@ -117,7 +118,7 @@ def test_an_e3_export_of_trans_o_false_problems_is_as_before(db, db_url, tmp_pat
 
 
 def test_each_build_gets_lines_in_its_own_spelling(tmp_path, monkeypatch):
-    build = fake_build(tmp_path, monkeypatch)
+    build = standin_build(tmp_path, monkeypatch)
     plain, transposed = parse("gemm", G), parse("gemm", GT)
     e3 = tuner(build, "E3", monkeypatch)
     assert e3.key_form == keys.PLAIN  # no perfRunner.py beside it: an E3 build

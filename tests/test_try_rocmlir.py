@@ -4,11 +4,14 @@ build shipped in the package (never read from tests/): a one-stage and a two-sta
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+import sys
 
 import pytest
 import sqlalchemy as sa
 from support.clitools import cli, run_cli
+from support.standin import with_overlay
 
 from mlirtuna import standin
 from mlirtuna.db.models import Job, Result, TuningSession
@@ -35,6 +38,42 @@ def test_the_build_ships_in_the_package(tmp_path):
     with pytest.raises(UserError):
         standin.install(mine)
     assert (mine / "keep").read_text() == "x"
+
+
+# The knobs only the tests' overlay (tests/support/standin_faults) reads: never the package's.
+TEST_ONLY_KNOBS = re.compile(r"FAULT|DELAY|SETSID|PIDFILE|IGNORE_SIGTERM|STDERR_BYTES")
+
+
+def test_the_packages_stand_in_names_no_test_knob():
+    named = [
+        f"{path.relative_to(standin.BUILD.parent)}:{n}: {line.strip()}"
+        for path in sorted(standin.BUILD.parent.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if TEST_ONLY_KNOBS.search(line)
+    ]
+    assert named == []
+
+
+def test_the_packages_stand_in_takes_faults_and_old_eras_only_from_the_overlay(tmp_path):
+    build = standin.install(tmp_path / "build")
+    line = standin.GEMMS[0]
+    base = {k: v for k, v in standin.environment().items() if not k.startswith("FAKE_")}
+    base.pop("PYTHONPATH", None)
+
+    def tuning_runner(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, str(build / "bin" / "tuningRunner.py"), "--op", "gemm",
+                "--config", line, "--tuning-space", "quick", "-o", "-"]  # fmt: skip
+        return subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True)
+
+    faulty = base | {"FAKE_TUNINGRUNNER_ERA": "E4", "FAKE_TUNINGRUNNER_FAULT": "fail"}
+    alone = tuning_runner(faulty)  # the package's build alone: the knob means nothing
+    assert alone.returncode == 0 and line.split(" -transA")[0] in alone.stdout, alone.stderr
+    overlaid = tuning_runner(with_overlay(faulty))
+    assert overlaid.returncode == 1 and "Tuning pipeline failed" in overlaid.stderr
+    old = tuning_runner(base | {"FAKE_TUNINGRUNNER_ERA": "E2"})
+    assert old.returncode == 2 and "must be E3 or E4, not 'E2'" in old.stderr
+    assert tuning_runner(with_overlay(base | {"FAKE_TUNINGRUNNER_ERA": "E2"})).returncode == 0
 
 
 def test_setup_only_prints_what_a_pipeline_exports(tmp_path):

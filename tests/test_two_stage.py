@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from support.clitools import cli, mlirtuna_argv, run_cli, subprocess_env
-from support.rocmlir import ARCH_FULL, fake_build, work
+from support.rocmlir import ARCH_FULL, work
+from support.standin import standin_build
 from support.twostage import COMMIT, SPLIT, count, gemm, problems, recorded, session, states
 
 from mlirtuna import queue, sessions
@@ -30,9 +31,7 @@ pytestmark = pytest.mark.backends(fast=("sqlite",))
 
 @pytest.fixture
 def build(tmp_path, monkeypatch):
-    build = fake_build(tmp_path, monkeypatch)
-    monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E4")
-    return build
+    return standin_build(tmp_path, monkeypatch, era="E4")
 
 
 @pytest.mark.parametrize("store", ["db", "files"])

@@ -1,24 +1,13 @@
-"""The stand-in tuningRunner.py (mlirtuna.standin.BUILD, src/mlirtuna/standin/rocmlir) for the tests
-that drive the rocmlir tuner:
-a private copy of its build dir, its problems and what it reports, and a worker running it.
-
-Two fixtures named `build`, a private copy of the stand-in's build dir: `logged_build` logs each
-invocation's argv (read back with `calls`), `quiet_build` does not; a test module imports the one
-it wants and its tests request `build`."""
+"""The rocmlir tuner over the stand-in tuningRunner.py (the build: support/standin.py): its
+problems and what it reports, sessions of it, and a worker running it."""
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import shutil
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from mlirtuna import catalog, sessions, standin
+from mlirtuna import catalog, sessions
 from mlirtuna.problems import ExpandOptions
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
@@ -26,8 +15,8 @@ from mlirtuna.tuners.base import TuneContext
 from mlirtuna.tuners.rocmlir import RocmlirTuner
 from mlirtuna.worker import Worker, WorkerSettings
 from support.results import mark_standin
+from support.standin import STAND_IN, calls
 
-FAKE = standin.BUILD  # shipped in the package (mlirtuna try-rocmlir)
 ARCH_FULL = "gfx942:sramecc+:xnack-"
 GEMM = "-t f16 -out_datatype f16 -transA false -transB false -g 1 -m 1024 -n 512 -k 768"
 CONV = (
@@ -38,52 +27,6 @@ ATTN = (
     "-t f16 -transQ false -transK true -transV false -transO false -g 12 -seq_len_q 384 "
     "-seq_len_k 384 -head_dim_qk 64 -head_dim_v 64"
 )
-
-
-def load_stand_in() -> ModuleType:
-    """The stand-in as a module, to compute what it reports (same generator, no subprocess)."""
-    spec = importlib.util.spec_from_file_location(
-        "fake_tuning_runner", FAKE / "bin" / "tuningRunner.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-STAND_IN = load_stand_in()
-
-
-def fake_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, log: bool = False) -> Path:
-    """A private copy of the stand-in build dir (the tool's cwd) and a clean environment: no
-    FAKE_* or MLIRTUNA_ROCMLIR* setting and no pinned GPU left from elsewhere. Shared by every
-    test file that drives the stand-in; `log` records each invocation's argv."""
-    build = tmp_path / "build"
-    shutil.copytree(FAKE, build)
-    for name in list(os.environ):
-        if name.startswith(("FAKE_", "MLIRTUNA_ROCMLIR")) or name.endswith("_VISIBLE_DEVICES"):
-            monkeypatch.delenv(name)
-    if log:
-        monkeypatch.setenv("FAKE_TUNINGRUNNER_LOG", str(tmp_path / "argv.jsonl"))
-    monkeypatch.setenv("MLIRTUNA_ROCMLIR_PYTHON", sys.executable)
-    return build
-
-
-@pytest.fixture(name="build")
-def logged_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    return fake_build(tmp_path, monkeypatch, log=True)
-
-
-@pytest.fixture(name="build")
-def quiet_build(tmp_path, monkeypatch):
-    """The `build` of the worker-level tests: the stand-in's build dir, no argv log."""
-    build = fake_build(tmp_path, monkeypatch)
-    return build
-
-
-def calls(build: Path) -> list[dict]:
-    path = build.parent / "argv.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def tuning_calls(build: Path) -> list[dict]:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import fcntl
 import os
 import pickle
-import shutil
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +27,8 @@ from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.worker import Worker, WorkerSettings
 from support.results import mark_standin
+from support.standin import standin_build
 
-FAKE = standin.BUILD  # the stand-in rocMLIR build the package ships
 # The GPU sessions' commit: the stand-in build's, abbreviated (a worker refuses a build of
 # another commit than its session's).
 GPU_COMMIT = standin.COMMIT[:7]
@@ -129,8 +127,6 @@ def _tuned(db: Database, tmp_path: Path) -> Farm:
     path.write_text(GEMMS)
     catalog.import_files(db, "gemm", [str(path)], ExpandOptions(expand=False), tag=TAG)
     cpu_a, cpu_b = (_tune(db, SessionSpec(tuner="cpu", tuning_space="quick")) for _ in "ab")
-    build = tmp_path / "build"
-    shutil.copytree(FAKE, build)
     gpu_spec = SessionSpec(
         tuner="rocmlir",
         tuning_space="quick",
@@ -142,18 +138,11 @@ def _tuned(db: Database, tmp_path: Path) -> Farm:
         reason="nightly",
         ticket="TKT-1",
     )
-    saved = {k: os.environ.get(k) for k in ("MLIRTUNA_ROCMLIR_PYTHON", "FAKE_TUNINGRUNNER_FAULT")}
-    os.environ["MLIRTUNA_ROCMLIR_PYTHON"] = sys.executable
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        build = standin_build(tmp_path, env)
         gpu = _tune(db, gpu_spec, build)
-        os.environ["FAKE_TUNINGRUNNER_FAULT"] = "fail"
+        env.setenv("FAKE_TUNINGRUNNER_FAULT", "fail")
         failed = _tune(db, gpu_spec, build)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     problems = sorted(w.problem_id for w in jobs.list_jobs(db, cpu_a))
     return Farm(cpu_a, cpu_b, gpu, failed, problems)
 

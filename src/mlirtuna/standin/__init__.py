@@ -1,8 +1,10 @@
 """The stand-in rocMLIR build, shipped with the package: a GPU-less tuningRunner.py (and
 rocmlir-gen, rocmlir-driver, …) that speaks the real tool's command line and file formats
-(E2 to E4, chosen by FAKE_TUNINGRUNNER_ERA), so that the rocMLIR flow can be tried on any
-machine (`mlirtuna try-rocmlir`), a pipeline can be dry-run (examples/Jenkinsfile) and the tests
-drive the same files. Its numbers are made up; what it exercises is mlirtuna's side.
+(E3 or E4, chosen by FAKE_TUNINGRUNNER_ERA; its modules in rocmlir/bin/standin_runner/), so
+that the rocMLIR flow can be tried on any machine (`mlirtuna try-rocmlir`), a pipeline can be
+dry-run (examples/Jenkinsfile) and the tests drive the same files (with an overlay of their own,
+tests/support/standin_faults: older eras and injected faults, which the package does not ship).
+Its numbers are made up; what it exercises is mlirtuna's side.
 
 `trial` runs what a person would type: a one-stage `run --tuner rocmlir`, then a two-stage
 session (compile worker, then benchmark worker), each as a real `mlirtuna` process."""
