@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import mlirtuna.tuners.process as process
 import mlirtuna.tuners.rocmlir.batch as batch
+import mlirtuna.tuners.rocmlir.chosen as chosen
 import mlirtuna.tuners.rocmlir.eras as eras
 import mlirtuna.tuners.rocmlir.stream as stream
 from mlirtuna import machine
@@ -37,7 +38,7 @@ from mlirtuna.tuners.rocmlir.fusionkey import module_path, write_module
 from mlirtuna.tuners.rocmlir.outcome import failure, read_outcome
 
 if TYPE_CHECKING:
-    from mlirtuna.tuners.base import StreamingTuner
+    from mlirtuna.tuners.base import SearchableTuner, StreamingTuner
 
 HELP_TIMEOUT_S = 120.0
 # The tool's own per-config --timeout fires first, so it can stop its pipeline and say so;
@@ -114,14 +115,48 @@ class RocmlirTuner:
     # -- tuning ---------------------------------------------------------------------------
 
     def tune(self, problem: Problem, ctx: TuneContext) -> TuneOutcome:
+        """tuningRunner.py over the session's space; exactly ctx.perf_configs when set (a
+        search's round, a `list:` session's list) through the build's tools (chosen.py). A
+        build that cannot measure them refuses a search's round (Unsupported) and runs a
+        `list:` session's tool `quick` space, as it always did."""
         era = self.era
         self._check_context(ctx, era)
+        if ctx.perf_configs is not None:
+            why = self.chosen.lack(problem)
+            if why is None:
+                return self.chosen.measure(problem, self.line(problem), ctx, self._pinned_env(ctx))
+            if not ctx.tuning_space.startswith("list:"):
+                raise Unsupported(eras.lacks_chosen(why, era))
         with tempfile.TemporaryDirectory(prefix=machine.temp_prefix("rocmlir")) as tmp:
             out = Path(tmp) / "tuning.tsv"
             write_module(out, problem)
             argv = self.command(problem, ctx, out)
             run = self._run(argv, self._env(ctx, era), ctx.timeout_s, self._cwd(problem, out))
             return read_outcome(problem, ctx, out, run, self.two_stage(ctx))
+
+    def search_space(self, problem: Problem, ctx: TuneContext) -> list[str]:
+        """Every perf config of the session's space for `problem`: a `list:` session's list,
+        else what the build's rocmlir-gen lists for that space (--emit-tuning-space)."""
+        if ctx.tuning_space.startswith("list:"):
+            if ctx.perf_configs is None:
+                raise TunerError("a list: tuning space needs the quick list's perf configs")
+            return list(dict.fromkeys(ctx.perf_configs))
+        return self.chosen.space(problem, self.line(problem), ctx, tool_space(ctx))
+
+    @functools.cached_property
+    def chosen(self) -> chosen.Chosen:
+        """The build's rocmlir-gen and rocmlir-tuning-driver, for chosen perf configs."""
+        return chosen.Chosen(
+            self.build_dir, self.script.parent, self.python, self._tool_env(), self.kill_grace_s
+        )
+
+    def _pinned_env(self, ctx: TuneContext) -> dict[str, str]:
+        """The tools' environment with the GPU pinned: the driver benchmarks on HIP device 0,
+        which is this worker's GPU where the worker pinned it and is made so here otherwise."""
+        env = self._tool_env()
+        if not (env.get("ROCR_VISIBLE_DEVICES") or env.get("HIP_VISIBLE_DEVICES")):
+            env["ROCR_VISIBLE_DEVICES"] = str(ctx.gpu_id)
+        return env
 
     def command(
         self,
@@ -435,3 +470,4 @@ def target_flags(ctx: TuneContext) -> list[str]:
 if TYPE_CHECKING:
     # mypy proves RocmlirTuner is everything the worker finds by isinstance.
     _STREAMING: type[StreamingTuner] = RocmlirTuner
+    _SEARCHABLE: type[SearchableTuner] = RocmlirTuner

@@ -78,6 +78,13 @@ import zlib
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fake_costs
 import fake_fusion
+from fake_perfrunner import (  # noqa: F401 (perfRunner's names, as the real tool imports them)
+    AttentionConfiguration,
+    ConvConfiguration,
+    ConvGemmConfiguration,
+    GemmConfiguration,
+    GemmGemmConfiguration,
+)
 
 ERA = os.environ.get("FAKE_TUNINGRUNNER_ERA", "E3").upper()
 FAULT = os.environ.get("FAKE_TUNINGRUNNER_FAULT", "")
