@@ -24,7 +24,7 @@ from support.rocmlir import (  # noqa: F401 (logged_build is the build fixture)
     tuning_calls,
 )
 
-from mlirtuna.errors import TunerError, Unsupported
+from mlirtuna.errors import BatchRefused, TunerError, Unsupported
 from mlirtuna.problems import Problem, fusion, parse
 from mlirtuna.tuners.base import SearchableTuner
 from mlirtuna.tuners.rocmlir import RocmlirTuner, chosen
@@ -234,3 +234,25 @@ def test_a_search_over_a_fusion_module_is_refused_in_one_line(
         with pytest.raises(Unsupported, match="fusion problem has no perfRunner configuration"):
             call()
     assert tool_calls(tools_log, "rocmlir-tuning-driver") == [] and tuning_calls(build) == []
+
+
+def test_a_batch_of_chosen_configs_is_given_back_to_be_measured_one_by_one(
+    build: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`worker --batch K` on a list: session: each problem has its own list (per data type) and
+    the call's context only the first's, so the batch is refused as a whole (BatchRefused:
+    each job tuned alone, no retry counted) before any tool runs."""
+    t = tuner(build, "E3", monkeypatch)
+    problems = [parse("gemm", GEMM), parse("gemm", GEMM.replace("-m 1024", "-m 2048"))]
+    got = list(t.tune_many(problems, context(tuning_space="list:mine", perf_configs=("v4:x",))))
+    assert [i for i, _ in got] == [0, 1]
+    assert all(isinstance(e, BatchRefused) for _, e in got) and tuning_calls(build) == []
+
+
+def test_a_search_is_not_split_into_compile_and_benchmark_jobs(
+    build: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    t = tuner(build, "E4", monkeypatch)
+    with pytest.raises(Unsupported, match="--compile-only bundles the whole tuning space"):
+        t.compile(parse("gemm", GEMM), context(perf_configs=("v4:x",)), tmp_path / "bundle")
+    assert tuning_calls(build) == []

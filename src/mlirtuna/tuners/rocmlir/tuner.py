@@ -23,7 +23,7 @@ from mlirtuna.defaults import (
     ENV_ROCMLIR_SCRIPT_DIR,
     KILL_GRACE_S,
 )
-from mlirtuna.errors import TunerError, Unsupported, UserError
+from mlirtuna.errors import BatchRefused, TunerError, Unsupported, UserError
 from mlirtuna.problems import Problem
 from mlirtuna.problems.fusion import FusionProblem
 from mlirtuna.tuners.base import BatchItem, Compiled, TuneContext, TuneOutcome
@@ -226,6 +226,7 @@ class RocmlirTuner:
         """`--compile-only DEST` for the session's target (no GPU here): the bundle directory
         and the commit that built it. The target comes from the context, i.e. the session."""
         self.check_split()
+        refuse_search(ctx)
         eras.check_space(ctx, self.era)
         if isinstance(problem, FusionProblem):
             module = module_path(dest.parent / "tuning.tsv", problem)
@@ -255,6 +256,7 @@ class RocmlirTuner:
         compiled; None for a problem its index lacks (the caller compiles those alone, and a
         failure there is that problem's own); TunerError only when it wrote no index at all."""
         self.check_split()
+        refuse_search(ctx)
         eras.check_space(ctx, self.era)
         ops = {p.op for p in problems}
         if len(ops) != 1 or not all(self.batchable(p) for p in problems):
@@ -287,6 +289,7 @@ class RocmlirTuner:
         settings, top-k, timeouts) and the same reading of the output as a one-stage run."""
         era = self.era
         self.check_split()
+        refuse_search(ctx)
         self._check_context(ctx, era)
         with tempfile.TemporaryDirectory(prefix=machine.temp_prefix("rocmlir")) as tmp:
             out = Path(tmp) / "tuning.tsv"
@@ -305,6 +308,7 @@ class RocmlirTuner:
         """Several problems' bundles, merged into `artifacts` (merge_artifacts), benchmarked in
         one `--benchmark-artifacts` call: each outcome as its row appears (as tune_many)."""
         self.check_split()
+        refuse_search(ctx)
         extra = (f"--benchmark-artifacts={artifacts}",)
         for index, got in self.tune_many(problems, ctx, extra, benchmark=True):
             if isinstance(got, TunerError) and commit_refused(f"{got}\n{got.detail or ''}"):
@@ -327,6 +331,7 @@ class RocmlirTuner:
         process pays its start-up once and then benchmarks what it is fed."""
         era = self.era
         self.check_split()
+        refuse_search(ctx)
         self._check_context(ctx, era)
         argv = [
             self.python,
@@ -426,6 +431,12 @@ class RocmlirTuner:
         ops = {p.op for p in problems}
         if len(ops) != 1 or not all(self.batchable(p) for p in problems):
             raise TunerError(f"tune_many: one batchable op per call, not {sorted(ops)}")
+        if not benchmark and ctx.perf_configs is not None and not self.chosen.lack(problems[0]):
+            # Chosen configs are timed one problem at a time, each with its own list (a `list:`
+            # session's lists are per data type; the call's ctx holds the first problem's).
+            why = "chosen perf configs are measured one problem at a time"
+            yield from ((i, BatchRefused(why)) for i in range(len(problems)))
+            return
         total = ctx.timeout_s * len(problems) if ctx.timeout_s else None
         with tempfile.TemporaryDirectory(prefix=machine.temp_prefix("rocmlir")) as tmp:
             out = Path(tmp) / "tuning.tsv"
@@ -452,6 +463,17 @@ class RocmlirTuner:
                     process.stop(proc, (stdout, stderr), self.kill_grace_s)
             run = process.Run(proc.returncode, stdout.text(), stderr.text(), start, process.now())
             yield from batch.unfinished(tail, run, out)
+
+
+def refuse_search(ctx: TuneContext) -> None:
+    """Unsupported for a search's chosen configs in a two-stage job: `--compile-only` bundles
+    every config of the --tuning-space and `--benchmark-artifacts` times every config a bundle
+    holds (neither takes a list). A `list:` session's bundle stays the tool's quick space."""
+    if ctx.perf_configs is not None and not ctx.tuning_space.startswith("list:"):
+        raise Unsupported(
+            "a search's chosen perf configs cannot be split into compile and benchmark jobs: "
+            "tuningRunner's --compile-only bundles the whole tuning space"
+        )
 
 
 def target_flags(ctx: TuneContext) -> list[str]:
