@@ -195,9 +195,10 @@ def tool_space(ctx: TuneContext) -> str:
 
 
 def space_of(tuning_space: str) -> str:
-    """The tool's space for a session's. A `list:NAME` session runs the tool's `quick` space:
-    rocMLIR compiles its quick list in (QuickTuningPerfconfigs.inc), so a list becomes rocMLIR's
-    own by writing it with `quick-list --format inc` into the source and rebuilding."""
+    """The tool's space for a session's. A `list:NAME` session that tuningRunner runs (a build
+    that cannot measure chosen configs: chosen.py) runs the tool's `quick` space: rocMLIR
+    compiles its quick list in (QuickTuningPerfconfigs.inc), so a list becomes rocMLIR's own by
+    writing it with `quick-list --format inc` into the source and rebuilding."""
     return "quick" if tuning_space.startswith("list:") else tuning_space
 
 
