@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from support.rocmlir import (  # noqa: F401 (logged_build is the build fixture)
     ATTN,
     CONV,
@@ -20,12 +21,17 @@ from support.rocmlir import (  # noqa: F401 (logged_build is the build fixture)
     STAND_IN,
     context,
     logged_build,
+    rocmlir_session,
     tuner,
     tuning_calls,
+    work,
 )
 
+from mlirtuna.db.models import Candidate
 from mlirtuna.errors import BatchRefused, TunerError, Unsupported
+from mlirtuna.history import quick
 from mlirtuna.problems import Problem, fusion, parse
+from mlirtuna.queue import jobs
 from mlirtuna.tuners.base import SearchableTuner
 from mlirtuna.tuners.rocmlir import RocmlirTuner, chosen
 
@@ -256,3 +262,27 @@ def test_a_search_is_not_split_into_compile_and_benchmark_jobs(
     with pytest.raises(Unsupported, match="--compile-only bundles the whole tuning space"):
         t.compile(parse("gemm", GEMM), context(perf_configs=("v4:x",)), tmp_path / "bundle")
     assert tuning_calls(build) == []
+
+
+def test_a_list_session_measures_its_list_through_the_worker(
+    db, build: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tools_log: Path
+) -> None:
+    """End to end: a quick list made from a stand-in session, then a `list:` session whose
+    worker hands the tuner the list: exactly its configs are measured and recorded, and
+    tuningRunner is not run for it."""
+    monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E3")
+    full = rocmlir_session(db, tmp_path, "gemm", space="quick")
+    work(db, full, build)
+    lists = quick.build(quick.collect(db, [full]), quick.Options(threshold=0.8))
+    quick.store(db, "mine", lists, [full])
+    listed_configs = {pc for group in lists for pc in group.perf_configs}
+    runs_before = len(tuning_calls(build))
+    listed = rocmlir_session(db, tmp_path, "gemm", space="list:mine")
+    work(db, listed, build)
+    assert jobs.counts(db, listed)[listed]["completed"] == 1
+    with db.session() as s:
+        tried = s.scalars(sa.select(Candidate.perf_config).where(Candidate.session_id == listed))
+        assert set(tried) == listed_configs
+    assert len(tuning_calls(build)) == runs_before
+    driver = tool_calls(tools_log, "rocmlir-tuning-driver")
+    assert len(driver) == len(listed_configs)
