@@ -280,15 +280,17 @@ class Deadline:
 
 def timing_flags(flags: frozenset[str], gen: GenLine, ctx: TuneContext) -> list[str]:
     """The driver's timing flags, as this era's tuningRunner gives them (module docstring)."""
-    if "--rep" in flags:  # rocmlirTriton's driver: time budgets (Triton's do_bench)
+    if "--num-iterations" in flags or "--rep" not in flags:
+        # rocMLIR's driver: E3's tuningRunner runs it in the legacy mode by default (its
+        # --triton-benchmark-mode is not a session setting), so chosen configs are timed so too.
+        argv = list(LEGACY_TIMING)
+    else:  # rocmlirTriton's driver, which only has time budgets (Triton's do_bench)
         budgets = (
             ("--rep", ctx.rep_ms if ctx.rep_ms is not None else gen.rep_ms),
             ("--warmup", ctx.warmup_ms if ctx.warmup_ms is not None else gen.warmup_ms),
             ("--sleep-us", gen.sleep_us),
         )
         argv = [f"{flag}={value}" for flag, value in budgets if value is not None]
-    else:
-        argv = list(LEGACY_TIMING)
     argv.append("--use-median")
     if "--show-all-measurements" in flags:
         argv.append("--show-all-measurements=True")
