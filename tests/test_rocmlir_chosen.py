@@ -28,7 +28,7 @@ from support.rocmlir import (  # noqa: F401 (logged_build is the build fixture)
 )
 
 from mlirtuna.db.models import Candidate
-from mlirtuna.errors import BatchRefused, TunerError, Unsupported
+from mlirtuna.errors import BatchRefused, TunerError, TunerTimeout, Unsupported
 from mlirtuna.history import quick
 from mlirtuna.problems import Problem, fusion, parse
 from mlirtuna.queue import jobs
@@ -286,3 +286,13 @@ def test_a_list_session_measures_its_list_through_the_worker(
     assert len(tuning_calls(build)) == runs_before
     driver = tool_calls(tools_log, "rocmlir-tuning-driver")
     assert len(driver) == len(listed_configs)
+
+
+def test_the_job_timeout_bounds_all_the_calls_of_a_measurement(
+    build: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = tuner(build, "E3", monkeypatch)
+    problem = parse("gemm", GEMM)
+    picked = some_configs(driver_ns(t, problem, "E3"), valid=2, na=0)
+    with pytest.raises(TunerTimeout):
+        t.tune(problem, context(timeout_s=0.001, perf_configs=picked))

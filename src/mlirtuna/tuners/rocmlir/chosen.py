@@ -201,7 +201,7 @@ class Chosen:
         deadline = Deadline(ctx.timeout_s)
         gen = self.gen_line(problem, line, ctx, deadline)
         argv = [str(self.tools.gen), *gen.argv, f"{LIST_SPACE_FLAG}={kind}"]
-        run = process.run(argv, self.cwd, self.env, deadline.left("listed"), self.grace_s)
+        run = process.run(argv, self.cwd, self.env, deadline.left("listed nothing"), self.grace_s)
         if run.returncode != 0:
             raise TunerError(
                 f"{GEN} {LIST_SPACE_FLAG}={kind} failed with status {run.returncode}",
@@ -220,7 +220,7 @@ class Chosen:
             self.python, "-c", LINE_PROBE, str(self.script_dir), CONFIG_CLASSES[problem.op],
             ctx.arch_full or ctx.arch, str(ctx.num_cu), str(ctx.num_chiplets), line,
         ]  # fmt: skip
-        run = self._run(argv, deadline.left("asked for the rocmlir-gen line"))
+        run = self._run(argv, deadline.left(f"had no {GEN} line"))
         last = (run.stdout.strip().splitlines() or [""])[-1]
         try:
             got = json.loads(last) if run.returncode == 0 else None
@@ -240,7 +240,7 @@ class Chosen:
 
     def _module(self, gen: GenLine, deadline: Deadline) -> str:
         """`rocmlir-gen LINE`: the problem's module, as the driver reads it on stdin."""
-        run = self._run([str(self.tools.gen), *gen.argv], deadline.left("generated the module"))
+        run = self._run([str(self.tools.gen), *gen.argv], deadline.left("had no module"))
         if run.returncode != 0:
             raise TunerError(f"{GEN} failed with status {run.returncode}", process.tail(run.stderr))
         if len(run.stdout.encode()) >= process.STDOUT_KEEP_BYTES:  # kept only its tail
