@@ -371,3 +371,30 @@ def test_fusion_through_test_dir(db, tmp_path, scripts, through):
     ((winner, tflops, cands),) = tool_blocks(tmp_path / "ref").values()
     (got,) = recorded(db, sid).values()
     assert got[:2] == (winner, pytest.approx(tflops, rel=1e-9)) and set(got[2]) == set(cands)
+
+
+def test_chosen_configs_through_e4s_own_perfrunner(scripts, through):
+    """Issue 45 §2 over the real E4 set: the problem's rocmlir-gen line comes from E4's own
+    perfRunner (chosen.LINE_PROBE), the space from `rocmlir-gen --emit-tuning-space`, and each
+    chosen config is one `rocmlir-tuning-driver --benchmark-config=PC` call, read as ns."""
+    import dataclasses
+
+    from mlirtuna.problems import parse
+    from mlirtuna.tuners.base import TuneContext
+    from mlirtuna.tuners.rocmlir import RocmlirTuner
+
+    tuner = RocmlirTuner(str(BELOW))
+    problem = parse("gemm", G[0])
+    ctx = TuneContext(arch="gfx942", arch_full=ARCH, num_cu=304, num_chiplets=8,
+                      tuning_space="full", gpu_id=0, timeout_s=120)  # fmt: skip
+    space = tuner.search_space(problem, ctx)
+    assert len(space) == 8 and len(set(space)) == 8  # the fakes' full space
+    picked = tuple(space[1:4])
+    out = tuner.tune(problem, dataclasses.replace(ctx, perf_configs=picked))
+    assert [c.perf_config for c in out.candidates] == list(picked)
+    drivers = [c for c in through if c[0].endswith("rocmlir-tuning-driver")]
+    assert [c[1] for c in drivers] == [f"--benchmark-config={pc}" for pc in picked]
+    assert all("--use-median" in c and c[-1] == "-" for c in drivers)
+    for cand in out.candidates:
+        if cand.valid:  # the fakes' kernels take 20 to 100 µs: ns, not ms
+            assert cand.spread is not None and 1e4 < (cand.kernel_time_ns or 0) < 1e6

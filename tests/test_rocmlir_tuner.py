@@ -145,10 +145,13 @@ def test_e2_has_no_greedy_space(build: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert tuning_calls(build) == []
 
 
-def test_a_list_space_runs_the_tools_quick_space(
+def test_a_list_space_runs_the_tools_quick_space_where_the_build_cannot_measure_it(
     build: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """rocMLIR compiles its quick list in: a `list:NAME` session runs the tool's `quick` space."""
+    """rocMLIR compiles its quick list in: a `list:NAME` session on a build whose driver cannot
+    time a chosen config (no --benchmark-config) runs the tool's `quick` space (where it can:
+    test_rocmlir_chosen)."""
+    monkeypatch.setenv("FAKE_ROCMLIR_DRIVER_NO_BENCHMARK_CONFIG", "1")
     t = tuner(build, "E3", monkeypatch)
     out = t.tune(parse("gemm", GEMM), context(tuning_space="list:mine", perf_configs=("v4:x",)))
     (call,) = tuning_calls(build)

@@ -70,7 +70,10 @@ The package, one concern a module: eras (era detection and each era's flags), pr
 the tool), debugfile (the `.debug` reader), outcome (what a run wrote -> an outcome or an error),
 batch (tune_many's reading of a batch as it runs), artifacts (two-stage compile/benchmark
 bundles), fusionkey (a fusion module's tuning key and file), checks (a session against a build),
-and tuner (RocmlirTuner, which builds the command lines).
+chosen (chosen perf configs measured through rocmlir-gen and rocmlir-tuning-driver
+--benchmark-config, as perfRunner does, and a space listed by rocmlir-gen: a search's rounds and
+`list:` sessions, where the build's driver allows it), and tuner (RocmlirTuner, which builds the
+command lines).
 """
 
 from __future__ import annotations

@@ -52,6 +52,14 @@ CAPABILITIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (LFBO, ("--lfbo-effort",)),
     (STREAM, ("--benchmark-stream",)),
 )
+# Measuring chosen perf configs (issue 45) is not tuningRunner's: neither rocMLIR's (3fc5be9e)
+# nor rocmlirTriton's (520c8752) takes a list of perf configs. perfRunner's run_config_with_mlir
+# times one as `rocmlir-gen LINE | rocmlir-tuning-driver --benchmark-config=PC … -`, and
+# rocmlir-gen lists a problem's space (--emit-tuning-space=KIND). So this capability is read
+# from those two tools' --help (tuners/rocmlir/chosen.py), not from tuningRunner.py's.
+CHOSEN = "measure-chosen"
+CHOSEN_DRIVER_FLAG = "--benchmark-config"  # rocmlir-tuning-driver: time this one perf config
+LIST_SPACE_FLAG = "--emit-tuning-space"  # rocmlir-gen: print the space of a kind, one a line
 # The capability each session setting needs.
 SETTING_CAPABILITY = {
     "--rep": REP_WARMUP,
@@ -187,9 +195,10 @@ def tool_space(ctx: TuneContext) -> str:
 
 
 def space_of(tuning_space: str) -> str:
-    """The tool's space for a session's. A `list:NAME` session runs the tool's `quick` space:
-    rocMLIR compiles its quick list in (QuickTuningPerfconfigs.inc), so a list becomes rocMLIR's
-    own by writing it with `quick-list --format inc` into the source and rebuilding."""
+    """The tool's space for a session's. A `list:NAME` session that tuningRunner runs (a build
+    that cannot measure chosen configs: chosen.py) runs the tool's `quick` space: rocMLIR
+    compiles its quick list in (QuickTuningPerfconfigs.inc), so a list becomes rocMLIR's own by
+    writing it with `quick-list --format inc` into the source and rebuilding."""
     return "quick" if tuning_space.startswith("list:") else tuning_space
 
 
@@ -199,3 +208,31 @@ def check_space(ctx: TuneContext, era: Era) -> None:
         raise Unsupported(  # the same for every job of the session: no retry
             f"this tuningRunner.py has no tuning space {tool_space(ctx)!r} ({era.describe()})"
         )
+
+
+def tool_flags(help_text: str) -> frozenset[str]:
+    """The long flags a tool's --help lists (tuningRunner's argparse, or an LLVM tool's)."""
+    return frozenset(_FLAG_RE.findall(help_text))
+
+
+def listed_kinds(help_text: str, flag: str = LIST_SPACE_FLAG) -> tuple[str, ...]:
+    """The values an LLVM `--help` lists under an enum option (`  --flag=<value> - …` then
+    `    =quick - …` lines); () where the option takes none (rocmlir-gen's older boolean
+    --emit-tuning-space, which lists no kind) or is absent."""
+    lines = help_text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip().startswith(f"{flag}=")), None)
+    if start is None:
+        return ()
+    kinds = []
+    for line in lines[start + 1 :]:
+        value = line.strip()
+        if not value.startswith("="):
+            break
+        kinds.append(value[1:].split()[0])
+    return tuple(kinds)
+
+
+def lacks_chosen(what: str, era: Era) -> str:
+    """The one message for a build that cannot measure chosen perf configs, naming what its
+    tools lack (`what`)."""
+    return f"this build cannot measure chosen perf configs ({CHOSEN}): {what} ({era.describe()})"

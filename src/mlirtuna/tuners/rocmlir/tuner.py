@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import mlirtuna.tuners.process as process
 import mlirtuna.tuners.rocmlir.batch as batch
+import mlirtuna.tuners.rocmlir.chosen as chosen
 import mlirtuna.tuners.rocmlir.eras as eras
 import mlirtuna.tuners.rocmlir.stream as stream
 from mlirtuna import machine
@@ -22,7 +23,7 @@ from mlirtuna.defaults import (
     ENV_ROCMLIR_SCRIPT_DIR,
     KILL_GRACE_S,
 )
-from mlirtuna.errors import TunerError, Unsupported, UserError
+from mlirtuna.errors import BatchRefused, TunerError, Unsupported, UserError
 from mlirtuna.problems import Problem
 from mlirtuna.problems.fusion import FusionProblem
 from mlirtuna.tuners.base import BatchItem, Compiled, TuneContext, TuneOutcome
@@ -37,7 +38,7 @@ from mlirtuna.tuners.rocmlir.fusionkey import module_path, write_module
 from mlirtuna.tuners.rocmlir.outcome import failure, read_outcome
 
 if TYPE_CHECKING:
-    from mlirtuna.tuners.base import StreamingTuner
+    from mlirtuna.tuners.base import SearchableTuner, StreamingTuner
 
 HELP_TIMEOUT_S = 120.0
 # The tool's own per-config --timeout fires first, so it can stop its pipeline and say so;
@@ -114,14 +115,48 @@ class RocmlirTuner:
     # -- tuning ---------------------------------------------------------------------------
 
     def tune(self, problem: Problem, ctx: TuneContext) -> TuneOutcome:
+        """tuningRunner.py over the session's space; exactly ctx.perf_configs when set (a
+        search's round, a `list:` session's list) through the build's tools (chosen.py). A
+        build that cannot measure them refuses a search's round (Unsupported) and runs a
+        `list:` session's tool `quick` space, as it always did."""
         era = self.era
         self._check_context(ctx, era)
+        if ctx.perf_configs is not None:
+            why = self.chosen.lack(problem)
+            if why is None:
+                return self.chosen.measure(problem, self.line(problem), ctx, self._pinned_env(ctx))
+            if not ctx.tuning_space.startswith("list:"):
+                raise Unsupported(eras.lacks_chosen(why, era))
         with tempfile.TemporaryDirectory(prefix=machine.temp_prefix("rocmlir")) as tmp:
             out = Path(tmp) / "tuning.tsv"
             write_module(out, problem)
             argv = self.command(problem, ctx, out)
             run = self._run(argv, self._env(ctx, era), ctx.timeout_s, self._cwd(problem, out))
             return read_outcome(problem, ctx, out, run, self.two_stage(ctx))
+
+    def search_space(self, problem: Problem, ctx: TuneContext) -> list[str]:
+        """Every perf config of the session's space for `problem`: a `list:` session's list,
+        else what the build's rocmlir-gen lists for that space (--emit-tuning-space)."""
+        if ctx.tuning_space.startswith("list:"):
+            if ctx.perf_configs is None:
+                raise TunerError("a list: tuning space needs the quick list's perf configs")
+            return list(dict.fromkeys(ctx.perf_configs))
+        return self.chosen.space(problem, self.line(problem), ctx, tool_space(ctx))
+
+    @functools.cached_property
+    def chosen(self) -> chosen.Chosen:
+        """The build's rocmlir-gen and rocmlir-tuning-driver, for chosen perf configs."""
+        return chosen.Chosen(
+            self.build_dir, self.script.parent, self.python, self._tool_env(), self.kill_grace_s
+        )
+
+    def _pinned_env(self, ctx: TuneContext) -> dict[str, str]:
+        """The tools' environment with the GPU pinned: the driver benchmarks on HIP device 0,
+        which is this worker's GPU where the worker pinned it and is made so here otherwise."""
+        env = self._tool_env()
+        if not (env.get("ROCR_VISIBLE_DEVICES") or env.get("HIP_VISIBLE_DEVICES")):
+            env["ROCR_VISIBLE_DEVICES"] = str(ctx.gpu_id)
+        return env
 
     def command(
         self,
@@ -191,6 +226,7 @@ class RocmlirTuner:
         """`--compile-only DEST` for the session's target (no GPU here): the bundle directory
         and the commit that built it. The target comes from the context, i.e. the session."""
         self.check_split()
+        refuse_search(ctx)
         eras.check_space(ctx, self.era)
         if isinstance(problem, FusionProblem):
             module = module_path(dest.parent / "tuning.tsv", problem)
@@ -220,6 +256,7 @@ class RocmlirTuner:
         compiled; None for a problem its index lacks (the caller compiles those alone, and a
         failure there is that problem's own); TunerError only when it wrote no index at all."""
         self.check_split()
+        refuse_search(ctx)
         eras.check_space(ctx, self.era)
         ops = {p.op for p in problems}
         if len(ops) != 1 or not all(self.batchable(p) for p in problems):
@@ -252,6 +289,7 @@ class RocmlirTuner:
         settings, top-k, timeouts) and the same reading of the output as a one-stage run."""
         era = self.era
         self.check_split()
+        refuse_search(ctx)
         self._check_context(ctx, era)
         with tempfile.TemporaryDirectory(prefix=machine.temp_prefix("rocmlir")) as tmp:
             out = Path(tmp) / "tuning.tsv"
@@ -270,6 +308,7 @@ class RocmlirTuner:
         """Several problems' bundles, merged into `artifacts` (merge_artifacts), benchmarked in
         one `--benchmark-artifacts` call: each outcome as its row appears (as tune_many)."""
         self.check_split()
+        refuse_search(ctx)
         extra = (f"--benchmark-artifacts={artifacts}",)
         for index, got in self.tune_many(problems, ctx, extra, benchmark=True):
             if isinstance(got, TunerError) and commit_refused(f"{got}\n{got.detail or ''}"):
@@ -292,6 +331,7 @@ class RocmlirTuner:
         process pays its start-up once and then benchmarks what it is fed."""
         era = self.era
         self.check_split()
+        refuse_search(ctx)
         self._check_context(ctx, era)
         argv = [
             self.python,
@@ -391,6 +431,12 @@ class RocmlirTuner:
         ops = {p.op for p in problems}
         if len(ops) != 1 or not all(self.batchable(p) for p in problems):
             raise TunerError(f"tune_many: one batchable op per call, not {sorted(ops)}")
+        if not benchmark and ctx.perf_configs is not None and not self.chosen.lack(problems[0]):
+            # Chosen configs are timed one problem at a time, each with its own list (a `list:`
+            # session's lists are per data type; the call's ctx holds the first problem's).
+            why = "chosen perf configs are measured one problem at a time"
+            yield from ((i, BatchRefused(why)) for i in range(len(problems)))
+            return
         total = ctx.timeout_s * len(problems) if ctx.timeout_s else None
         with tempfile.TemporaryDirectory(prefix=machine.temp_prefix("rocmlir")) as tmp:
             out = Path(tmp) / "tuning.tsv"
@@ -419,6 +465,17 @@ class RocmlirTuner:
             yield from batch.unfinished(tail, run, out)
 
 
+def refuse_search(ctx: TuneContext) -> None:
+    """Unsupported for a search's chosen configs in a two-stage job: `--compile-only` bundles
+    every config of the --tuning-space and `--benchmark-artifacts` times every config a bundle
+    holds (neither takes a list). A `list:` session's bundle stays the tool's quick space."""
+    if ctx.perf_configs is not None and not ctx.tuning_space.startswith("list:"):
+        raise Unsupported(
+            "a search's chosen perf configs cannot be split into compile and benchmark jobs: "
+            "tuningRunner's --compile-only bundles the whole tuning space"
+        )
+
+
 def target_flags(ctx: TuneContext) -> list[str]:
     """The session's GPU as E4's cross-compilation target, given alike to --compile-only and
     --benchmark-artifacts: the benchmark call checks the bundle's index (arch, numCUs,
@@ -435,3 +492,4 @@ def target_flags(ctx: TuneContext) -> list[str]:
 if TYPE_CHECKING:
     # mypy proves RocmlirTuner is everything the worker finds by isinstance.
     _STREAMING: type[StreamingTuner] = RocmlirTuner
+    _SEARCHABLE: type[SearchableTuner] = RocmlirTuner

@@ -35,6 +35,13 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fake_costs
+from fake_perfrunner import (  # noqa: F401 (perfRunner's names, as the real tool imports them)
+    AttentionConfiguration,
+    ConvConfiguration,
+    ConvGemmConfiguration,
+    GemmConfiguration,
+    GemmGemmConfiguration,
+)
 from standin_runner import e3, e4
 
 ERAS: dict[str, Callable[[list[str]], int]] = {"E3": e3.main, "E4": e4.main}
