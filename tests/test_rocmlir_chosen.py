@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from support.rocmlir import (  # noqa: F401 (logged_build is the build fixture)
+from support.rocmlir import (
     ATTN,
     CONV,
     GEMM,
     STAND_IN,
     context,
-    logged_build,
     rocmlir_session,
     tuner,
     tuning_calls,
@@ -56,7 +55,7 @@ def tool_calls(log: Path, tool: str) -> list[dict]:
 def driver_ns(t: RocmlirTuner, problem: Problem, era: str) -> dict[str, float | None]:
     """perf config -> the stand-in's time in ns for this problem (None: N/A), exhaustive."""
     line = t.line(problem)
-    _, flops = STAND_IN.describe(problem.op, line, STAND_IN.Gpu(), STAND_IN.BASE_ERA[era])
+    _, flops = STAND_IN.describe(problem.op, line, STAND_IN.Gpu(), era)
     space = STAND_IN.perf_configs(problem.op, "exhaustive", era)
     return {pc: STAND_IN.candidate_time_ns(line, pc, flops) for pc in space}
 
@@ -179,7 +178,9 @@ def test_a_list_session_measures_exactly_its_list(
     )
 
 
-@pytest.mark.parametrize("era", ["E2", "E3", "E4"])
+# E2 and E2.5 are the test overlay's (tests/support/standin_faults): the package's rocmlir-gen
+# lists the spaces of the eras it ships, E3 and E4.
+@pytest.mark.parametrize("era", ["E3", "E4"])
 @pytest.mark.parametrize("space", ["quick", "full", "exhaustive"])
 def test_search_space_is_the_tools_listing(
     build: Path, monkeypatch: pytest.MonkeyPatch, tools_log: Path, era: str, space: str
@@ -273,8 +274,8 @@ def test_a_list_session_measures_its_list_through_the_worker(
     monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E3")
     full = rocmlir_session(db, tmp_path, "gemm", space="quick")
     work(db, full, build)
-    lists = quick.build(quick.collect(db, [full]), quick.Options(threshold=0.8))
-    quick.store(db, "mine", lists, [full])
+    lists = quick.build(quick.histories(db, [full]), quick.Options(threshold=0.8))
+    quick.save(db, "mine", lists, [full])
     listed_configs = {pc for group in lists for pc in group.perf_configs}
     runs_before = len(tuning_calls(build))
     listed = rocmlir_session(db, tmp_path, "gemm", space="list:mine")
