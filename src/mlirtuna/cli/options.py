@@ -2,7 +2,7 @@
 
 `run` and `worker` share --gpus, --workers, --job-timeout, --max-retries, --batch,
 --gpu-identity and --mlir-build-dir; `run` and `session new` share --tuning-space, --arch,
---num-cu, --num-chiplets, --mlir-v, --reason and --name; `problems import`, `jobs load` and
+--num-cu, --num-chiplets, --mlir-v, --reason, --name, --search and --budget; `problems import`, `jobs load` and
 `run` share the expansion options; listings share --csv. Each function returns a fresh
 typer.Option, used as a parameter's default. Only typer is imported: `--help` stays fast
 (common.py says why). --tuner is each command's own: a new session's tuner, `run`'s auto, the
@@ -161,4 +161,22 @@ def name_opt():
         "", "--name",
         help="A name to tell the session apart (session list, the dashboard); without it, "
         "`run` names its session OP: FILES.",
+    )  # fmt: skip
+
+
+def search_opt():
+    """--search NAME, shared by `session new` and `run` (for the session either opens)."""
+    return typer.Option(
+        None, "--search", metavar="NAME",
+        help="Choose each job's candidates with this search strategy (mlirtuna.search: "
+        "random, exhaustive, and what the registry holds), measured in rounds up to --budget "
+        "[default: none, the tuning space's every candidate].",
+    )  # fmt: skip
+
+
+def budget_opt():
+    """--budget N, shared by `session new` and `run`: goes with --search."""
+    return typer.Option(
+        None, "--budget", metavar="N",
+        help="With --search: the most candidates measured per job (required with it).",
     )  # fmt: skip

@@ -244,6 +244,7 @@ def _candidate_columns(c: Candidate) -> dict[str, object]:
         "tflops": c.tflops,
         "error": _cut(c.error, MAX_CANDIDATE_ERROR_BYTES),
         "perf_family": perf_config_family(c.perf_config),
+        "search_round": c.search_round,
         **_spread_columns(c),
     }
 

@@ -32,6 +32,9 @@ class Candidate:
     # The search pass's time (ns) of a re-measured candidate, which kernel_time_ns no longer
     # is; None: kernel_time_ns is the only time (stored as the candidate's search_time).
     search_time_ns: float | None = None
+    # The round of a searched session's search that measured it (worker/search.py); None:
+    # the tuner chose it (the whole space, not searched).
+    search_round: int | None = None
 
     @property
     def valid(self) -> bool:
@@ -56,7 +59,8 @@ class TuneContext:
     warmup_ms: int | None = None
     gpu_run_timeout_s: int | None = None
     lfbo_effort: str | None = None
-    # For a `list:NAME` space: the stored quick list for this problem's (arch, op, data type).
+    # For a `list:NAME` space: the stored quick list for this problem's (arch, op, data type);
+    # for a searched session's round (SearchableTuner): exactly the configs to measure.
     perf_configs: tuple[str, ...] | None = None
     topk: int = 3  # candidates re-measured after the search to pick the winner (session.topk)
 

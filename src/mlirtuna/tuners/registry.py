@@ -84,6 +84,10 @@ class TunerKind:
     measures_cpu: bool = False
     #: What ARG of `NAME:ARG` means ("SECONDS"); "" when it takes none.
     arg: str = ""
+    #: (problem measured on, problem searched) -> the searched problem's perf configs that one
+    #: measured there stands for (the cpu tuner clips block sizes to dims); None: the same
+    #: name only. A search's history of other problems (worker/search.py) is read through it.
+    carried: Callable[[Problem, Problem], Callable[[str], list[str]]] | None = None
 
     def owns(self, perf_config: str) -> bool:
         """Whether a perf config is of this tuner's family (True when that is not checked)."""
