@@ -2,7 +2,7 @@
 
 `run` and `worker` share --gpus, --workers, --job-timeout, --max-retries, --batch,
 --gpu-identity and --mlir-build-dir; `run` and `session new` share --tuning-space, --arch,
---num-cu, --num-chiplets, --mlir-v, --reason, --name, --search and --budget; `problems import`, `jobs load` and
+--num-cu, --num-chiplets, --mlir-v, --reason and --name; `problems import`, `jobs load` and
 `run` share the expansion options; listings share --csv. Each function returns a fresh
 typer.Option, used as a parameter's default. Only typer is imported: `--help` stays fast
 (common.py says why). --tuner is each command's own: a new session's tuner, `run`'s auto, the

@@ -126,7 +126,11 @@ def new(
             f"session {created.id}: {created.arch_full}, {created.num_cu} CUs, "
             f"{created.num_chiplets} chiplet(s), {created.tuning_space}, {created.tuner}"
             + (f", split {created.split}" if created.split else "")
-            + (f", search {created.search} (budget {created.search_budget})" if created.search else "")
+            + (
+                f", search {created.search}, budget {created.search_budget}"
+                if created.search
+                else ""
+            )
         )
         if created.capabilities:
             common.err(f"tuningRunner.py: {created.capabilities}")

@@ -5,8 +5,9 @@
   claim, heartbeat, record, fail, release or lease expiry writes (column GRANTs: never what a
   job *is*, its session, problem, stage, reason or priority, nor who claimed an attempt);
   INSERT attempt, result, candidate and search_step (a searched job's measurements); for
-  two-stage sessions INSERT and DELETE bundle and bundle_chunk and UPDATE bundle.complete only. It cannot DROP, ALTER or create anything,
-  nor DELETE from any other table, nor UPDATE result, candidate, session or problem.
+  two-stage sessions INSERT and DELETE bundle and bundle_chunk and UPDATE bundle.complete
+  only. It cannot DROP, ALTER or create anything, nor DELETE from any other table, nor UPDATE
+  result, candidate, search_step, session or problem.
   PostgreSQL: with UPDATE granted on columns only, LOCK TABLE job/attempt in any mode stronger
   than ACCESS SHARE is refused (LOCK needs a table-level UPDATE/DELETE/TRUNCATE); row-level
   security lets it UPDATE only jobs that are new, waiting or running (never a completed,
