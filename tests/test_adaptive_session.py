@@ -11,6 +11,7 @@ import subprocess
 import numpy as np
 import pytest
 import sqlalchemy as sa
+from fastapi.testclient import TestClient
 from support.clitools import cli, mlirtuna_argv, run_cli, subprocess_env
 from support.perfrunner_reader import read_tuning_db
 from support.workers import wait_for
@@ -22,6 +23,7 @@ from mlirtuna.db.models import Problem as ProblemRow
 from mlirtuna.history import reuse
 from mlirtuna.queue import Lease
 from mlirtuna.tuners.base import TuneContext
+from mlirtuna.web.app import create_app, open_read_only
 from mlirtuna.worker import search as searched
 
 #: Every strategy that chooses (exhaustive measures the space in order: nothing to search).
@@ -90,7 +92,28 @@ def test_a_searched_run_measures_the_budget_in_rounds_and_exports(db, db_url, tm
         assert w["perf_config"] in tsv.values()
     with db.session() as s:
         steps = s.scalar(sa.select(sa.func.count()).select_from(SearchStep)) or 0
+        pid = s.scalar(sa.select(Result.problem_id).where(Result.session_id == sid).limit(1))
     assert steps == sum(len(c) for c in candidates_of(db, sid).values())
+    dashboard_shows_the_search(db_url, sid, pid, strategy)
+
+
+def dashboard_shows_the_search(db_url: str, sid: int, pid: int, strategy: str) -> None:
+    """The session page says the search and budget; the candidates table has each one's round,
+    and its one winner mark is the winner's (the fastest of every round)."""
+    ro = open_read_only(db_url)
+    try:
+        client = TestClient(create_app(ro), base_url="http://127.0.0.1")
+        page = client.get(f"/sessions/{sid}").text
+        assert f'id="session-search">{strategy}<' in page
+        assert f'id="session-budget">{BUDGET}<' in page
+        table = client.get(f"/api/problems/{pid}/table?session={sid}&sort=search_round").json()
+        assert table["rows"] and all(r["search_round"] is not None for r in table["rows"])
+        assert sum(r["winner"] for r in table["rows"]) == 1
+        assert table["rule"].startswith(f"searched ({strategy})")
+        csv = client.get(f"/api/problems/{pid}/candidates.csv?session={sid}").text
+        assert csv.splitlines()[0].endswith(",round")
+    finally:
+        ro.dispose()
 
 
 @pytest.mark.backends("sqlite", "postgresql", "mysql", fast=("sqlite",))
