@@ -13,17 +13,20 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from support.clitools import cli, mlirtuna_argv, run_cli, subprocess_env
+from support.dbroles import as_role, fixture_server_db, refused, role_prefix  # noqa: F401 (the server_db fixture)
 from support.perfrunner_reader import read_tuning_db
 from support.workers import wait_for
 
 from mlirtuna import catalog, problems, search, sessions, tuners
-from mlirtuna.db import Database
+from mlirtuna.db import Database, roles
 from mlirtuna.db.models import Candidate, Job, Result, SearchStep
 from mlirtuna.db.models import Problem as ProblemRow
 from mlirtuna.history import reuse
-from mlirtuna.queue import Lease
+from mlirtuna.queue import Lease, jobs
 from mlirtuna.tuners.base import TuneContext
+from mlirtuna.tuners.sleep import SleepTuner
 from mlirtuna.web.app import create_app, open_read_only
+from mlirtuna.worker import Worker, WorkerSettings
 from mlirtuna.worker import search as searched
 
 #: Every strategy that chooses (exhaustive measures the space in order: nothing to search).
@@ -250,3 +253,27 @@ def test_sleep_tuner_round_measures_exactly_the_configs_given():
     tuner = tuners.make("sleep:0")
     ctx = TuneContext("cpu", "cpu", 1, 1, "full", perf_configs=("sleep:v1:3",))
     assert [c.perf_config for c in tuner.tune(problem, ctx).candidates] == ["sleep:v1:3"]
+
+
+@pytest.mark.backends("postgresql", "mysql")
+def test_the_worker_role_runs_a_searched_session(server_db, tmp_path):
+    """The least-privilege worker role writes a searched job's steps and candidates (INSERT
+    search_step), and nothing more: it cannot change or delete a step once written."""
+    path = tmp_path / "gemm"
+    path.write_text(GEMMS)
+    catalog.import_files(server_db, "gemm", [str(path)], tag="r")
+    spec = sessions.SessionSpec(tuner="sleep", search="random", search_budget=12)
+    sid = sessions.create(server_db, spec).id
+    jobs.load(server_db, sid, tag="r")
+    with role_prefix(server_db) as name:
+        roles.apply_roles(server_db, name)
+        worker_db = as_role(server_db, f"{name}_worker")
+        try:
+            settings = WorkerSettings(session_id=sid, tuner="sleep", until_empty=True)
+            assert Worker(worker_db, settings, tuner=SleepTuner(0)).run().completed == 2
+            assert refused(worker_db, "UPDATE search_step SET kernel_time = 1", commit=False)
+            assert refused(worker_db, "DELETE FROM search_step", commit=False)
+        finally:
+            worker_db.dispose()
+    assert len(steps_of(server_db)) == 24
+    assert_searched(server_db, sid, 12)
