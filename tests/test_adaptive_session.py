@@ -277,3 +277,18 @@ def test_the_worker_role_runs_a_searched_session(server_db, tmp_path):
             worker_db.dispose()
     assert len(steps_of(server_db)) == 24
     assert_searched(server_db, sid, 12)
+
+
+@pytest.mark.backends("sqlite")
+def test_run_into_a_session_refuses_another_search(db, db_url, tmp_path):
+    sid = sessions.create(
+        db, sessions.SessionSpec(tuner="cpu", search="random", search_budget=5)
+    ).id
+    configs = tmp_path / "gemm"
+    configs.write_text(GEMMS)
+    for flags in (["--search", "exhaustive"], ["--budget", "6"]):
+        run = cli(db_url, "run", "--session", str(sid), "--op", "gemm", *flags, str(configs))
+        assert run.code == 2, run.stderr
+        assert f"session {sid} was opened with search random (budget 5)" in run.stderr
+    with db.session() as s:
+        assert s.scalar(sa.select(sa.func.count()).select_from(Job)) == 0
