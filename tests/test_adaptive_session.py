@@ -124,14 +124,14 @@ def dashboard_shows_the_search(db_url: str, sid: int, pid: int, strategy: str) -
 def test_a_worker_killed_mid_search_loses_nothing_and_measures_nothing_twice(
     db, db_url, tmp_path, strategy
 ):
-    """The sleep tuner makes each round slow (1.5 s); the worker is SIGKILLed once a round's
+    """The sleep tuner makes each round slow (1 s); the worker is SIGKILLed once a round's
     measurements are stored, and the next worker (after the lease) replays them: the job's
     candidates are those steps plus only configs not measured before, within the budget."""
     budget = 25
     configs = tmp_path / "gemm"
     configs.write_text(GEMMS.splitlines()[0] + "\n")
     assert cli(db_url, "import", "--op", "gemm", "--tag", "k", str(configs)).code == 0
-    made = cli(db_url, "session", "new", "--tuner", "sleep:1.5", "--search", strategy,
+    made = cli(db_url, "session", "new", "--tuner", "sleep:1", "--search", strategy,
                "--budget", str(budget), "--json")  # fmt: skip
     assert made.code == 0, made.stderr
     sid = made.json()["id"]

@@ -29,7 +29,7 @@ from mlirtuna.db.faults import first_line
 from mlirtuna.db.models import Candidate as CandidateRow
 from mlirtuna.db.models import Problem as ProblemRow
 from mlirtuna.db.models import SearchStep, TuningSession
-from mlirtuna.errors import TunerError, TunerTimeout, Unsupported
+from mlirtuna.errors import TunerError, TunerTimeout, Unsupported, UserError
 from mlirtuna.keys import perf_config_family
 from mlirtuna.problems import Problem
 from mlirtuna.queue import Lease
@@ -83,7 +83,7 @@ def tune(job: SearchedJob, problem: Problem, ctx: TuneContext) -> TuneOutcome:
     space = search.Space.from_keys(keys)
     history = job.retrying(lambda: farm_history(job, problem, keys))
     budget = job.session.search_budget or len(keys)
-    run = search.get(job.session.search or "").start(space, history, budget, seed=job.lease.job_id)
+    run = strategy(job.session).start(space, history, budget, seed=job.lease.job_id)
     measured = _replay(job, problem, keys, run)
     rounds = Rounds(
         next_round=1 + max((c.search_round or 0 for c in measured.values()), default=-1)
@@ -98,6 +98,15 @@ def tune(job: SearchedJob, problem: Problem, ctx: TuneContext) -> TuneOutcome:
             run.tell(i, _time(c))
             measured[c.perf_config] = c
     return _outcome(list(measured.values()), rounds, len(keys), budget, history)
+
+
+def strategy(session: sessions.Session) -> search.Strategy:
+    """The session's strategy; one this worker's mlirtuna does not have is Unsupported (no
+    retry: every attempt on this host would fail the same way)."""
+    try:
+        return search.get(session.search or "")
+    except UserError as exc:
+        raise Unsupported(f"session {session.id}: {exc}") from None
 
 
 def _keep(job: SearchedJob, taken: list[Candidate]) -> None:
