@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ from mlirtuna.db.models import Problem as ProblemRow
 from mlirtuna.history import reuse
 from mlirtuna.queue import Lease, jobs
 from mlirtuna.tuners.base import TuneContext
+from mlirtuna.tuners.cpu import CpuTuner
 from mlirtuna.tuners.sleep import SleepTuner
 from mlirtuna.web.app import create_app, open_read_only
 from mlirtuna.worker import Worker, WorkerSettings
@@ -292,3 +294,15 @@ def test_run_into_a_session_refuses_another_search(db, db_url, tmp_path):
         assert f"session {sid} was opened with search random (budget 5)" in run.stderr
     with db.session() as s:
         assert s.scalar(sa.select(sa.func.count()).select_from(Job)) == 0
+
+
+def test_the_cpu_tuner_lists_its_space_and_measures_exactly_a_round():
+    problem = problems.parse("gemm", GEMMS.splitlines()[0])
+    tuner = CpuTuner(repeats=1)
+    ctx = TuneContext("cpu", "cpu", 1, 1, "full")
+    keys = tuner.search_space(problem, ctx)
+    assert len(keys) == len(set(keys)) > 10
+    assert tuner.search_space(problem, replace(ctx, tuning_space="greedy")) == keys  # its grid
+    chosen = tuple(keys[3:6])
+    out = tuner.tune(problem, replace(ctx, perf_configs=chosen))
+    assert [c.perf_config for c in out.candidates] == list(chosen)
