@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
+from plugins.searchable import FirstRoundFails
 from support.clitools import cli, mlirtuna_argv, run_cli, subprocess_env
 from support.dbroles import as_role, fixture_server_db, refused, role_prefix  # noqa: F401 (the server_db fixture)
 from support.perfrunner_reader import read_tuning_db
@@ -306,3 +307,26 @@ def test_the_cpu_tuner_lists_its_space_and_measures_exactly_a_round():
     chosen = tuple(keys[3:6])
     out = tuner.tune(problem, replace(ctx, perf_configs=chosen))
     assert [c.perf_config for c in out.candidates] == list(chosen)
+
+
+@pytest.mark.backends("sqlite")
+def test_a_round_the_tool_failed_is_invalid_here_and_not_kept_for_the_next_attempt(db, tmp_path):
+    """The first round's tool call fails: its configs are this attempt's invalid candidates
+    (round 0, the tool's error), the search goes on to the budget, and search_step keeps only
+    what was measured (a new attempt may try the failed round's configs again)."""
+    path = tmp_path / "gemm"
+    path.write_text(GEMMS.splitlines()[0] + "\n")
+    catalog.import_files(db, "gemm", [str(path)], tag="f")
+    spec = sessions.SessionSpec(tuner="sleep", search="random", search_budget=30)
+    sid = sessions.create(db, spec).id
+    jobs.load(db, sid, tag="f")
+    settings = WorkerSettings(session_id=sid, tuner="sleep", until_empty=True)
+    assert Worker(db, settings, tuner=FirstRoundFails()).run().completed == 1
+    cands = next(iter(candidates_of(db, sid).values()))
+    failed = [c for c in cands if c.error is not None]
+    assert failed and all(c.search_round == 0 for c in failed)
+    assert all(c.error.startswith("round failed: tuningRunner exited 1") for c in failed)
+    assert len(cands) == 30
+    kept = {pc for pc, _, _ in steps_of(db)}
+    assert kept == {c.perf_config for c in cands if c.error is None}
+    assert_searched(db, sid, 30)

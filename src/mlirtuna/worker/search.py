@@ -46,6 +46,8 @@ HISTORY_ROWS = 20_000
 # (problem measured on, problem searched) -> the searched problem's configs a measured one
 # stands for (TunerKind.carried); None: the same name only.
 Carried = Callable[[Problem, Problem], Callable[[str], list[str]]] | None
+#: The error of every config of a round the tool failed as a whole (Rounds.measure).
+ROUND_FAILED = "round failed: "
 
 
 class Retrying(Protocol):
@@ -93,7 +95,7 @@ def tune(job: SearchedJob, problem: Problem, ctx: TuneContext) -> TuneOutcome:
         if not asked:
             break
         taken = rounds.measure(tuner, problem, ctx, [keys[i] for i in asked])
-        _keep(job, taken)
+        _keep(job, [c for c in taken if not (c.error or "").startswith(ROUND_FAILED)])
         for i, c in zip(asked, taken, strict=True):
             run.tell(i, _time(c))
             measured[c.perf_config] = c
@@ -110,7 +112,9 @@ def strategy(session: sessions.Session) -> search.Strategy:
 
 
 def _keep(job: SearchedJob, taken: list[Candidate]) -> None:
-    """A round's measurements into search_step now, fenced: a dead worker loses none of them."""
+    """A round's measurements into search_step now, fenced: a dead worker loses none of them.
+    A round the tool failed as a whole is not kept (nothing was measured: the job's next
+    attempt may try those configs again); the fence is checked all the same."""
     if not job.retrying(lambda: queue.record_steps(job.db, job.lease, taken)):
         raise LeaseLostMidSearch(f"job {job.lease.job_id}: lease lost mid-search")
 
@@ -161,7 +165,8 @@ class Rounds:
     ) -> list[Candidate]:
         """One `tune` call measuring exactly `chosen`: a candidate per config, in order. A round
         the tool failed as a whole (no valid config in it, a crash) makes each of its configs
-        invalid with that error; a timeout or an unsupported problem ends the job's attempt."""
+        invalid with that error (for this attempt only: `_keep` does not store it); a timeout
+        or an unsupported problem ends the job's attempt."""
         n = self.next_round
         self.next_round += 1
         try:
@@ -170,8 +175,8 @@ class Rounds:
             raise
         except TunerError as exc:
             self.output.append(f"# round {n}: {len(chosen)} configs, failed: {first_line(exc)}")
-            return [Candidate(k, error=f"round failed: {first_line(exc)}", search_round=n)
-                    for k in chosen]  # fmt: skip
+            why = f"{ROUND_FAILED}{first_line(exc)}"
+            return [Candidate(k, error=why, search_round=n) for k in chosen]
         self.output.append(f"# round {n}: {len(chosen)} configs\n{outcome.output.rstrip()}")
         self.start = self.start or outcome.compile_start
         self.end = outcome.compile_end or self.end
