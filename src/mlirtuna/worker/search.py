@@ -28,7 +28,7 @@ from mlirtuna.db import Database
 from mlirtuna.db.faults import first_line
 from mlirtuna.db.models import Candidate as CandidateRow
 from mlirtuna.db.models import Problem as ProblemRow
-from mlirtuna.db.models import SearchStep, TuningSession
+from mlirtuna.db.models import Result, SearchStep, TuningSession
 from mlirtuna.errors import TunerError, TunerTimeout, Unsupported, UserError
 from mlirtuna.keys import perf_config_family
 from mlirtuna.problems import Problem
@@ -219,7 +219,7 @@ def _outcome(
 
 def farm_history(job: SearchedJob, problem: Problem, keys: Sequence[str]) -> search.History:
     """What other sessions measured of this op with the same tuner family (their candidates'
-    search-pass times, valid ones only): one row per (session, problem), the newest
+    search-pass times, valid ones only): one row per (session, problem) they tuned, the newest
     HISTORY_UNITS of them, each measured config carried to this problem's keys (TunerKind.
     carried; else by name). Stand-in sessions' made-up numbers teach a real session nothing."""
     families = sorted({perf_config_family(k) for k in keys})
@@ -255,23 +255,24 @@ def _carry(carried: Carried, measured_on: Problem, to: Problem) -> Callable[[str
 
 
 def _units(s, session: sessions.Session, op: str, families: list[str]) -> list[tuple[int, int]]:
-    """The newest (session, problem) pairs of other sessions with valid measurements of `op`
-    in these perf-config families."""
-    C = CandidateRow
+    """The newest (session, problem) pairs other sessions tuned of `op` with a winner in these
+    perf-config families: read off `result` (one row per pair), so the query stays small on a
+    farm of millions of candidates; a result that was imported or reused has no candidates
+    here (no job of its own) and is left out."""
+    R = Result
     stmt = (
-        sa.select(C.session_id, C.problem_id)
-        .join(ProblemRow, ProblemRow.id == C.problem_id)
-        .join(TuningSession, TuningSession.id == C.session_id)
+        sa.select(R.session_id, R.problem_id)
+        .join(ProblemRow, ProblemRow.id == R.problem_id)
+        .join(TuningSession, TuningSession.id == R.session_id)
         .where(
             ProblemRow.op == op,
-            C.session_id != session.id,
-            C.perf_family.in_(families),
-            C.search_time.is_not(None),
-            C.error.is_(None),
+            R.session_id != session.id,
+            R.perf_family.in_(families),
+            R.job_id.is_not(None),
+            R.reused_from.is_(None),
             TuningSession.standin == session.standin,
         )
-        .group_by(C.session_id, C.problem_id)
-        .order_by(C.session_id.desc(), C.problem_id.desc())
+        .order_by(R.session_id.desc(), R.problem_id.desc())
         .limit(HISTORY_UNITS)
     )
     return [(int(sid), int(pid)) for sid, pid in s.execute(stmt)]
