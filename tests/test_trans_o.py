@@ -140,8 +140,7 @@ def test_run_refuses_what_the_build_cannot_tune_before_writing_anything(
     """`run` asks the tuner's kind what the build can never tune (TunerKind.build_limit, as
     `jobs load` does): on an E3 build a -transO true line stops it, one line, exit 2, before a
     session is opened or a problem imported; the same lists without it run."""
-    build = fake_build(tmp_path, monkeypatch)
-    monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E3")
+    build = standin_build(tmp_path, monkeypatch, era="E3")
     monkeypatch.setenv("PATH", f"{build / 'below' / 'bin'}:{os.environ['PATH']}")  # rocminfo
     configs = tmp_path / "gemm.txt"
     configs.write_text(f"{G}\n{GT}\n")

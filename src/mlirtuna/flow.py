@@ -172,6 +172,7 @@ def prepare(db: Database, plan: RunPlan) -> Prepared:
             raise UserError(
                 f"session {existing.id} was opened for tuner {existing.tuner}, not {plan.tuner}"
             )
+        _check_search(plan, existing)
         tuner, why = existing.tuner, f"tuner {existing.tuner} (session {existing.id})"
         if tuners.kind(tuner).uses_build:
             choose_tuner(tuner, plan.mlir_build_dir)
@@ -239,6 +240,18 @@ def _refuse_what_the_build_cannot_tune(
         f"{whose} {limit.why}: {len(hits)} problem(s) of these lists have it, e.g. "
         f"{hits[0].canonical()}; leave them out of the lists or {limit.remedy}"
     )
+
+
+def _check_search(plan: RunPlan, existing: Session) -> None:
+    """`run --session N --search …/--budget …`: a session's search is its own (equivalence,
+    reuse); another one asked for is refused, not applied to the jobs loaded now."""
+    for flag, key in (("--search", "search"), ("--budget", "search_budget")):
+        asked = plan.session_flags.get(key)
+        if asked is not None and asked != getattr(existing, key):
+            raise UserError(
+                f"session {existing.id} was opened with search {existing.search} "
+                f"(budget {existing.search_budget}), not {flag} {asked}"
+            )
 
 
 def _check_gpus(plan: RunPlan, tuner: str, existing: sessions.Session | None) -> None:

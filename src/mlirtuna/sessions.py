@@ -88,6 +88,10 @@ class Session:
     capabilities: str = ""
     bundle_cap_mib: int | None = None  # None: DEFAULT_BUNDLE_CAP_BYTES
     standin: bool = False  # tuned on the stand-in build: made-up numbers, never exported by arch
+    # A strategy of mlirtuna.search choosing each job's candidates, and its budget (measurements
+    # per job); None: the tuner's whole space (issue 45).
+    search: str | None = None
+    search_budget: int | None = None
 
     @property
     def bundle_cap_bytes(self) -> int:
@@ -170,6 +174,8 @@ class SessionSpec:
     capabilities: str = ""  # what the build's tuningRunner can do (filled by detect)
     bundle_cap_mib: int | None = None  # --bundle-cap-mib (with --split)
     standin: bool = False  # the build is mlirtuna's stand-in (filled by detect, from the build)
+    search: str | None = None  # --search NAME (with --budget N): see Session.search
+    search_budget: int | None = None
 
 
 def _iso(when: dt.datetime | None) -> str:
@@ -214,6 +220,7 @@ def detect(spec: SessionSpec) -> SessionSpec:
     out.standin = bool(kind.uses_build and build_dir and machine.is_standin_build(build_dir))
     _check_split(out, kind, build_dir)
     _check_settings(out, kind, build_dir)
+    _check_search(out, build_dir)
     if spec.mlir_v is None:  # --mlir-v given always wins
         out.mlir_v = build_commit(build_dir) if kind.uses_build and build_dir else ""
     if out.split and not out.mlir_v:
@@ -337,6 +344,32 @@ def _check_settings(spec: SessionSpec, kind: TunerKind, build_dir: str | None) -
     spec.key_form = spec.key_form or key_form
 
 
+def _check_search(spec: SessionSpec, build_dir: str | None) -> None:
+    """--search NAME --budget N: a registered strategy, a positive budget (required with a
+    search, refused without one), and a tuner that can list and measure chosen candidates
+    (tuners.base.SearchableTuner)."""
+    from mlirtuna import search, tuners
+    from mlirtuna.tuners.base import SearchableTuner
+
+    if spec.search is None:
+        if spec.search_budget is not None:
+            raise UserError(f"--budget {spec.search_budget} goes with --search NAME")
+        return
+    search.get(spec.search)  # one line naming the known strategies otherwise
+    if spec.search_budget is None:
+        raise UserError(f"--search {spec.search} needs --budget N (measurements per job)")
+    if spec.search_budget < 1:
+        raise UserError(f"--budget {spec.search_budget}: expected 1 or more")
+    if spec.split is not None:
+        raise UserError("--search does not go with --split (a search measures in rounds)")
+    tuner = tuners.make(spec.tuner, mlir_build_dir=build_dir)
+    if not isinstance(tuner, SearchableTuner):
+        raise UserError(
+            f"--search {spec.search}: the {tuners.kind(spec.tuner).name} tuner cannot measure "
+            "chosen candidates (it is not a SearchableTuner: docs/adding-a-tuner.md)"
+        )
+
+
 def _check_split(spec: SessionSpec, kind: TunerKind, build_dir: str | None) -> None:
     """--split compile,benchmark: only for a tuner that can split (rocmlir) on a build that can
     (a tuningRunner with --compile-only, E4); detect then asks for a known rocMLIR commit
@@ -443,6 +476,8 @@ def create(db: Database, spec: SessionSpec, run_spec: dict[str, Any] | None = No
         bundle_cap_mib=spec.bundle_cap_mib,
         capabilities=spec.capabilities[:500],
         standin=spec.standin,
+        search=spec.search,
+        search_budget=spec.search_budget,
     )
     with db.session() as s:
         s.add(row)

@@ -164,3 +164,21 @@ def name_opt():
         help="A name to tell the session apart (session list, the dashboard); without it, "
         "`run` names its session OP: FILES.",
     )  # fmt: skip
+
+
+def search_opt():
+    """--search NAME, shared by `session new` and `run` (for the session either opens)."""
+    return typer.Option(
+        None, "--search", metavar="NAME",
+        help="Choose each job's candidates with this search strategy (mlirtuna.search: "
+        "random, exhaustive, and what the registry holds), measured in rounds up to --budget "
+        "[default: none, the tuning space's every candidate].",
+    )  # fmt: skip
+
+
+def budget_opt():
+    """--budget N, shared by `session new` and `run`: goes with --search."""
+    return typer.Option(
+        None, "--budget", metavar="N",
+        help="With --search: the most candidates measured per job (required with it).",
+    )  # fmt: skip

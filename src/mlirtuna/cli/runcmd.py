@@ -59,6 +59,8 @@ def run(
     mlir_v: str = options.mlir_v_opt(),
     reason: str = options.reason_opt(),
     name: str = options.name_opt(),
+    search: str = options.search_opt(),
+    budget: int = options.budget_opt(),
     job_timeout: float = options.job_timeout_opt(),
     max_retries: int = options.max_retries_opt(),
     skip_tuned: bool = typer.Option(
@@ -95,6 +97,8 @@ def run(
             ("num_chiplets", num_chiplets),
             ("mlir_v", mlir_v),
             ("name", name or None),
+            ("search", search),
+            ("search_budget", budget),
         )
         if v is not None
     }

@@ -83,6 +83,8 @@ def new(
         help="With --split: the most one bundle may unpack to, in MiB (a bigger one is refused "
         f"before anything is written) [default: {DEFAULT_BUNDLE_CAP_BYTES >> 20}].",
     ),
+    search: str = options.search_opt(),
+    budget: int = options.budget_opt(),
     as_json: bool = typer.Option(False, "--json", help="Print the new session as JSON."),
 ) -> None:
     """Open a session, detecting what the flags leave out (never guessing)."""
@@ -112,6 +114,8 @@ def new(
         keep_artifacts=keep_artifacts,
         name=name,
         bundle_cap_mib=bundle_cap_mib,
+        search=search,
+        search_budget=budget,
     )
     created = sessions.create(common.database(ctx, create=True), spec)
     if as_json:
@@ -122,6 +126,11 @@ def new(
             f"session {created.id}: {created.arch_full}, {created.num_cu} CUs, "
             f"{created.num_chiplets} chiplet(s), {created.tuning_space}, {created.tuner}"
             + (f", split {created.split}" if created.split else "")
+            + (
+                f", search {created.search}, budget {created.search_budget}"
+                if created.search
+                else ""
+            )
         )
         if created.capabilities:
             common.err(f"tuningRunner.py: {created.capabilities}")

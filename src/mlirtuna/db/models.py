@@ -307,6 +307,10 @@ class TuningSession(Base):
     # Tuned on mlirtuna's stand-in rocMLIR build (made-up numbers), as the build said when the
     # session was opened: never exported or reused unless named (migration 0020).
     standin: Mapped[bool] = _bool()
+    # How a job's candidates are chosen (issue 45, migration 0023): a strategy of
+    # mlirtuna.search and its budget (measurements per job); NULL: the tuner's whole space.
+    search: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    search_budget: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class SessionNote(Base):
@@ -447,6 +451,25 @@ class Candidate(Base):
     # The search pass's time (ns) of every valid candidate: kernel_time's own where it was not
     # re-measured, the search's where the top-k pass replaced it (one kind: quick.histories).
     search_time: Mapped[float | None] = mapped_column(Double, nullable=True)
+    # The round of a searched session's search that measured it (0 first); None: not searched.
+    search_round: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class SearchStep(Base):
+    """One measurement of a searched job, written as soon as its round was measured, fenced by
+    the attempt's lease token (migration 0023): a new attempt of the job (its worker died)
+    tells its search these first and measures only what they lack (worker/search.py)."""
+
+    __tablename__ = "search_step"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    job_id: Mapped[int] = mapped_column(BigId, ForeignKey("job.id", ondelete="CASCADE"), index=True)
+    lease_token: Mapped[str] = mapped_column(String(32))  # the attempt that measured it
+    search_round: Mapped[int] = mapped_column(Integer)
+    perf_config: Mapped[str] = mapped_column(String(255))
+    kernel_time: Mapped[float | None] = mapped_column(Double, nullable=True)  # ns; None: invalid
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
 
 
 class QuickList(Base):

@@ -4,9 +4,10 @@
 - worker: what a worker does and nothing more: read everything; UPDATE only the columns a
   claim, heartbeat, record, fail, release or lease expiry writes (column GRANTs: never what a
   job *is*, its session, problem, stage, reason or priority, nor who claimed an attempt);
-  INSERT attempt, result and candidate; for two-stage sessions INSERT and DELETE bundle and
-  bundle_chunk and UPDATE bundle.complete only. It cannot DROP, ALTER or create anything,
-  nor DELETE from any other table, nor UPDATE result, candidate, session or problem.
+  INSERT attempt, result, candidate and search_step (a searched job's measurements); for
+  two-stage sessions INSERT and DELETE bundle and bundle_chunk and UPDATE bundle.complete
+  only. It cannot DROP, ALTER or create anything, nor DELETE from any other table, nor UPDATE
+  result, candidate, search_step, session or problem.
   PostgreSQL: with UPDATE granted on columns only, LOCK TABLE job/attempt in any mode stronger
   than ACCESS SHARE is refused (LOCK needs a table-level UPDATE/DELETE/TRUNCATE); row-level
   security lets it UPDATE only jobs that are new, waiting or running (never a completed,
@@ -45,7 +46,8 @@ from mlirtuna.defaults import ENV_ROLE_PASSWORD
 from mlirtuna.errors import UserError
 
 ROLES = ("admin", "worker", "reader")
-WORKER_INSERT = ("attempt", "result", "candidate", "bundle", "bundle_chunk")
+# search_step: a searched job's measurements, written round by round (worker/search.py).
+WORKER_INSERT = ("attempt", "result", "candidate", "bundle", "bundle_chunk", "search_step")
 # The auto-increment ids the worker's inserts draw from their sequences, never name.
 _DRAWN_ID = "id"
 WORKER_DELETE = ("bundle", "bundle_chunk")

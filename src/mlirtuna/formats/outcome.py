@@ -26,6 +26,9 @@ class Candidate:
     # The search pass's time (ns) of a re-measured candidate, which kernel_time_ns no longer
     # is; None: kernel_time_ns is the only time (stored as the candidate's search_time).
     search_time_ns: float | None = None
+    # The round of a searched session's search that measured it (worker/search.py); None:
+    # the tuner chose it (the whole space, not searched).
+    search_round: int | None = None
 
     @property
     def valid(self) -> bool:

@@ -3,7 +3,8 @@ what a new rocMLIR commit made stale (`jobs load --skip-tuned / --reuse / --chan
 `session diff`).
 
 Two sessions are *equivalent* when everything that decides a tuning result is the same: arch_full,
-num_cu, num_chiplets, tuning space, rocMLIR commit (mlir_v), and the tuner (a .tsv imported from
+num_cu, num_chiplets, tuning space, rocMLIR commit (mlir_v), the search and its budget (a
+searched session's winners are not the whole space's), and the tuner (a .tsv imported from
 rocMLIR counts as the rocmlir tuner), and both or neither were tuned on mlirtuna's stand-in build
 (a stand-in session's made-up numbers never reach a real session unless it is named:
 `--changed-since SESSION`). A result "counts" as winners.counted() says: its job
@@ -32,7 +33,11 @@ from mlirtuna.queue import jobs
 from mlirtuna.sessions import Session
 
 #: The session fields that decide a tuning result (besides the tuner's family).
-CONTEXT_FIELDS = ("arch_full", "num_cu", "num_chiplets", "tuning_space", "mlir_v")
+#: A searched session (issue 45) measured only some of its space: its winners are not a whole
+#: space's, nor another strategy's or budget's (search and search_budget; None: whole space).
+CONTEXT_FIELDS = (
+    "arch_full", "num_cu", "num_chiplets", "tuning_space", "mlir_v", "search", "search_budget",
+)  # fmt: skip
 #: Rules of `jobs load --changed-since`.
 RULES = ("all", "family-changed")
 

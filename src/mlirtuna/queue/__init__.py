@@ -34,7 +34,9 @@ from mlirtuna.queue.settle import (
     reclaim_expired,
     record,
     record_and_claim,
+    record_steps,
     release,
+    steps,
     take_back,
 )
 
@@ -57,6 +59,8 @@ __all__ = [
     "reclaim_expired",
     "record",
     "record_and_claim",
+    "record_steps",
     "release",
+    "steps",
     "take_back",
 ]

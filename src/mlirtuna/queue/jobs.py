@@ -36,6 +36,7 @@ from mlirtuna.db.models import (
     Problem,
     ProblemTag,
     Result,
+    SearchStep,
     SessionNote,
     TuningSession,
 )
@@ -591,6 +592,7 @@ def delete_session(db: Database, session_id: int, *, force: bool = False) -> Del
         s.execute(
             sa.update(Result).where(Result.reused_from == session_id).values(reused_from=None)
         )
+        s.execute(sa.delete(SearchStep).where(SearchStep.job_id.in_(job_ids)))
         files = bundles.delete_session(s.connection(), session_id)
         jobs = rowcount(s.execute(sa.delete(Job).where(in_session)))
         s.execute(sa.delete(SessionNote).where(SessionNote.session_id == session_id))

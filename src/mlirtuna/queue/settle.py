@@ -2,6 +2,7 @@
 lease_token, so that a worker that lost its lease (paused, partitioned, requeued) writes nothing.
 
 - heartbeat: extend the lease while the tuner runs;
+- record_steps: a searched job's round of measurements, kept for its next attempt (search_step);
 - record (winner and candidates), complete (a stage without a winner), fail, release;
 - reclaim_expired: jobs whose lease ran out (their worker died) go back to `new` or to `error`;
 - take_back: the same, at once, for the jobs of a worker known to be dead (worker/loop.py).
@@ -13,13 +14,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 import mlirtuna.queue.sql as sql
-from mlirtuna.db import Database, db_now, rowcount
+from mlirtuna.db import Database, db_now, rowcount, utcnow
 from mlirtuna.db.faults import first_line
 from mlirtuna.db.models import (
     BENCHMARK,
@@ -31,6 +32,7 @@ from mlirtuna.db.models import (
     Attempt,
     Job,
     Result,
+    SearchStep,
 )
 from mlirtuna.db.text import MAX_CANDIDATE_ERROR_BYTES
 from mlirtuna.db.text import cut_text as _cut
@@ -60,6 +62,42 @@ def heartbeat(db: Database, lease: Lease, lease_s: float) -> bool:
     params = {"p_job": lease.job_id, "p_token": lease.token, "p_lease_s": float(lease_s)}
     with db.transaction(single=True) as conn:
         return sql.RENEW.run(conn, params).rowcount == 1
+
+
+def record_steps(db: Database, lease: Lease, measured: Sequence[Candidate]) -> bool:
+    """A searched job's round of measurements (each with its search_round), written as soon as
+    it was taken, while the lease holds: the fenced update of the job's heartbeat comes first
+    and holds its row, so a worker that lost the lease writes nothing (False). A new attempt of
+    the job reads them back (`steps`). A retried write whose commit landed leaves a duplicate
+    row; `steps` readers keep a perf config's first row."""
+    rows = [
+        {
+            "job_id": lease.job_id,
+            "lease_token": lease.token,
+            "search_round": c.search_round or 0,
+            "perf_config": c.perf_config,
+            "kernel_time": c.kernel_time_ns if c.valid else None,
+            "error": None if c.valid else _cut(c.error or "invalid", MAX_CANDIDATE_ERROR_BYTES),
+            "created_at": utcnow(),
+        }
+        for c in measured
+    ]
+    with db.transaction(immediate=True) as conn:
+        fence = sa.update(Job).where(_fenced(lease)).values(heartbeat_at=db_now())
+        held = rowcount(conn.execute(fence))
+        if held == 1 and rows:
+            conn.execute(sa.insert(SearchStep), rows)
+    return held == 1
+
+
+def steps(db: Database, job_id: int) -> list[SearchStep]:
+    """Every measurement earlier attempts of a searched job kept, in the order written."""
+    with db.session() as s:
+        found = s.scalars(
+            sa.select(SearchStep).where(SearchStep.job_id == job_id).order_by(SearchStep.id)
+        ).all()
+        s.expunge_all()
+    return list(found)
 
 
 # Called inside a fenced transaction once the fence held, with its connection: what else must
@@ -241,6 +279,7 @@ def _candidate_columns(c: Candidate) -> dict[str, object]:
         "tflops": c.tflops,
         "error": _cut(c.error, MAX_CANDIDATE_ERROR_BYTES),
         "perf_family": perf_config_format(c.perf_config),
+        "search_round": c.search_round,
         **_spread_columns(c),
     }
 

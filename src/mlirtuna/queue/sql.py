@@ -268,6 +268,7 @@ CANDIDATE_TYPES: dict[str, sa.types.TypeEngine[Any]] = {
     "samples": sa.Integer(),
     "remeasured": sa.Boolean(),
     "search_time": sa.Double(),
+    "search_round": sa.Integer(),
 }
 _IDS = {
     "session_id": sa.bindparam("p_session", type_=sa.Integer()),

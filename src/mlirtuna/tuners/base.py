@@ -39,7 +39,8 @@ class TuneContext:
     warmup_ms: int | None = None
     gpu_run_timeout_s: int | None = None
     lfbo_effort: str | None = None
-    # For a `list:NAME` space: the stored quick list for this problem's (arch, op, data type).
+    # For a `list:NAME` space: the stored quick list for this problem's (arch, op, data type);
+    # for a searched session's round (SearchableTuner): exactly the configs to measure.
     perf_configs: tuple[str, ...] | None = None
     topk: int = 3  # candidates re-measured after the search to pick the winner (session.topk)
 

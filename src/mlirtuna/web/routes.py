@@ -103,13 +103,14 @@ def api_candidates_csv(request: Request, problem_id: int, session: int) -> Respo
             break
     fields = perffields.columns([r.perf_config for r in rows])
     head = ["perf_config", *fields, "tflops", "kernel_time_ns", "time_min_ns", "time_iqr_ns",
-            "samples", "remeasured", "dropped", "winner", "error"]  # fmt: skip
+            "samples", "remeasured", "dropped", "winner", "error", "round"]  # fmt: skip
     return _csv(
         f"candidates-{session}-{problem_id}.csv",
         head,
         (
             [r.perf_config, *(r.fields.get(f, "") for f in fields), r.tflops, r.kernel_time,
-             r.time_min, r.time_iqr, r.samples, r.remeasured, r.dropped, r.winner, r.error]
+             r.time_min, r.time_iqr, r.samples, r.remeasured, r.dropped, r.winner, r.error,
+             r.search_round]
             for r in rows
         ),
     )  # fmt: skip
@@ -383,7 +384,8 @@ def page_compare(
 # What a compare's two sessions were tuned with: a field that differs explains a changed winner.
 CONTEXT_FIELDS = (("arch", "arch_full"), ("CUs", "num_cu"), ("chiplets", "num_chiplets"),
                   ("ROCm", "rocm_v"), ("rocMLIR", "mlir_v"), ("space", "tuning_space"),
-                  ("tuner", "tuner"), ("stand-in", "standin"), ("host", "host"),
+                  ("tuner", "tuner"), ("stand-in", "standin"), ("search", "search"),
+                  ("budget", "search_budget"), ("host", "host"),
                   ("opened", "created_at"))  # fmt: skip
 PICKER_SESSIONS = 500  # the newest sessions the compare page's pickers offer
 NONE_SHOWN = "\N{EN DASH}"  # an empty field, as the other pages show it

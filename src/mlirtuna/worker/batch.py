@@ -96,8 +96,8 @@ def tune(runner: Runner, leases: list[Lease]) -> Generator[Settled, None, None]:
 
 def batchable(runner: Runner, problem: Problem) -> bool:
     """Whether the runner's tuner tunes (or compiles) this problem in a call with others."""
-    if runner.batch_tuner is None:
-        return False
+    if runner.batch_tuner is None or runner.session.search is not None:
+        return False  # a searched job measures in rounds of its own (worker/search.py)
     try:
         return bool(runner.batch_tuner.batchable(problem))
     except TunerError:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypeVar
 
+import mlirtuna.worker.search as searched
 from mlirtuna import catalog, machine, queue, sessions, tuners
 from mlirtuna.db import Database, faults
 from mlirtuna.db.faults import first_line
@@ -215,10 +216,14 @@ class Runner:
         """The job tuned: a tuner failure never escapes as an exception."""
         problem = self.problem(lease)
         log.info("job %s: tuning %s", lease.job_id, problem.canonical())
-        return (
-            lease,
-            *self.guarded(lease, lambda: self.tuner.tune(problem, self.context(problem))),
-        )
+        return lease, *self.guarded(lease, lambda: self._tune_one(lease, problem))
+
+    def _tune_one(self, lease: Lease, problem: Problem) -> TuneOutcome:
+        """One problem: the tuner's whole space, or a searched session's rounds (search.py)."""
+        if self.session.search is None:
+            return self.tuner.tune(problem, self.context(problem))
+        job = searched.SearchedJob(self.db, self.session, self.tuner, lease, self.retrying)
+        return searched.tune(job, problem, self.context(problem))
 
     def guarded(self, lease: Lease, work: Callable[[], T]) -> Tried[T]:
         """(work(), None, False) or (None, error text, final): `work` runs the tool under the

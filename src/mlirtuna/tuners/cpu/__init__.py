@@ -21,6 +21,10 @@ problem's dims and equivalent configs deduplicated. Tuning spaces:
 - exhaustive: the product of the fine grid (up to 252 gemm/conv, 42 attention configs);
 - list:NAME: exactly the perf configs of a stored quick list (history/quick/) for the problem's
   (arch, op, data type), clipped like the rest; the worker hands them over in the context.
+
+It is a SearchableTuner (tuners.base): `search_space` lists a space's configs (greedy: the full
+grid it walks), and a context with `perf_configs` set (a searched session's round, issue 45)
+measures exactly those, whatever the space.
 """
 
 from __future__ import annotations
@@ -232,6 +236,18 @@ class CpuTuner:
         with timing.one_blas_thread():
             return self._tune(problem, ctx)
 
+    def search_space(self, problem: Problem, ctx: TuneContext) -> list[str]:
+        """Every perf config of the context's space for this problem, in the space's order
+        (greedy: the full grid it walks; list:NAME: the quick list's, clipped)."""
+        op = _op(problem, ctx)
+        if ctx.tuning_space.startswith("list:"):
+            blocks = list_blocks(op, ctx.perf_configs)
+        elif ctx.tuning_space == "greedy":
+            blocks = list(itertools.product(*axes(op, "full")))
+        else:
+            blocks = space(op, ctx.tuning_space)
+        return [op.perf_config(b) for b in blocks]
+
     def _tune(self, problem: Problem, ctx: TuneContext) -> TuneOutcome:
         deadline = _Deadline(ctx.timeout_s)
         op = _op(problem, ctx)
@@ -253,15 +269,16 @@ class CpuTuner:
         def builtin(blocks: Blocks) -> Candidate:
             return measure(op.perf_config(blocks), lambda: op.run_blocked(blocks))
 
-        if ctx.tuning_space == "greedy":
-            _greedy(op, builtin)
-        elif listed:
+        chosen = ctx.perf_configs is not None and not listed  # a search's round: only those
+        if listed or chosen:
             for blocks in list_blocks(op, ctx.perf_configs):
                 builtin(blocks)
+        elif ctx.tuning_space == "greedy":
+            _greedy(op, builtin)
         else:
             for blocks in space(op, ctx.tuning_space):
                 builtin(blocks)
-        for name, kernel in self.extra_kernels.items():
+        for name, kernel in self.extra_kernels.items() if not chosen else ():
             measure(name, functools.partial(kernel, op))
         if not any(c.valid for c in tried.values()):
             output = self._output(problem, op, ctx, list(tried.values()))

@@ -154,6 +154,7 @@ CANDIDATE_SORTS = (
     "samples",
     "perf_config",
     "remeasured",
+    "search_round",
 )
 CANDIDATE_SHOWS = ("all", "valid", "invalid", "remeasured", "dropped")
 
@@ -182,6 +183,7 @@ class TableRow:
     winner: bool
     error: str | None
     dropped: bool = False  # E4 "Discarded": measured, then dropped without re-measurement
+    search_round: int | None = None  # a searched session's round that measured it (issue 45)
 
 
 @dataclass(frozen=True)
@@ -207,8 +209,10 @@ DECIDED_SHOWN = 10  # rows of "why it won" at most
 SEARCH_SHOWN = 3  # without re-measurement: the search's fastest shown beside the rule
 
 
-def winner_rule(topk: int, remeasured: int) -> str:
+def winner_rule(topk: int, remeasured: int, search: str | None = None) -> str:
     """The winner-selection rule of a tuning, in one sentence."""
+    if search is not None:
+        return f"searched ({search}); winner by median time of every round's measurements"
     if remeasured:
         return f"re-measured top {min(topk, remeasured)} side by side; winner by median time"
     return "no re-measurement; winner by median time of the search"
@@ -247,7 +251,7 @@ def candidate_page(
     stmt = (
         sa.select(
             C.perf_config, C.tflops, C.kernel_time, C.time_min, C.time_iqr, C.samples,
-            C.remeasured, C.error,
+            C.remeasured, C.error, C.search_round,
         )
         .where(*conditions)
         .order_by(sa.case((key.is_(None), 1), else_=0), order, C.id)
@@ -268,6 +272,10 @@ def candidate_page(
             )
         )
 
+        # A searched session's winner is the fastest of every round (worker/search.py), each
+        # round's top-k re-measured or not; otherwise re-measured candidates decide.
+        by_rounds = info.search is not None
+
         def row(r: sa.Row) -> TableRow:
             [tflops, kernel_time, time_min, time_iqr] = numbers(
                 r.tflops, r.kernel_time, r.time_min, r.time_iqr
@@ -276,23 +284,25 @@ def candidate_page(
                 r.perf_config, perffields.family(r.perf_config), perffields.fields(r.perf_config),
                 tflops, kernel_time, time_min, time_iqr,
                 r.samples if isinstance(r.samples, int) else None, bool(r.remeasured),
-                r.perf_config == winner and r.error is None and (bool(r.remeasured) or not again),
+                r.perf_config == winner and r.error is None
+                and (bool(r.remeasured) or not again or by_rounds),
                 flagged(r.error, r.tflops, r.kernel_time), is_dropped(r.error),
+                r.search_round if isinstance(r.search_round, int) else None,
             )  # fmt: skip
 
         rows = [row(r) for r in s.execute(stmt)]
         decided_stmt = (
             sa.select(*stmt.selected_columns)
-            .where(*mine, valid, *([C.remeasured == sa.true()] if again else []))
+            .where(*mine, valid, *([C.remeasured == sa.true()] if again and not by_rounds else []))
             .order_by(C.kernel_time, C.id)
-            .limit(DECIDED_SHOWN if again else SEARCH_SHOWN)
+            .limit(DECIDED_SHOWN if again or by_rounds else SEARCH_SHOWN)
         )
         decided_on = [row(r) for r in s.execute(decided_stmt)]
     return CandidatePage(
         session_id,
         problem_id,
         winner,
-        winner_rule(info.topk, again),
+        winner_rule(info.topk, again, info.search),
         again,
         total,
         offset,

@@ -510,6 +510,7 @@ function candidateRows(el, page, state, decided = false) {
     ["min µs", "time_min", (r) => sig(us(r.time_min)), "n"],
     ["spread (IQR) µs", "time_iqr", (r) => sig(us(r.time_iqr)), "n"],
     ["samples", "samples", (r) => (r.samples ?? "–"), "n"],
+    ["round", "search_round", (r) => (r.search_round ?? "–"), "n"],
   ];
   const cols = decided ? [
     ["perf config", null, (r) => r.perf_config, "config"],
