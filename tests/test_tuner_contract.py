@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.rocmlir import GEMM, fake_build
+from support.rocmlir import GEMM
+from support.standin import standin_build
 
 from mlirtuna.problems import Problem
 from mlirtuna.testing import TunerContract, parse_problem
@@ -38,7 +39,7 @@ class TestRocmlir(BuiltIn):
 
     @pytest.fixture
     def mlir_build_dir(self, tmp_path, monkeypatch) -> str:
-        return str(fake_build(tmp_path, monkeypatch))
+        return str(standin_build(tmp_path, monkeypatch))
 
     @pytest.fixture
     def problem(self) -> Problem:
@@ -50,9 +51,7 @@ class TestRocmlirE4(TestRocmlir):
 
     @pytest.fixture
     def mlir_build_dir(self, tmp_path, monkeypatch) -> str:
-        build = fake_build(tmp_path, monkeypatch)
-        monkeypatch.setenv("FAKE_TUNINGRUNNER_ERA", "E4")
-        return str(build)
+        return str(standin_build(tmp_path, monkeypatch, era="E4"))
 
 
 class TestCpu(BuiltIn):

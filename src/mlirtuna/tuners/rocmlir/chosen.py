@@ -57,14 +57,14 @@ EXIT_GPU_TIMEOUT = 3  # rock::kExitGpuTimeout: a GPU run passed --gpu-run-timeou
 # E3's tuningRunner (rocMLIR 3fc5be9e: MLIR_N_REPEATS, WARMUP_ITERATIONS, LEGACY_SLEEP_US) runs
 # its driver in the legacy mode with these counts: a chosen config is timed as a tuned one is.
 LEGACY_TIMING = ("--num-iterations=10", "--warmup-iterations=1", "--sleep-us=100")
-# perfRunner's configuration class per op (tuningRunner imports them under the same names).
-CONFIG_CLASSES = {
-    "gemm": "GemmConfiguration",
-    "conv": "ConvConfiguration",
-    "attention": "AttentionConfiguration",
-    "gemm_gemm": "GemmGemmConfiguration",
-    "conv_gemm": "ConvGemmConfiguration",
-}
+
+
+def config_class(op: str) -> str:
+    """perfRunner's configuration class of an op, by its naming (gemm_gemm: GemmGemmConfiguration;
+    tuningRunner imports them under the same names)."""
+    return "".join(word.capitalize() for word in op.split("_")) + "Configuration"
+
+
 # Run by the tool's python: the build's perfRunner (else the names tuningRunner imported from
 # it) turns a config line into rocmlir-gen's arguments; older classes take no chiplet count and
 # no kernel_repeats. Prints one JSON line: the arguments and the build's timing constants.
@@ -217,7 +217,7 @@ class Chosen:
     ) -> GenLine:
         """The problem's rocmlir-gen arguments, from the build's perfRunner (LINE_PROBE)."""
         argv = [
-            self.python, "-c", LINE_PROBE, str(self.script_dir), CONFIG_CLASSES[problem.op],
+            self.python, "-c", LINE_PROBE, str(self.script_dir), config_class(problem.op),
             ctx.arch_full or ctx.arch, str(ctx.num_cu), str(ctx.num_chiplets), line,
         ]  # fmt: skip
         run = self._run(argv, deadline.left(f"had no {GEN} line"))
@@ -253,7 +253,7 @@ class Chosen:
 
 def no_line(problem: Problem) -> str | None:
     """Why `problem` has no perfRunner line to hand rocmlir-gen; None when it has one."""
-    if isinstance(problem, FusionProblem) or problem.op not in CONFIG_CLASSES:
+    if isinstance(problem, FusionProblem):
         return (
             f"a {problem.op} problem has no perfRunner configuration line (the tool tunes a "
             "fusion module as the conv or gemm its tuning key names)"
