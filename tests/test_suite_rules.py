@@ -1,0 +1,111 @@
+"""Rules about the suite itself (docs/ci.md "No wall-clock bounds in a test", "The tiers").
+
+A test must not assert that something was fast by the wall clock: on a machine loaded by other
+work every such bound fails sooner or later (`test_large_list_is_linear`: 36.6 s against 20 s,
+issue 46). CPU time (time.process_time, resource.getrusage), a ratio within one run, or a
+benchmark in bench/ say the same without the load in them. A deadline that only keeps a test
+from hanging (`proc.wait(timeout=60)`, support/hangguard.py) is fine: it is no assertion.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+TESTS = Path(__file__).parent
+# Wall clocks; CPU clocks (process_time, thread_time, getrusage) are what a test may compare.
+WALL_CLOCKS = {"monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns", "time", "time_ns"}
+
+
+def _is_wall_clock(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    if isinstance(func, ast.Attribute):  # time.monotonic()
+        return (
+            func.attr in WALL_CLOCKS
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "time"
+        )
+    return isinstance(func, ast.Name) and func.id in WALL_CLOCKS - {"time"}  # from time import …
+
+
+class _Timed(ast.NodeVisitor):
+    """The asserts of one function that bound a wall-clock reading from above."""
+
+    def __init__(self) -> None:
+        self.clock_names: set[str] = set()  # names that hold a wall-clock reading or delta
+        self.found: list[int] = []
+
+    def _timed(self, node: ast.AST) -> bool:
+        return any(
+            _is_wall_clock(n) or (isinstance(n, ast.Name) and n.id in self.clock_names)
+            for n in ast.walk(node)
+        )
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if self._timed(node.value):
+            for target in node.targets:
+                self.clock_names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+        self.generic_visit(node)
+
+    def visit_Assert(self, node: ast.Assert) -> None:
+        for cmp in (n for n in ast.walk(node.test) if isinstance(n, ast.Compare)):
+            sides = [cmp.left, *cmp.comparators]
+            for i, op in enumerate(cmp.ops):
+                small, large = sides[i], sides[i + 1]
+                if isinstance(op, ast.Gt | ast.GtE):
+                    small, large = large, small
+                elif not isinstance(op, ast.Lt | ast.LtE):
+                    continue
+                # An upper bound on a wall-clock reading ("it was fast"); a lower bound
+                # ("it waited at least") cannot fail on a slow machine.
+                if self._timed(small) and not self._timed(large):
+                    self.found.append(node.lineno)
+
+
+def wall_clock_bounds(source: str) -> list[int]:
+    """The lines of `source` that assert an upper bound on a wall-clock time."""
+    visitor = _Timed()
+    visitor.visit(ast.parse(source))
+    return visitor.found
+
+
+def test_the_scan_finds_what_it_forbids():
+    bad = """
+import time
+from time import perf_counter
+start = time.monotonic()
+work()
+elapsed = time.monotonic() - start
+assert elapsed < 20
+assert time.monotonic() - start < 30
+t0 = perf_counter()
+assert 5 > perf_counter() - t0
+"""
+    assert wall_clock_bounds(bad) == [7, 8, 10]
+    good = """
+import time
+start = time.process_time()
+assert time.process_time() - start < 30
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    pass
+took = time.perf_counter() - begin
+assert took >= 0.04
+assert proc.wait(timeout=60) == 0
+"""
+    assert wall_clock_bounds(good) == []
+
+
+def test_no_test_asserts_a_wall_clock_bound():
+    found = [
+        f"{path.relative_to(TESTS.parent)}:{line}"
+        for path in sorted(TESTS.rglob("*.py"))
+        for line in wall_clock_bounds(path.read_text())
+    ]
+    assert found == [], (
+        "an upper bound on wall-clock time fails on a busy machine: compare CPU time "
+        "(time.process_time) or a ratio within one run, or move the speed goal to bench/ "
+        "(docs/ci.md)"
+    )
