@@ -107,3 +107,14 @@ def farm_values(farm: Farm, job: int) -> dict[str, str]:
 def first_job(db: Database, session_id: int) -> int:
     with db.session() as s:
         return s.scalar(sa.select(sa.func.min(Job.id)).where(Job.session_id == session_id))
+
+
+def of_dashboard(db_url: str) -> list[Route]:
+    """routes() of the dashboard over `db_url`, for a test that serves it elsewhere."""
+    from mlirtuna.web.app import create_app, open_read_only
+
+    ro = open_read_only(db_url)
+    try:
+        return routes(create_app(ro))
+    finally:
+        ro.dispose()
