@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import tiers
 from support.scheduling import SharedDatabaseScheduling, shared_id
 from support.testdbs import BACKENDS, TestDatabases
 
@@ -65,9 +66,24 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_modifyitems(items):
-    """The slow tests first, so that the longest ones do not start last and leave the other test
-    processes idle at the end. The sort is stable: a module's tests stay together."""
+    """Each test's tier (support/tiers.py: unit, database, process, browser), then the slow
+    tests first, so that the longest ones do not start last and leave the other test processes
+    idle at the end. The sort is stable: a module's tests stay together."""
+    tiers.mark(items)
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+tiers.install_unit_check()
+
+
+@pytest.fixture(autouse=True)
+def _unit_tier_check(request) -> Iterator[None]:
+    """A unit test that starts a process or opens a database fails (support/tiers.py)."""
+    if request.node.get_closest_marker("unit") is None:
+        yield
+        return
+    with tiers.unit_check():
+        yield
 
 
 def pytest_generate_tests(metafunc):

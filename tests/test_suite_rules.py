@@ -1,5 +1,8 @@
 """Rules about the suite itself (docs/ci.md "No wall-clock bounds in a test", "The tiers").
 
+Every test has exactly one tier (support/tiers.py), from one table, and a unit test neither
+starts a process nor opens a database.
+
 A test must not assert that something was fast by the wall clock: on a machine loaded by other
 work every such bound fails sooner or later (`test_large_list_is_linear`: 36.6 s against 20 s,
 issue 46). CPU time (time.process_time, resource.getrusage), a ratio within one run, or a
@@ -10,7 +13,12 @@ from hanging (`proc.wait(timeout=60)`, support/hangguard.py) is fine: it is no a
 from __future__ import annotations
 
 import ast
+import re
+import sys
 from pathlib import Path
+
+import pytest
+from support import tiers
 
 TESTS = Path(__file__).parent
 # Wall clocks; CPU clocks (process_time, thread_time, getrusage) are what a test may compare.
@@ -109,3 +117,37 @@ def test_no_test_asserts_a_wall_clock_bound():
         "(time.process_time) or a ratio within one run, or move the speed goal to bench/ "
         "(docs/ci.md)"
     )
+
+
+def test_every_test_has_exactly_one_tier(request):
+    items = request.session.items  # every test this run collected, this one too
+    assert request.node in items
+    wrong = [
+        (item.nodeid, names)
+        for item in items
+        if len(names := [m.name for m in item.iter_markers() if m.name in tiers.TIERS]) != 1
+    ]
+    assert wrong == []
+
+
+def test_the_tier_tables_name_what_exists():
+    files = {p.name for p in TESTS.glob("test_*.py")}
+    assert files >= tiers.PROCESS_FILES, tiers.PROCESS_FILES - files
+    for test in tiers.DATABASE_TESTS:
+        file, function = test.split("::")
+        assert f"def {function}(" in (TESTS / file).read_text(), test
+
+
+def test_no_test_file_marks_a_tier_itself():
+    # One table (support/tiers.py) says each test's tier; a mark of a file's own would be a second.
+    pattern = re.compile(r"mark\.(" + "|".join(tiers.TIERS) + r")\b")
+    found = [p.name for p in TESTS.glob("test_*.py") if pattern.search(p.read_text())]
+    assert found == []
+
+
+def test_a_unit_test_that_starts_a_process_fails():
+    failed = pytest.raises(pytest.fail.Exception, match=r"must not 'subprocess\.Popen'")
+    with failed, tiers.unit_check():
+        sys.audit("subprocess.Popen", "true", ["true"], None, None)  # what Popen raises
+    with tiers.unit_check():  # in-process work passes
+        sum(range(10))
