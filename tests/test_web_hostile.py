@@ -110,8 +110,8 @@ def hostile(browser, module_db_url, tmp_path_factory):
 
 
 # The pages that draw no plot, and those that need not show the farm's text (the API's own
-# description; the compare page's tables hold numbers and ids, its winners' configs at most). A page added later is walked
-# too (tests/support/webroutes.py) and fails here until it is placed.
+# description; the compare page's tables hold numbers and ids, its winners' configs at most).
+# A page added later is walked too (tests/support/webroutes.py) and fails until it is placed.
 NO_PLOTS = {"/", "/sessions", "/workers", "/api", "/jobs/{job_id}"}  # the first three: the farm
 NO_FARM_TEXT = {"/api", "/compare"}
 
