@@ -73,16 +73,14 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
-tiers.install_unit_check()
+tiers.install_check()
 
 
 @pytest.fixture(autouse=True)
-def _unit_tier_check(request) -> Iterator[None]:
-    """A unit test that starts a process or opens a database fails (support/tiers.py)."""
-    if request.node.get_closest_marker("unit") is None:
-        yield
-        return
-    with tiers.unit_check():
+def _tier_check(request) -> Iterator[None]:
+    """A unit test that starts a process or opens a database fails, and so does a database test
+    that starts a process (support/tiers.py)."""
+    with tiers.tier_check(tiers.tier_of(request.node)):
         yield
 
 

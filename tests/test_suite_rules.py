@@ -1,7 +1,7 @@
 """Rules about the suite itself (docs/ci.md "No wall-clock bounds in a test", "The tiers").
 
-Every test has exactly one tier (support/tiers.py), from one table, and a unit test neither
-starts a process nor opens a database.
+Every test has exactly one tier (support/tiers.py), from one table; a unit test neither starts
+a process nor opens a database, and a database test starts no process.
 
 A test must not assert that something was fast by the wall clock: on a machine loaded by other
 work every such bound fails sooner or later (`test_large_list_is_linear`: 36.6 s against 20 s,
@@ -145,9 +145,14 @@ def test_no_test_file_marks_a_tier_itself():
     assert found == []
 
 
-def test_a_unit_test_that_starts_a_process_fails():
-    failed = pytest.raises(pytest.fail.Exception, match=r"must not 'subprocess\.Popen'")
-    with failed, tiers.unit_check():
-        sys.audit("subprocess.Popen", "true", ["true"], None, None)  # what Popen raises
-    with tiers.unit_check():  # in-process work passes
-        sum(range(10))
+def test_a_light_test_that_does_what_its_tier_must_not_fails():
+    popen = ("subprocess.Popen", "true", ["true"], None, None)  # what Popen raises
+    for tier, event in [("unit", popen), ("unit", ("sqlite3.connect", ":memory:")),
+                        ("database", popen)]:  # fmt: skip
+        failed = pytest.raises(pytest.fail.Exception, match=rf"{tier} test must not {event[0]!r}")
+        with failed, tiers.tier_check(tier):
+            sys.audit(*event)
+    with tiers.tier_check("database"):  # what its tier may do passes
+        sys.audit("sqlite3.connect", ":memory:")
+    with tiers.tier_check("process"):
+        sys.audit(*popen)

@@ -8,8 +8,9 @@
 
 tests/conftest.py marks each collected test from this one table: by the fixtures it uses (a
 browser, a database) and by its file (the files that start processes); the heaviest tier wins.
-A test file never marks a tier itself. The `unit` tier is checked as it runs: a unit test that
-starts a process or opens a database connection fails, naming the table to put it in."""
+A test file never marks a tier itself. The light tiers are checked as they run: a unit test that
+starts a process or opens a database connection fails, and so does a database test that starts
+a process, naming the table to put it in."""
 
 from __future__ import annotations
 
@@ -81,40 +82,44 @@ def mark(items: list[pytest.Item]) -> None:
         item.add_marker(getattr(pytest.mark, tier_of(item)))
 
 
-# What a unit test must not do: start a process, open a database (sqlite3, or a socket: a
-# server's driver). Audit events (sys.addaudithook) see them wherever they happen in this
-# process. A server driver in C (libpq) opens its socket unseen; its tests use the db fixtures.
-_NOT_UNIT = ("subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn",
-             "os.exec", "os.system", "sqlite3.connect", "socket.connect")  # fmt: skip
-_watched: list[str] = []  # the events the unit test now running raised
-_watching = [False]  # a unit test is running
+# What a test of a light tier must not do, as audit events (sys.addaudithook: they are seen
+# wherever they happen in this process): a unit test neither starts a process nor opens a
+# database (sqlite3, or a socket: a server's driver; one in C, libpq, connects unseen, and its
+# tests use the db fixtures); a database test starts no process.
+PROCESS_EVENTS = ("subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn",
+                  "os.exec", "os.system")  # fmt: skip
+FORBIDDEN = {
+    "unit": frozenset((*PROCESS_EVENTS, "sqlite3.connect", "socket.connect")),
+    "database": frozenset(PROCESS_EVENTS),
+}
+_watched: list[str] = []  # the forbidden events the test now running raised
+_forbidden: list[frozenset[str]] = [frozenset()]  # what the test now running must not do
 
 
 def _audit(event: str, _args: tuple) -> None:
-    if _watching[0] and event in _NOT_UNIT:
+    if event in _forbidden[-1]:
         _watched.append(event)
 
 
-def install_unit_check() -> None:
+def install_check() -> None:
     sys.addaudithook(_audit)  # for the process's life: a hook cannot be removed
 
 
 @contextmanager
-def unit_check() -> Iterator[None]:
-    """Around a unit test: fails it if it started a process or opened a database (nested, as
-    in the check's own test, the outer one goes on as before)."""
-    was, start = _watching[0], len(_watched)
-    _watching[0] = True
+def tier_check(tier: str) -> Iterator[None]:
+    """Around a test of `tier`: fails it if it did what its tier must not (nested, as in the
+    check's own test, the outer check goes on as before)."""
+    start = len(_watched)
+    _forbidden.append(FORBIDDEN.get(tier, frozenset()))
     try:
         yield
     finally:
-        _watching[0] = was
+        _forbidden.pop()
     seen = _watched[start:]
     del _watched[start:]
     if seen:
         pytest.fail(
-            f"a unit test must not {seen[0]!r} (start a process, open a database): give it a "
-            "database fixture, or add it to PROCESS_FILES or DATABASE_TESTS in "
-            "tests/support/tiers.py",
+            f"a {tier} test must not {seen[0]!r}: give it the fixture of its tier, or add it "
+            "to PROCESS_FILES or DATABASE_TESTS in tests/support/tiers.py",
             pytrace=False,
         )
