@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import tiers
+from support import tiers, webroutes
 
 TESTS = Path(__file__).parent
 # Wall clocks; CPU clocks (process_time, thread_time, getrusage) are what a test may compare.
@@ -156,3 +156,21 @@ def test_a_light_test_that_does_what_its_tier_must_not_fails():
         sys.audit("sqlite3.connect", ":memory:")
     with tiers.tier_check("process"):
         sys.audit(*popen)
+
+
+def test_a_route_the_tests_cannot_fill_fails_them():
+    """The dashboard tests walk every route (support/webroutes.py): a route with a parameter
+    they have no value for fails them instead of going untested."""
+    route = webroutes.Route(
+        "/api/things/{thing_id}",
+        (
+            webroutes.Param("thing_id", "path", True, True),
+            webroutes.Param("q", "query", False, False),
+        ),
+    )
+    with pytest.raises(AssertionError, match=r"no value for \['thing_id'\]"):
+        route.url({"session_id": "1"})
+    assert route.url({"thing_id": "7"}) == "/api/things/7"  # an optional one left out
+    assert list(route.urls({"thing_id": ["7", "8"], "q": "a b"})) == [
+        "/api/things/7?q=a+b", "/api/things/8?q=a+b",
+    ]  # fmt: skip

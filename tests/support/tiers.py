@@ -31,9 +31,9 @@ DATABASE_FIXTURES = frozenset(
 # the stand-in's tools, a database server of their own, a served dashboard, a pipeline.
 PROCESS_FILES = frozenset(
     {
-        "test_batch.py", "test_bench_smoke.py", "test_build_commit.py", "test_cli_help.py",
-        "test_cli_ops.py", "test_compare_verdicts.py", "test_conformance.py",
-        "test_conformance_e4.py", "test_db_password.py", "test_dbfaults.py",
+        "test_batch.py", "test_bench_smoke.py", "test_build_commit.py", "test_bundle_cap.py",
+        "test_bundle_safety.py", "test_cli_help.py", "test_cli_ops.py", "test_compare_verdicts.py",
+        "test_conformance.py", "test_conformance_e4.py", "test_db_password.py", "test_dbfaults.py",
         "test_dead_worker.py", "test_driver_units.py", "test_eras.py", "test_eras_rocmlir.py",
         "test_fused_tuning.py", "test_fusion_rocmlir.py", "test_fuzz_hostile.py",
         "test_gpu_exclusive.py", "test_gpu_lock_safety.py", "test_gpu_overlap.py",
@@ -41,12 +41,12 @@ PROCESS_FILES = frozenset(
         "test_lease_lost.py", "test_measurement.py", "test_netns.py", "test_operator_told.py",
         "test_operator_wording.py", "test_poison.py", "test_quick.py", "test_quick_real.py",
         "test_rdna.py", "test_restarts.py", "test_reuse.py", "test_rocmlir_tuner.py",
-        "test_rocmlir_worker.py", "test_run.py", "test_run_flow.py", "test_session_tuner.py",
-        "test_standin_provenance.py", "test_storage.py", "test_stream.py",
+        "test_rocmlir_worker.py", "test_role_limits.py", "test_run.py", "test_run_flow.py",
+        "test_session_tuner.py", "test_standin_provenance.py", "test_storage.py", "test_stream.py",
         "test_stream_bounds.py", "test_supervisor_restarts.py", "test_temp_sweep.py",
         "test_timeouts.py", "test_tls.py", "test_trans_o.py", "test_try_rocmlir.py",
-        "test_tsv_roundtrip.py", "test_tuner_plugin.py", "test_two_stage.py",
-        "test_web_api.py", "test_web_views.py", "test_worker.py",
+        "test_tsv_roundtrip.py", "test_tuner_plugin.py", "test_two_stage.py", "test_web_api.py",
+        "test_web_views.py", "test_worker.py",
     }
 )  # fmt: skip
 
