@@ -76,12 +76,13 @@ def pytest_collection_modifyitems(items):
 tiers.install_check()
 
 
-@pytest.fixture(autouse=True)
-def _tier_check(request) -> Iterator[None]:
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
     """A unit test that starts a process or opens a database fails, and so does a database test
-    that starts a process (support/tiers.py)."""
-    with tiers.tier_check(tiers.tier_of(request.node)):
-        yield
+    that starts a process (support/tiers.py). The test itself, not its fixtures: the dashboard's
+    farm, tuned once per run by whichever test asks first, is shared setup."""
+    with tiers.tier_check(tiers.tier_of(item)):
+        return (yield)
 
 
 def pytest_generate_tests(metafunc):
