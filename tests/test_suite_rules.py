@@ -133,7 +133,7 @@ def test_every_test_has_exactly_one_tier(request):
 def test_the_tier_tables_name_what_exists():
     files = {p.name for p in TESTS.glob("test_*.py")}
     assert files >= tiers.PROCESS_FILES, tiers.PROCESS_FILES - files
-    for test in tiers.DATABASE_TESTS:
+    for test in tiers.PROCESS_TESTS | tiers.DATABASE_TESTS:
         file, function = test.split("::")
         assert f"def {function}(" in (TESTS / file).read_text(), test
 

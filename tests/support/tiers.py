@@ -51,6 +51,13 @@ PROCESS_FILES = frozenset(
 )  # fmt: skip
 
 
+# Tests that start processes in a file whose other tests do not (a fake rocminfo on PATH).
+PROCESS_TESTS = frozenset(
+    {
+        "test_sessions.py::test_rocmlir_session_detected_from_rocminfo",
+        "test_sessions.py::test_rocmlir_session_with_gpu_but_no_chiplet_count_asks_for_it",
+    }
+)
 # Tests that open a database of their own (a SQLite file they make) without a db fixture.
 DATABASE_TESTS = frozenset(
     {
@@ -69,10 +76,10 @@ def tier_of(item: pytest.Item) -> str:
     file = Path(str(item.path)).name
     if fixtures & BROWSER_FIXTURES:
         return "browser"
-    if file in PROCESS_FILES:
+    test = f"{file}::{getattr(item, 'originalname', item.name)}"  # without its parameters
+    if file in PROCESS_FILES or test in PROCESS_TESTS:
         return "process"
-    function = getattr(item, "originalname", item.name)  # without its parameters
-    if fixtures & DATABASE_FIXTURES or f"{file}::{function}" in DATABASE_TESTS:
+    if fixtures & DATABASE_FIXTURES or test in DATABASE_TESTS:
         return "database"
     return "unit"
 
@@ -120,6 +127,6 @@ def tier_check(tier: str) -> Iterator[None]:
     if seen:
         pytest.fail(
             f"a {tier} test must not {seen[0]!r}: give it the fixture of its tier, or add it "
-            "to PROCESS_FILES or DATABASE_TESTS in tests/support/tiers.py",
+            "to PROCESS_FILES, PROCESS_TESTS or DATABASE_TESTS in tests/support/tiers.py",
             pytrace=False,
         )
