@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import tiers
 from support.scheduling import SharedDatabaseScheduling, shared_id
 from support.standin import standin_build
 from support.testdbs import BACKENDS, TestDatabases
@@ -76,9 +77,23 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_modifyitems(items):
-    """The slow tests first, so that the longest ones do not start last and leave the other test
-    processes idle at the end. The sort is stable: a module's tests stay together."""
+    """Each test's tier (support/tiers.py: unit, database, process, browser), then the slow
+    tests first, so that the longest ones do not start last and leave the other test processes
+    idle at the end. The sort is stable: a module's tests stay together."""
+    tiers.mark(items)
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+tiers.install_check()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """A unit test that starts a process or opens a database fails, and so does a database test
+    that starts a process (support/tiers.py). The test itself, not its fixtures: the dashboard's
+    farm, tuned once per run by whichever test asks first, is shared setup."""
+    with tiers.tier_check(tiers.tier_of(item)):
+        return (yield)
 
 
 def pytest_generate_tests(metafunc):

@@ -41,7 +41,7 @@ CONV_ATTRS = ("{dilation = [1, 1], group = 1 : i64, padding = [1, 1, 1, 1], padd
               "i64, stride = [1, 1]}")  # fmt: skip
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 MAX_PEAK_BYTES = 96 << 20
-MAX_SECONDS = 30.0
+MAX_CPU_SECONDS = 30.0  # this process's CPU time (the CLI runs in it): no load can fail it
 
 
 def tsv(**changes: str) -> bytes:
@@ -233,14 +233,14 @@ def test_the_cases_are_many():
 def test_hostile_input_is_one_line_and_writes_nothing(sqlite_url, tmp_path, case):
     before = _rows(sqlite_url)
     tracemalloc.start()
-    start = time.monotonic()
+    start = time.process_time()
     try:
         failure = _refused(sqlite_url, tmp_path, case)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert failure is None
-    assert time.monotonic() - start < MAX_SECONDS
+    assert time.process_time() - start < MAX_CPU_SECONDS
     assert peak < MAX_PEAK_BYTES, f"{peak >> 20} MiB at peak"
     assert _rows(sqlite_url) == before
 

@@ -119,10 +119,11 @@ def test_record_with_thousands_of_long_candidates(db, tmp_path, session_id):
 
 
 def test_idle_worker_is_woken_when_jobs_arrive(db, tmp_path, session_id, monkeypatch):
-    """PostgreSQL: NOTIFY wakes an idle worker at once, though its poll interval is long; the
-    other backends poll (here at a short interval, to keep the test quick)."""
+    """PostgreSQL: NOTIFY wakes an idle worker at once, though its poll interval is an hour (a
+    claim within the hang guard's 60 s can only be the NOTIFY's); the other backends poll (here
+    at a short interval, to keep the test quick)."""
     notify = db.backend == "postgresql"
-    poll_s = 30.0 if notify else 0.2
+    poll_s = 3600.0 if notify else 0.2
     monkeypatch.setattr(loop, "POLL_MIN_S", poll_s)
     monkeypatch.setattr(loop, "POLL_MAX_S", poll_s)
     w = Worker(db, WorkerSettings(session_id=session_id, tuner="sleep:0", max_jobs=1))
@@ -131,16 +132,12 @@ def test_idle_worker_is_woken_when_jobs_arrive(db, tmp_path, session_id, monkeyp
     try:
         time.sleep(1.0)  # the worker found nothing and waits (at least poll_s / 2 without NOTIFY)
         assert thread.is_alive() and w.stats.completed == 0
-        t0 = time.monotonic()
         load_gemm(db, tmp_path, session_id, 1)
-        thread.join(timeout=poll_s / 2 if notify else 30.0)
-        waited = time.monotonic() - t0
+        thread.join(timeout=60.0)  # a hang guard; polling alone waits poll_s / 2 at least
     finally:
         w.stop_requested.set()
         thread.join(timeout=5.0)
-    assert w.stats.completed == 1, f"not claimed after {waited:.1f} s"
-    if notify:
-        assert waited < loop.POLL_MAX_S / 6  # polling alone waits at least POLL_MAX_S / 2
+    assert w.stats.completed == 1, "not claimed within the hang guard's 60 s"
 
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

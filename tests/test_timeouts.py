@@ -39,7 +39,7 @@ while True: time.sleep(60)
 """
 
 
-def gone(*pids: int, within: float = 5.0) -> bool:
+def gone(*pids: int, within: float = 30.0) -> bool:  # a hang guard: SIGKILLed, they go at once
     deadline = time.monotonic() + within
     while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -48,7 +48,7 @@ def gone(*pids: int, within: float = 5.0) -> bool:
 
 def test_an_interrupted_stop_still_kills_the_tool_and_its_setsid_child(tmp_path):
     proc, out, err = process.start([sys.executable, "-c", STUBBORN], tmp_path, {"PATH": "/usr/bin"})
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a hang guard: it prints its child's pid as it starts
     while not out.data.strip() and time.monotonic() < deadline:
         time.sleep(0.02)
     child = int(out.data.split()[0])
@@ -56,19 +56,25 @@ def test_an_interrupted_stop_still_kills_the_tool_and_its_setsid_child(tmp_path)
     class Alarm(Exception):
         pass
 
+    class StillWaiting(Exception):  # the hang guard: stop went on waiting out its grace
+        pass
+
     def fire(_signum, _frame):
+        signal.signal(signal.SIGALRM, hang)
+        signal.setitimer(signal.ITIMER_REAL, 60)
         raise Alarm
 
+    def hang(_signum, _frame):
+        raise StillWaiting
+
     old = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, 0.3)  # inside stop's 5 s SIGTERM grace
-    start = time.monotonic()
+    signal.setitimer(signal.ITIMER_REAL, 0.3)  # inside stop's SIGTERM grace of an hour
     try:
-        with pytest.raises(Alarm):
-            process.stop(proc, (out, err), kill_grace_s=5.0)
+        with pytest.raises(Alarm):  # not StillWaiting: the interrupted stop killed at once
+            process.stop(proc, (out, err), kill_grace_s=3600)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
-    assert time.monotonic() - start < 4
     assert proc.returncode == -signal.SIGKILL
     assert gone(child)
 
@@ -90,8 +96,7 @@ def test_a_tool_timeout_kills_a_child_that_left_the_group(build, monkeypatch, tm
 def test_the_worker_kills_a_stubborn_tool_under_a_short_job_timeout(db, db_url, tmp_path, build):
     pids = tmp_path / "tool.pid", tmp_path / "child.pid"
     sid = rocmlir_session(db, tmp_path, "gemm")
-    start = time.monotonic()
-    run = run_cli(
+    run = run_cli(  # its timeout is a hang guard: a tool left alive holds the worker forever
         db_url, "worker", "--session", str(sid), "--tuner", "rocmlir", "--gpus", "0",
         "--mlir-build-dir", str(build), "--until-empty", "--job-timeout", "1",
         "--max-retries", "1", MLIRTUNA_ROCMLIR_PYTHON=sys.executable,
@@ -100,7 +105,6 @@ def test_the_worker_kills_a_stubborn_tool_under_a_short_job_timeout(db, db_url, 
         FAKE_TUNINGRUNNER_CHILD_PIDFILE=str(pids[1]), timeout=120,
     )  # fmt: skip
     assert run.code == 0, run.stderr
-    assert time.monotonic() - start < 60
     with db.session() as s:
         job = s.scalars(sa.select(Job).where(Job.session_id == sid)).one()
     assert job.state == "error" and "ran past the job timeout of 1 s" in job.result
