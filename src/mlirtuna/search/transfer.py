@@ -43,6 +43,9 @@ FAILED_PENALTY = math.log(2.0)
 LENGTH_SCALES = (0.15, 0.3, 0.6, 1.2)
 NOISE = 0.05
 KAPPA = 2.5
+#: The Gaussian process learns from the best this many measurements only: its cost grows with
+#: the cube of them, and where the search goes is decided near the best.
+GP_POINTS = 60
 #: The ridge mix of the training units: its pull towards equal weights (the average unit).
 RIDGE = 1.0
 
@@ -144,7 +147,8 @@ class AdaptiveSearch:
         idx = np.array(measured)
         y = self.targets(measured)
         prior = transfer_mean(self.unit_logs, idx, y)
-        mean, std = residual_gp(self.features, idx, y - prior[idx])
+        near = np.argsort(y, kind="stable")[:GP_POINTS]
+        mean, std = residual_gp(self.features, idx[near], (y - prior[idx])[near])
         return prior + mean - KAPPA * std
 
     def climb(self, ranked: list[int], score: np.ndarray, k: int) -> list[int]:
