@@ -152,14 +152,16 @@ class AdaptiveSearch:
         return prior + mean - KAPPA * std
 
     def climb(self, ranked: list[int], score: np.ndarray, k: int) -> list[int]:
-        """Up to k open neighbours of the best configs so far, the best-scored first (hill
-        climbing, guided by the model)."""
+        """Up to k coordinate moves, best-scored along the parameter changed: one from the best
+        config so far, one from the best of the runner-up switch family, then from the next
+        best configs (a climber in each of the two best families: the runner-up is often one
+        move from the optimum, as the incumbent's family may be a plateau)."""
+        firsts = np.sort(np.unique(self.families[ranked], return_index=True)[1])
+        starts = [ranked[i] for i in firsts[:2]] + ranked[1:]
         out: list[int] = []
-        for i in ranked:
-            while len(out) < k:
-                j = self.coordinate_move(i, score, out, least_seen=False)
-                if j is None:
-                    break
+        for i in dict.fromkeys(starts):
+            j = self.coordinate_move(i, score, out, least_seen=False)
+            if j is not None:
                 out.append(j)
             if len(out) >= k:
                 break
