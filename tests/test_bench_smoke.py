@@ -163,7 +163,17 @@ def write_kt_caches(root: Path, with_times: bool = True) -> None:
                         entry["times"] = [ms * (1 + 0.01 * k) for k in range(5)]
                     cache[f"{bx},{ty},{sw}"] = entry
         cache["3,3,1"] = {"bx": 3, "ty": 3, "sw": 1, "time": "RuntimeFailedConfig"}
-        data = {"device_name": gpu, "tune_params_keys": ["bx", "ty", "sw"], "cache": cache}
+        for entry in cache.values():  # what Kernel Tuner's simulation mode reads too
+            entry.update(compile_time=1.0, verification_time=0, benchmark_time=1.0)
+        data = {
+            "device_name": gpu,
+            "kernel_name": "toy",
+            "problem_size": [64],
+            "tune_params_keys": ["bx", "ty", "sw"],
+            "tune_params": {"bx": [0, 1, 2, 3], "ty": [0, 1, 2, 3], "sw": [0, 1]},
+            "objective": "time",
+            "cache": cache,
+        }
         (root / "toy").mkdir(parents=True, exist_ok=True)
         with gzip.open(root / "toy" / f"{gpu}.json.gz", "wt") as f:
             json.dump(data, f)
@@ -183,6 +193,17 @@ def test_adaptive_bench_runs(tmp_path: Path) -> None:
     ), last
     rows = trace.read_text().splitlines()
     assert rows and all('"run": "mlirtuna:' in r or '"run": "random:' in r for r in rows)
+
+
+def test_adaptive_bench_runs_kernel_tuner_as_a_peer(tmp_path: Path) -> None:
+    pytest.importorskip("kernel_tuner")  # the bench extra
+    write_kt_caches(tmp_path / "caches")
+    text = run_script(
+        "bench_adaptive",
+        tmp_path,
+        *("--train", str(tmp_path / "caches"), "--strategies", "mlirtuna,kt:random_sample"),
+    )
+    assert "| toy | G1 | kt:random_sample |" in text and "simulation mode" in text
 
 
 def test_adaptive_bench_asks_the_oracle(tmp_path: Path) -> None:
