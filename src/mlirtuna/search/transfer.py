@@ -11,9 +11,11 @@ GPU's own measurements say quickly which training GPU it resembles, if any. So a
    mix of the training units' log times (the transfer: a GPU like a training one gets its
    weights), plus a Gaussian process over the configs' parameters for what the mix does not
    explain (the residual: how this GPU differs, or everything when there is no history);
-3. and picks each round from the model's lower confidence bound over the whole space and from
-   the neighbours of the best configs so far (one parameter changed): local moves that find the
-   optimum near an incumbent when the model is still wrong.
+3. and picks each round: coordinate moves (one parameter changed) from the best config so far
+   and from the best of the runner-up switch family, chosen by the model; moves from the best
+   config of the other families to parameter values they measured least (the optimum of a new
+   GPU may sit where the history never looked); and the model's best lower confidence bound
+   anywhere.
 
 With no history (or a history of NaN) step 1 is a seeded space-filling sample and the mix is a
 constant: the same search without history. Nothing in it knows a GPU or a kernel.
