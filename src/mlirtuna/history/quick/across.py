@@ -9,7 +9,6 @@ built across units is meant for a unit none of them is, and is judged by leaving
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,15 +16,13 @@ from typing import Any
 from mlirtuna.errors import UserError
 from mlirtuna.history.quick.evaluate import geomean
 from mlirtuna.history.quick.groups import Group, GroupList, History
+from mlirtuna.search import Space, transfer
 
 #: A failed config's ratio in the log objectives: 1/1000 of the best (log(0) would let one
 #: failure outweigh everything, and a failed config must still rank below every valid one).
 FAILED_RATIO = 1e-3
 #: The robust cover stops when one more config gains less than this in mean log ratio (0.1 %).
 GAIN_FLOOR = 1e-3
-#: A config field with exactly this many distinct values is a switch (use_shmem, forceUnroll…):
-#: the combinations of switches are the families a transferable list samples from.
-SWITCH_VALUES = 2
 #: Virtual problems for the tail of a transferable list: VIRTUAL mixtures of the known rows with
 #: Dirichlet(VIRTUAL_ALPHA) weights (< 1: most weight on a few rows, as a new GPU resembles
 #: some known ones more than others).
@@ -94,17 +91,9 @@ def _row_weights(units: Sequence[str]) -> Any:
 
 def switch_families(configs: Sequence[str]) -> Any:
     """Per config, its family: the values of its switch fields (fields split on `,` and `:`
-    with exactly SWITCH_VALUES distinct values over all configs). One family when none."""
-    import numpy as np
-
-    split = [re.split("[,:]", c) for c in configs]
-    width = max((len(s) for s in split), default=0)
-    table = np.array([s + [""] * (width - len(s)) for s in split], dtype=object)
-    switches = [j for j in range(width) if len(set(table[:, j])) == SWITCH_VALUES]
-    if not switches:
-        return np.zeros(len(configs), dtype=int)
-    keys = ["\x1f".join(row) for row in table[:, switches]]
-    return np.unique(np.array(keys), return_inverse=True)[1].ravel()
+    with exactly two distinct values over all configs). One family when none. The adaptive
+    search groups a job's space the same way (search.transfer.families)."""
+    return transfer.families(Space.from_keys(configs).values)
 
 
 def baseline_list(m: Matrix, k: int) -> list[str]:
