@@ -43,6 +43,7 @@ import gzip
 import io
 import json
 import math
+import multiprocessing
 import os
 import random
 import shutil
@@ -102,7 +103,7 @@ class Run:
 
 def main() -> int:
     args = parse_args()
-    t0, cpu0, load = time.monotonic(), time.process_time(), os.getloadavg()
+    t0, cpu0, load = time.monotonic(), cpu_seconds(), os.getloadavg()
     for d in (args.train, args.test):
         if d is not None and not d.is_dir():
             print(f"skipped: {d} is not there (the real-GPU data lives in ../shared)")
@@ -123,9 +124,15 @@ def main() -> int:
     if args.trace_out:
         write_trace(args.trace_out, runs)
     scores = score_all(runs, args.budget)
-    text, met = report(args, scores, peers, load, time.monotonic() - t0, time.process_time() - cpu0)
+    text, met = report(args, scores, peers, load, time.monotonic() - t0, cpu_seconds() - cpu0)
     common.emit(text, args.out)
     return 0 if met or not args.goal else 1
+
+
+def cpu_seconds() -> float:
+    """This process's CPU and its finished children's (the forked searches)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def parse_args() -> argparse.Namespace:
@@ -143,6 +150,12 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--smoke", action="store_true", help="budget 12, 2 seeds, mlirtuna and random")
     p.add_argument("--out", type=Path, help="also write the report to this file")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="processes the searches spread over (default: the CPUs; 1 with --oracle)",
+    )
     args = p.parse_args()
     if args.smoke:
         args.budget, args.seeds = min(args.budget, 12), min(args.seeds, 2)
@@ -181,7 +194,7 @@ def make_case(kernel: str, gpu: str, cache: kt.Cache, training: dict[str, kt.Cac
 
 
 def run_all(args, train, test, peers, oracle) -> list[Run]:
-    runs: list[Run] = []
+    cases = []
     for kernel in sorted(train):
         if test is None and len(train[kernel]) < 2:
             common.status(f"{kernel}: one GPU only, nothing to leave out: skipped")
@@ -192,14 +205,50 @@ def run_all(args, train, test, peers, oracle) -> list[Run]:
             case = make_case(kernel, gpu, cache, training)
             if oracle is None and not np.isfinite(case.file_times).any():
                 raise BenchError(f"{cache.path}: no times in the test file (use --oracle CMD)")
-            for name in peers.running(args.strategies):
-                t = time.process_time()
-                for seed in range(args.seeds):
-                    runs.append(run_one(name, seed, case, args.budget, oracle, peers))
-                peers.cpu[name] = peers.cpu.get(name, 0.0) + time.process_time() - t
-                common.status(f"{kernel} {gpu} {name}: {time.process_time() - t:.1f} s CPU")
+            cases.append(case)
+    groups = [(case, name) for case in cases for name in peers.running(args.strategies)]
+    # The oracle is one process answering in order: its searches run one after the other.
+    jobs = 1 if oracle is not None else max(1, min(args.jobs, len(groups)))
+    runs: list[Run] = []
+    for (case, name), (found, cpu) in zip(
+        groups, searched(groups, args, peers, oracle, jobs), strict=True
+    ):
+        runs += [Run(name, seed, case, c, m) for seed, (c, m) in enumerate(found)]
+        peers.cpu[name] = peers.cpu.get(name, 0.0) + cpu
+        common.status(f"{case.kernel} {case.gpu} {name}: {cpu:.1f} s CPU")
     peers.cleanup()
     return runs
+
+
+#: What the forked processes of `searched` read (set before the fork, never sent).
+FORKED: dict[str, object] = {}
+
+
+def searched(groups, args, peers, oracle, jobs: int):
+    """Per (case, strategy): ([(configs, measurements)] per seed, CPU seconds), in order; the
+    groups spread over `jobs` forked processes (each search is independent and seeded)."""
+    if jobs == 1:
+        return [one_group(case, name, args, peers, oracle) for case, name in groups]
+    for case, name in groups:
+        if name.startswith("kt:"):
+            peers.json_of(case)  # written once, before the fork, for every process to read
+    FORKED.update(groups=groups, args=args, peers=peers)
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        return pool.map(forked_group, range(len(groups)), chunksize=1)
+
+
+def forked_group(index: int):
+    case, name = FORKED["groups"][index]  # type: ignore[index]
+    return one_group(case, name, FORKED["args"], FORKED["peers"], None)
+
+
+def one_group(case: Case, name: str, args, peers, oracle):
+    t = time.process_time()
+    found = []
+    for seed in range(args.seeds):
+        run = run_one(name, seed, case, args.budget, oracle, peers)
+        found.append((run.configs, run.measured))
+    return found, time.process_time() - t
 
 
 def run_one(name: str, seed: int, case: Case, budget: int, oracle, peers) -> Run:
