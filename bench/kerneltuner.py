@@ -14,7 +14,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +31,8 @@ class Cache:
     path: Path
     device: str
     times: dict[str, float]  # config key -> mean ms; NaN = failed
+    #: config key -> its recorded repeats in ms (the cache's `times`), where the file has them
+    repeats: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def failed(self) -> int:
@@ -56,7 +58,21 @@ def read_cache(path: Path) -> Cache:
     if not data["cache"]:
         raise CacheError(f"{path}: no configs in `cache`")
     times = {str(key): _time(entry) for key, entry in data["cache"].items()}
-    return Cache(path, str(data.get("device_name") or path.name), times)
+    repeats = {str(key): _repeats(entry) for key, entry in data["cache"].items()}
+    device = str(data.get("device_name") or path.name)
+    return Cache(path, device, times, {k: r for k, r in repeats.items() if r})
+
+
+def _repeats(entry: object) -> list[float]:
+    """A config's recorded repeat times (positive numbers only)."""
+    got = entry.get("times") if isinstance(entry, dict) else None
+    if not isinstance(got, list):
+        return []
+    return [
+        float(t)
+        for t in got
+        if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0
+    ]
 
 
 def _time(entry: object) -> float:

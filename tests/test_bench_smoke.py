@@ -135,3 +135,125 @@ def test_gpu_time_goal_runs(tmp_path: Path) -> None:
     assert "Per-slot timeline" in text
     last = text.rstrip("\n").splitlines()[-1]
     assert re.fullmatch(r"goal: mean GPU slot busy \d+\.\d %", last), last
+
+
+# -- bench_adaptive.py: synthetic Kernel Tuner caches written here --------------------------------
+
+
+def write_kt_caches(root: Path, with_times: bool = True) -> None:
+    """KERNEL/GPU.json.gz for 3 GPUs of one toy kernel: 4 x 4 x 2 configs, 5 repeats each; the
+    GPUs differ in where the optimum is. Without times: only the configs (--oracle mode)."""
+    import gzip
+    import json
+
+    for n, gpu in enumerate(("G1", "G2", "G3")):
+        cache = {}
+        for bx in range(4):
+            for ty in range(4):
+                for sw in range(2):
+                    ms = (
+                        1.0
+                        + 0.3 * (bx - n) ** 2
+                        + 0.2 * (ty - 2) ** 2
+                        + (0.5 if sw != n % 2 else 0)
+                    )
+                    entry: dict[str, object] = {"bx": bx, "ty": ty, "sw": sw}
+                    if with_times:
+                        entry["time"] = ms
+                        entry["times"] = [ms * (1 + 0.01 * k) for k in range(5)]
+                    cache[f"{bx},{ty},{sw}"] = entry
+        cache["3,3,1"] = {"bx": 3, "ty": 3, "sw": 1, "time": "RuntimeFailedConfig"}
+        for entry in cache.values():  # what Kernel Tuner's simulation mode reads too
+            entry.update(compile_time=1.0, verification_time=0, benchmark_time=1.0)
+        data = {
+            "device_name": gpu,
+            "kernel_name": "toy",
+            "problem_size": [64],
+            "tune_params_keys": ["bx", "ty", "sw"],
+            "tune_params": {"bx": [0, 1, 2, 3], "ty": [0, 1, 2, 3], "sw": [0, 1]},
+            "objective": "time",
+            "cache": cache,
+        }
+        (root / "toy").mkdir(parents=True, exist_ok=True)
+        with gzip.open(root / "toy" / f"{gpu}.json.gz", "wt") as f:
+            json.dump(data, f)
+
+
+def test_adaptive_bench_runs(tmp_path: Path) -> None:
+    write_kt_caches(tmp_path / "caches")
+    trace = tmp_path / "trace.jsonl"
+    text = run_script(
+        "bench_adaptive", tmp_path, "--train", str(tmp_path / "caches"), "--trace-out", str(trace)
+    )
+    for gpu in ("G1", "G2", "G3"):
+        assert f"| toy | {gpu} | mlirtuna |" in text and f"| toy | {gpu} | random |" in text
+    last = text.rstrip("\n").splitlines()[-1]
+    assert re.fullmatch(
+        r"goal: worst median measurements to 0\.99 (\d+|>12), geomean after 20 [01]\.\d{3}", last
+    ), last
+    rows = trace.read_text().splitlines()
+    assert rows and all('"run": "mlirtuna:' in r or '"run": "random:' in r for r in rows)
+
+
+def test_adaptive_bench_runs_kernel_tuner_as_a_peer(tmp_path: Path) -> None:
+    pytest.importorskip("kernel_tuner")  # the bench extra
+    write_kt_caches(tmp_path / "caches")
+    text = run_script(
+        "bench_adaptive",
+        tmp_path,
+        *("--train", str(tmp_path / "caches"), "--strategies", "mlirtuna,kt:random_sample"),
+    )
+    assert "| toy | G1 | kt:random_sample |" in text and "simulation mode" in text
+
+
+def test_adaptive_bench_asks_the_oracle(tmp_path: Path) -> None:
+    """Test files without times: every time comes from the oracle, started once."""
+    write_kt_caches(tmp_path / "train")
+    write_kt_caches(tmp_path / "test", with_times=False)
+    oracle = tmp_path / "oracle.py"
+    log = tmp_path / "oracle.log"
+    oracle.write_text(
+        "import sys\n"
+        f"log = open({str(log)!r}, 'a')\n"
+        "for line in sys.stdin:\n"
+        "    run, kernel, gpu, key = line.rstrip('\\n').split('\\t')\n"
+        "    log.write(line)\n"
+        "    bx, ty, sw = map(int, key.split(','))\n"
+        "    ms = 'fail' if key == '0,0,0' else 1 + (bx - 1) ** 2 + (ty - 1) ** 2 + sw\n"
+        "    print(ms, flush=True)\n"
+    )
+    text = run_script(
+        "bench_adaptive",
+        tmp_path,
+        *("--train", str(tmp_path / "train"), "--test", str(tmp_path / "test")),
+        *("--oracle", f"{sys.executable} {oracle}"),
+    )
+    assert "answers from the oracle" in text and "| toy | G2 | mlirtuna |" in text
+    lines = log.read_text().splitlines()
+    assert lines and all(
+        re.fullmatch(r"(mlirtuna|random):\d\ttoy\tG\d\t\d,\d,\d", x) for x in lines
+    )
+
+
+def test_adaptive_bench_rejects_a_bad_oracle_answer(tmp_path: Path) -> None:
+    write_kt_caches(tmp_path / "caches")
+    trace = tmp_path / "trace.jsonl"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "bench_adaptive.py"),
+            *("--smoke", "--train", str(tmp_path / "caches"), "--trace-out", str(trace)),
+            *(
+                "--oracle",
+                f"{sys.executable} -c \"import sys; [print('fast') for _ in sys.stdin]\"",
+            ),
+        ],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: oracle answered 'fast'")
+    assert not trace.exists(), "nothing half-written"

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from importlib.util import find_spec
+
 from mlirtuna.errors import UserError
 from mlirtuna.search.base import Strategy
+from mlirtuna.search.peers import OptunaTPE
 from mlirtuna.search.simple import Exhaustive, RandomSearch
+from mlirtuna.search.transfer import Adaptive
 
-STRATEGIES: dict[str, Strategy] = {s.name: s for s in (Exhaustive(), RandomSearch())}
+_BUILT_IN: tuple[Strategy, ...] = (Exhaustive(), RandomSearch(), Adaptive())
+# Optuna is the bench extra: its sampler is a strategy only where it is installed (found
+# without importing it, so loading the registry stays cheap).
+_PEERS: tuple[Strategy, ...] = (OptunaTPE(),) if find_spec("optuna") else ()
+
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (*_BUILT_IN, *_PEERS)}
 
 
 def names() -> list[str]:
