@@ -77,6 +77,9 @@ class Searched:
     measured: int
     wall_s: float
     cpu_s: float
+    # Its own time of each config the exhaustive session also measured / that session's time:
+    # how far two measurements of one config disagree (the noise every fraction carries).
+    repeat_ratios: tuple[float, ...] = ()
 
 
 def main() -> int:
@@ -211,8 +214,19 @@ def searched(
         copy.unlink(missing_ok=True)
     found = truth.times.get(winner or "", own.get(winner or "", math.inf))
     frac = truth.best_ns / found if found > 0 else 0.0
+    ratios = tuple(t / truth.times[k] for k, t in own.items() if k in truth.times)
     return Searched(
-        truth.op, truth.problem_id, strategy, budget, history, units, frac, n or 0, wall, cpu
+        truth.op,
+        truth.problem_id,
+        strategy,
+        budget,
+        history,
+        units,
+        frac,
+        n or 0,
+        wall,
+        cpu,
+        ratios,
     )
 
 
@@ -249,7 +263,8 @@ def report(args, truths: list[Truth], rows: list[Searched], load, seconds: float
         f"{load[2]:.2f}; {os.cpu_count()} CPUs.",
         f"CPU tuner, `{SPACE}` space, topk=1. History `loo`: the exhaustive sessions of the op's "
         "other problems; `none`: nothing. Fraction: exhaustive best / the searched winner's "
-        "true time.",
+        "true time (its config's time in the exhaustive session). Off >10 %: the share of configs "
+        "measured in both sessions whose two times differ by more than 10 % (the noise).",
         "",
         "Exhaustive sessions (the truth):",
         "",
@@ -291,6 +306,7 @@ def report(args, truths: list[Truth], rows: list[Searched], load, seconds: float
                 "measured",
                 "wall s",
                 "CPU s",
+                "off >10 %",
             ],
             summary,
         ),
@@ -333,7 +349,13 @@ def summary_row(op, history, strategy, budget, sel: list[Searched]) -> tuple:
         f"{mean([r.measured for r in sel]):.1f}",
         f"{mean([r.wall_s for r in sel]):.2f}",
         f"{mean([r.cpu_s for r in sel]):.2f}",
+        f"{off_share([x for r in sel for x in r.repeat_ratios]):.0%}",
     )
+
+
+def off_share(ratios: list[float]) -> float:
+    """The share of configs whose two measurements (searched, exhaustive) differ by > 10 %."""
+    return sum(abs(x - 1) > 0.1 for x in ratios) / len(ratios) if ratios else float("nan")
 
 
 def mean(values: list[float]) -> float:
