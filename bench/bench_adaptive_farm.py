@@ -2,7 +2,8 @@
 one, every op (issue 45 §3, the farm half of bench_adaptive.py's comparison).
 
 Problems: per op those of bench_quick_farm.py / bench_tuning_spread.py (examples/<op>-small;
-fusion: the smallest --fusion rocMLIR test modules whose space holds more than one config). In a scratch SQLite database:
+fusion: the smallest --fusion rocMLIR test modules whose space holds more than one config).
+In a scratch SQLite database:
 
 1. each problem tuned alone with the CPU tuner over the `exhaustive` space (topk=1, as the
    searched sessions: every stored time is a search-pass time), through the real queue and
