@@ -257,3 +257,37 @@ def test_adaptive_bench_rejects_a_bad_oracle_answer(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: oracle answered 'fast'")
     assert not trace.exists(), "nothing half-written"
+
+
+def test_adaptive_farm_bench_runs_searched_sessions_against_the_exhaustive_one(
+    tmp_path: Path,
+) -> None:
+    """Two gemms, budget 3: each searched session measures exactly its budget, scores a
+    fraction of the exhaustive best in (0, 1], and sees only the other problem's history."""
+    out = tmp_path / "farm.md"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "bench_adaptive_farm.py"),
+            *("--smoke", "--ops", "gemm", "--budgets", "3", "--out", str(out)),
+        ],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert out.read_text() == proc.stdout
+    for strategy in ("adaptive", "random"):
+        assert f"  {strategy} --budget 3, history loo (1 units)" in proc.stderr
+        assert f"  {strategy} --budget 3, history none (0 units)" in proc.stderr
+    rows = re.findall(
+        r"^\| all \| (loo|none) \| (\w+) \| 3 \| 2 \| ([\d.]+) \([\d.]+\) \| \d/2 \| ([\d.]+) \|",
+        proc.stdout,
+        re.M,
+    )
+    assert len(rows) == 4, proc.stdout
+    for _history, _strategy, fraction, measured in rows:
+        assert 0 < float(fraction) <= 1
+        assert float(measured) == 3
