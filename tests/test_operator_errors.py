@@ -9,19 +9,10 @@ import socket
 import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
-from support.clitools import cli
+from support.clitools import cli, one_line
 
 from mlirtuna.db.models import Problem, ProblemTag, TuningSession
 from mlirtuna.web.app import create_app, open_read_only
-
-
-def one_line(run, *fragments: str) -> str:
-    assert run.code == 2, (run.code, run.stderr)
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 def counts(db) -> tuple[int, int, int]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 import pytest
 import typer
-from support.clitools import cli, run_cli
+from support.clitools import cli, one_line, run_cli
 from support.queueing import two_job_session
 from support.results import gemm, new_session, tune
 
@@ -20,15 +20,6 @@ from mlirtuna.tuners.base import Candidate, TuneOutcome
 from mlirtuna.worker import supervisor
 
 GEMM = "-t {t} -out_datatype {t} -transA false -transB false -g 1 -m {m} -n 16 -k 16\n"
-
-
-def one_line(run, *fragments: str) -> str:
-    assert run.code == 2, (run.code, run.stderr)
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 def cpu_session(db_url: str, *more: str) -> int:

@@ -63,3 +63,13 @@ def run_cli(db_url: str, *args: str, timeout: float = 120, **extra: str) -> Run:
         check=False,
     )
     return Run(proc.returncode, proc.stdout, proc.stderr)
+
+
+def one_line(run: Run, *fragments: str) -> str:
+    """The refusal's one stderr line (exit 2, no traceback), holding every fragment."""
+    assert run.code == 2, (run.code, run.stderr)
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
