@@ -47,6 +47,7 @@ from support.conformance import (
     recorded,
     tier_marks,
 )
+from support.standin import with_overlay
 
 from mlirtuna import standin
 from mlirtuna.defaults import ENV_ROCMLIR_PYTHON, ENV_ROCMLIR_SCRIPT_DIR, ENV_TOOL_ENV
@@ -285,9 +286,10 @@ def tool_env(case: Case, scripts: str = SCRIPTS) -> dict[str, str]:
     for var in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
         env.pop(var, None)
     env["PATH"] = f"{BELOW / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    # The tests' overlay first: the fakes' FAKE_ROCMLIR_* faults and slow kernels are its.
     env["PYTHONPATH"] = os.pathsep.join([scripts, str(BELOW / "python")])
     env.update(case.env)
-    return env
+    return with_overlay(env)
 
 
 def run_tool(case: Case, workdir: Path, tool: str | None = None, env=None, timeout: float = 120):

@@ -36,6 +36,7 @@ from support.conformance import (
     recorded,
     tier_marks,
 )
+from support.standin import with_overlay
 
 from mlirtuna import keys
 from mlirtuna.defaults import ENV_ROCMLIR_PYTHON, ENV_ROCMLIR_SCRIPT_DIR, ENV_TOOL_ENV
@@ -120,7 +121,7 @@ def tool_env(scripts: Path, workdir: Path, **fake: str) -> dict[str, str]:
     env["PYTHONPATH"] = f"{scripts}:{BELOW / 'python'}"
     env["ROCM_PATH"] = str(BELOW)  # $ROCM_PATH/bin/rocm-smi: the topology E4 reads
     env["WORKSPACE"] = str(workdir)  # find_mlir_build_dir's search, kept small
-    return env
+    return with_overlay(env)  # first on PYTHONPATH: the fakes' FAKE_ROCMLIR_* faults are its
 
 
 def run_tool(scripts: Path, workdir: Path, *args: str, stdin: str | None = None, **fake: str):

@@ -13,6 +13,7 @@ import sys
 
 import pytest
 from support.rocmlir import STAND_IN
+from support.standin import with_overlay
 
 from mlirtuna import standin
 from mlirtuna.tuners.rocmlir.debugfile import parse_stats
@@ -22,15 +23,22 @@ MODULE = "// fake-rocmlir-gen: -operation gemm -t f16 -out_datatype f16 -g 1 -m 
 LEGACY = ["--num-iterations=10", "--warmup-iterations=1"]  # 3fc5be9e's tuningRunner, by default
 
 
-def driver(*flags: str, slow: bool = False) -> list[list[str]]:
-    """The fake driver's lines for MODULE, split at tabs, as E3's tuningRunner calls it."""
+def fake(tool: str, *args: str, stdin: str = "", overlay: bool = True, **knobs: str):
+    """One of the fakes below/bin run with `knobs` set (FAKE_*), the tests' overlay on its
+    PYTHONPATH unless `overlay` is False (the package's fakes alone)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_")}
     env["PYTHONPATH"] = str(BELOW / "python")
-    if slow:
-        env["FAKE_ROCMLIR_SLOW"] = "gemm"
-    argv = [sys.executable, str(BELOW / "bin" / "rocmlir-tuning-driver"), "--tuning-space=full"]
-    argv += ["--use-median", "--show-stats=True", *flags]
-    out = subprocess.run(argv, input=MODULE, capture_output=True, text=True, env=env, check=True)
+    env = (with_overlay(env) if overlay else env) | knobs
+    argv = [sys.executable, str(BELOW / "bin" / tool), *args]
+    return subprocess.run(argv, input=stdin, capture_output=True, text=True, env=env, check=False)
+
+
+def driver(*flags: str, slow: bool = False) -> list[list[str]]:
+    """The fake driver's lines for MODULE, split at tabs, as E3's tuningRunner calls it."""
+    knobs = {"FAKE_ROCMLIR_SLOW": "gemm"} if slow else {}
+    argv = ["--tuning-space=full", "--use-median", "--show-stats=True", *flags]
+    out = fake("rocmlir-tuning-driver", *argv, stdin=MODULE, **knobs)
+    assert out.returncode == 0, out.stderr
     return [line.split("\t") for line in out.stdout.splitlines()]
 
 
@@ -79,3 +87,35 @@ def test_the_stand_ins_stats_read_back_as_its_time(ns: float) -> None:
     assert spread is not None and spread.median == pytest.approx(ns, rel=1e-6)
     if spread.min is not None:
         assert 0.97 * ns < spread.min <= ns
+
+
+@pytest.mark.parametrize(
+    "knob,tool,args,overlaid",
+    [
+        ("FAKE_ROCMLIR_GEN_FAIL", "rocmlir-gen", MODULE.split(": ")[1].split(), 1),
+        ("FAKE_ROCMLIR_FAIL_COMPILE", "rocmlir-tuning-driver", ["-"], 1),
+        ("FAKE_ROCMLIR_CRASH", "rocmlir-tuning-driver", ["-"], -6),  # SIGABRT
+        ("FAKE_ROCMLIR_HANG", "rocmlir-tuning-driver", ["--gpu-run-timeout=1", "-"], 3),
+    ],
+)
+def test_the_fakes_take_faults_only_from_the_overlay(knob, tool, args, overlaid) -> None:
+    # The package's fakes name no such knob (test_try_rocmlir); the tests' overlay reads them.
+    alone = fake(tool, *args, stdin=MODULE, overlay=False, **{knob: "-m 256"})
+    assert alone.returncode == 0 and alone.stdout, alone.stderr  # the knob means nothing
+    assert fake(tool, *args, stdin=MODULE, **{knob: "-m 256"}).returncode == overlaid
+    assert fake(tool, *args, stdin=MODULE, **{knob: "-m 1024"}).returncode == 0  # not this one
+
+
+def test_the_overlays_all_na_and_slow_kernels() -> None:
+    def times(overlay: bool = True, **knobs: str) -> list[list[str]]:
+        run = fake("rocmlir-tuning-driver", "-", stdin=MODULE, overlay=overlay, **knobs)
+        assert run.returncode == 0, run.stderr
+        return [line.split("\t") for line in run.stdout.splitlines()]
+
+    plain = times(overlay=False, FAKE_ROCMLIR_ALL_NA="gemm", FAKE_ROCMLIR_SLOW="gemm")
+    assert plain == times() and any(ns != "N/A" for _, ns in plain)
+    assert times(FAKE_ROCMLIR_ALL_NA="gemm") == [[pc, "N/A"] for pc, _ in plain]
+    slowed = times(FAKE_ROCMLIR_SLOW="gemm")  # 100 times as long: ms instead of µs
+    assert [pc for pc, _ in slowed] == [pc for pc, _ in plain]
+    for (_, ns), (_, slow_ns) in zip(plain, slowed, strict=True):
+        assert slow_ns == ns == "N/A" or float(slow_ns) == pytest.approx(100 * float(ns))

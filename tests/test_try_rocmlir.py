@@ -41,7 +41,10 @@ def test_the_build_ships_in_the_package(tmp_path):
 
 
 # The knobs only the tests' overlay (tests/support/standin_faults) reads: never the package's.
-TEST_ONLY_KNOBS = re.compile(r"FAULT|DELAY|SETSID|PIDFILE|IGNORE_SIGTERM|STDERR_BYTES")
+TEST_ONLY_KNOBS = re.compile(
+    r"FAULT|DELAY|SETSID|PIDFILE|IGNORE_SIGTERM|STDERR_BYTES"  # the tuningRunner's
+    r"|FAKE_ROCMLIR_(GEN_FAIL|FAIL_COMPILE|CRASH|HANG|ALL_NA|SLOW|CANDIDATES|NOISE)"  # below/'s
+)
 
 
 def test_the_packages_stand_in_names_no_test_knob():

@@ -28,13 +28,13 @@ Standard library only (the real tool needs numpy/pandas/tqdm; tests must not).
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fake_costs
+import overlay_hook
 from fake_perfrunner import (  # noqa: F401 (perfRunner's names, as the real tool imports them)
     AttentionConfiguration,
     ConvConfiguration,
@@ -48,21 +48,11 @@ ERAS: dict[str, Callable[[list[str]], int]] = {"E3": e3.main, "E4": e4.main}
 OVERLAY = "standin_overlay"  # a test build's module (tests/support/standin_faults)
 
 
-def overlay():
-    """The test build's overlay module, when one is on the path; None in the package's build."""
-    try:
-        return importlib.import_module(OVERLAY)
-    except ModuleNotFoundError as e:
-        if e.name != OVERLAY:
-            raise
-        return None
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     era = os.environ.get("FAKE_TUNINGRUNNER_ERA", "E3").upper()
     eras = dict(ERAS)
-    extra = overlay()
+    extra = overlay_hook.load(OVERLAY)
     if extra is not None:
         extra.install(eras, era, argv)  # its eras added, its faults wrapped around the seams
     if "--help" not in argv:

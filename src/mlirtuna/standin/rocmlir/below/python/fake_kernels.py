@@ -9,9 +9,11 @@
 - Candidates: a per-space count of perf configs; each one's time is derived from a sha256 of
   problem + perf config, so every run prints the same numbers. About one in eight is N/A.
 
-Env: FAKE_ROCMLIR_CANDIDATES (count for every space), FAKE_ROCMLIR_NOISE (relative spread of
-the runs, default 0.02), FAKE_ROCMLIR_SLOW ('|'-separated substrings of problems whose kernels
-take 2 to 18 ms instead of 20 to 180 µs: the driver's legacy mode times their runs one by one).
+Seams: module_for (rocmlir-gen's module), time_ns (one candidate's time), compile_statuses
+(--compile-only) and measure (the driver's timing run). A test build's overlay (module
+`below_overlay`, tests/support/standin_faults, on PYTHONPATH) wraps them with its faults and slow
+kernels when it is on the path (../../bin/overlay_hook.py: the stand-in tuningRunner.py's hook);
+the package's build has none.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bin"))
 import fake_fusion  # noqa: E402
+import overlay_hook  # noqa: E402
 
 MARK = "// fake-rocmlir-gen: "
 SPACE_SIZE = {"quick": 4, "greedy": 6, "full": 8, "exhaustive": 16}
+SPREAD = 0.02  # how far a run strays from the candidate's time (relative), at most
 _DROP = ("--arch", "--num_cu", "--num_chiplets", "--kernel-repeats", "-arch")
 
 
@@ -67,7 +71,7 @@ def _h(*parts: str) -> int:
 
 
 def perf_configs(problem: str, space: str) -> list[str]:
-    count = int(os.environ.get("FAKE_ROCMLIR_CANDIDATES", SPACE_SIZE.get(space, 8)))
+    count = SPACE_SIZE.get(space, 8)
     fused = re.search(r"-operation (attention|gemm_gemm|conv_gemm)\b", problem)
     out = []
     for i in range(count):
@@ -82,8 +86,27 @@ def time_ns(problem: str, perf_config: str, index: int) -> float | None:
     if index > 0 and h % 8 == 0:
         return None
     base = 20_000 + _h(problem) % 80_000
-    scale = 100 if matches("FAKE_ROCMLIR_SLOW", problem) else 1  # 2 to 18 ms instead of µs
-    return float(base + (h >> 8) % base) * scale
+    return float(base + (h >> 8) % base)
+
+
+def compile_statuses(problem: str, configs: list[str]) -> list[dict[str, str]]:
+    """--compile-only: each perf config's entry in the bundle's manifest, "success" or (about
+    one in eight, as time_ns) "not_applicable"."""
+    return [
+        {"perfConfig": pc, "status": "not_applicable" if time_ns(problem, pc, i) is None
+         else "success"}
+        for i, pc in enumerate(configs)
+    ]  # fmt: skip
+
+
+def measure(problem: str, configs: list[str], compiled: set[str] | None) -> list[float | None]:
+    """The driver's timing run: each perf config's time in ns, None (N/A) for one not
+    applicable or, timing a bundle, one that did not compile (`compiled`: None when the
+    module is compiled as it is timed)."""
+    return [
+        None if compiled is not None and pc not in compiled else time_ns(problem, pc, i)
+        for i, pc in enumerate(configs)
+    ]
 
 
 def _f32(x: float) -> float:
@@ -122,23 +145,23 @@ def one_timer_iterations(ns: float, num_iterations: int, warmup_iterations: int)
     return max(num_iterations, math.ceil(1.0 / ms))
 
 
-def matches(env_var: str, problem: str) -> bool:
-    """Failure injection: the env var holds '|'-separated substrings of problems."""
-    subs = [s for s in os.environ.get(env_var, "").split("|") if s]
-    return any(s in problem for s in subs)
-
-
 def measurements_ms(problem: str, perf_config: str, ns: float) -> list[float]:
     """rocmlirTriton's --show-all-measurements: every run's time in ms, in the order run; eleven
     runs whose median is the candidate's time (its --use-median time): five faster, five slower
-    by up to FAKE_ROCMLIR_NOISE."""
-    noise = float(os.environ.get("FAKE_ROCMLIR_NOISE", "0.02"))
+    by up to SPREAD."""
     ms = ns * 1e-6
 
     def u(tag: str) -> float:
         return (_h(tag, problem, perf_config) % 1000 + 1) / 1001
 
-    runs = [ms, *(ms * (1 - noise * u(f"lo{i}")) for i in range(5))]
-    runs += [ms * (1 + noise * u(f"hi{i}")) for i in range(5)]
+    runs = [ms, *(ms * (1 - SPREAD * u(f"lo{i}")) for i in range(5))]
+    runs += [ms * (1 + SPREAD * u(f"hi{i}")) for i in range(5)]
     order = sorted(range(len(runs)), key=lambda i: _h("order", str(i), problem, perf_config))
     return [runs[i] for i in order]
+
+
+# The tools call the seams through this module (fk.measure, …), and its own functions call them
+# as globals of it: what the overlay installs in their place is what runs.
+_OVERLAY = overlay_hook.load("below_overlay")
+if _OVERLAY is not None:
+    _OVERLAY.install(sys.modules[__name__])
