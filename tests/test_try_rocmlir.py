@@ -44,6 +44,7 @@ def test_the_build_ships_in_the_package(tmp_path):
 TEST_ONLY_KNOBS = re.compile(
     r"FAULT|DELAY|SETSID|PIDFILE|IGNORE_SIGTERM|STDERR_BYTES"  # the tuningRunner's
     r"|FAKE_ROCMLIR_(GEN_FAIL|FAIL_COMPILE|CRASH|HANG|ALL_NA|SLOW|CANDIDATES|NOISE)"  # below/'s
+    r"|FAKE_ROCMLIR_(TOOLS_LOG|DRIVER_NO_BENCHMARK_CONFIG|KEY_LAYOUT)"  # bin/rocmlir-gen, driver's
 )
 
 

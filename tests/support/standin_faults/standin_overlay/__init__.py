@@ -11,7 +11,11 @@ bin/tuningRunner.py when on its path, it adds the eras and knobs below to the bu
   FAKE_TUNINGRUNNER_TWO_STAGE=1: E3 also takes E4's --two-stage-topk K;
   FAKE_E25_NUM_CHIPLETS=0: an earlier E2.5 build, without the numChiplets column;
   the faults, delays and hanging tools of faults.py (FAKE_TUNINGRUNNER_FAULT, _FAULT_CONFIG,
-    _DELAY, _SETSID_CHILD, _TOOL_PIDFILE, _CHILD_PIDFILE, _IGNORE_SIGTERM, _STREAM_FOREIGN).
+    _DELAY, _SETSID_CHILD, _TOOL_PIDFILE, _CHILD_PIDFILE, _IGNORE_SIGTERM, _STREAM_FOREIGN);
+  the stand-in's bin/rocmlir-gen and bin/rocmlir-tuning-driver, which call install_tool: their
+    call log, a driver without --benchmark-config, the key layout before numChiplets (tools.py:
+    FAKE_ROCMLIR_TOOLS_LOG, _DRIVER_NO_BENCHMARK_CONFIG, _KEY_LAYOUT; the last one also keys the
+    tuningRunner's fusion modules).
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from types import ModuleType
 
-from standin_overlay import e2, faults
+from standin_overlay import e2, faults, tools
 
 
 def install(eras: dict[str, Callable[[list[str]], int]], era: str, argv: list[str]) -> None:
@@ -33,6 +38,13 @@ def install(eras: dict[str, Callable[[list[str]], int]], era: str, argv: list[st
     if "--help" not in argv:
         spew_stderr(int(os.environ.get("FAKE_TUNINGRUNNER_STDERR_BYTES", "0") or 0))
     faults.install(era)
+    tools.old_key_layout()
+
+
+def install_tool(tool: str, argv: list[str], module: ModuleType) -> None:
+    """Called by the stand-in's bin/rocmlir-gen and bin/rocmlir-tuning-driver (`module`: the
+    tool's own) before they run `argv` (tools.py)."""
+    tools.install(tool, argv, module)
 
 
 def log_invocation(era: str, argv: list[str]) -> None:

@@ -2,9 +2,9 @@
 reference (rocmlir-newest §6), sharing no code with mlirtuna.
 
 - `emit_tuning_key(text)`: what `rocmlir-gen --emit-tuning-key` prints for a MIGraphX module:
-  `arch\\tnumCU\\tnumChiplets\\tPROBLEM`, or `arch\\tnumCU\\tPROBLEM` with
-  FAKE_ROCMLIR_KEY_LAYOUT=old (builds before numChiplets). PROBLEM is rocmlir-gen's own form: a
-  conv key without `-m conv -t 1`; a gemm key with `-transO` and, in the new layout,
+  `arch\\tnumCU\\tnumChiplets\\tPROBLEM`; with `new_layout=False` (the tests' overlay asks for it)
+  `arch\\tnumCU\\tPROBLEM`, as builds before numChiplets printed it. PROBLEM is rocmlir-gen's
+  own form: a conv key without `-m conv -t 1`; a gemm key with `-transO` and, in the new layout,
   `-supportsSplitK true`. Only what rocMLIR's resnet50 / mixr-gemm tests hold is read: one
   migraphx.convolution / quant_convolution (NCHW) or migraphx.dot.
 - `fusion_configs(config, test_dir)`: the modules tuningRunner tunes for `--op fusion`
@@ -74,8 +74,7 @@ def problem_string(text: str, new_layout: bool) -> str:
     return key + (" -supportsSplitK true" if new_layout else "")
 
 
-def emit_tuning_key(text: str) -> str:
-    new_layout = os.environ.get("FAKE_ROCMLIR_KEY_LAYOUT", "new") != "old"
+def emit_tuning_key(text: str, new_layout: bool = True) -> str:
     arch = os.environ.get("FAKE_GPU_ARCH", "gfx942:sramecc+:xnack-").split(":")[0]
     num_cu = os.environ.get("FAKE_GPU_NUM_CU", "304")
     chiplets = os.environ.get("FAKE_GPU_NUM_CHIPLETS", "8")
