@@ -1,24 +1,26 @@
 """An op is declared once: its OpSpec in problems/<op>.py (issues 32, 46 §2). Its module, the
 CLI's help texts, the errors that list ops, the one op-guessing rule, its config table, its
 `.debug` columns (read and written through formats/debug.py), its perf-config family and its
-`.inc` section all derive from it; defaults.OPS is only the roster `--help` reads."""
+`.inc` section all derive from it; problems/ finds the op modules itself (no roster to edit)."""
 
 from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 import pytest
 from support.clitools import cli
 from support.results import new_session, record
 
-from mlirtuna import defaults, problems
+from mlirtuna import problems
 from mlirtuna.db import models
 from mlirtuna.errors import UserError
 from mlirtuna.formats import debug
 from mlirtuna.history import export, quick
 from mlirtuna.history.export import ExportQuery
+from mlirtuna.problems.spec import op_modules
 from mlirtuna.tuners.base import Candidate
 from mlirtuna.tuners.rocmlir.debugfile import matches, parse_debug_lines
 
@@ -41,27 +43,50 @@ def real_debug(op: str, name: str = "out.tsv.debug") -> list[list[str]]:
     return [line.split("\t") for line in (REAL / op / name).read_text().splitlines()]
 
 
-# --- the roster and the specs ---------------------------------------------------------------------
+# --- the ops and their specs ----------------------------------------------------------------------
 
 
-def test_every_op_has_its_module_in_the_declared_order():
-    assert problems.OPS == defaults.OPS
+def test_the_ops_are_in_one_order_config_list_ops_then_module_ops():
+    """Each alphabetical: the order of every list of ops mlirtuna prints (help, errors)."""
+    config_list = sorted(s.name for s in problems.SPECS if s.config_list)
+    modules = sorted(s.name for s in problems.SPECS if not s.config_list)
+    assert (*config_list, *modules) == problems.OPS
+    assert tuple(config_list) == problems.CONFIG_LIST_OPS
     assert [problems.problem_class(op).op for op in problems.OPS] == list(problems.OPS)
     assert [s.name for s in problems.SPECS] == list(problems.OPS)
-    assert tuple(s.name for s in problems.SPECS if s.config_list) == problems.CONFIG_LIST_OPS
-    assert problems.CONFIG_LIST_OPS == defaults.CONFIG_LIST_OPS
-    assert set(defaults.MODULE_OPS) == {s.name for s in problems.SPECS if not s.config_list}
 
 
-def test_every_module_that_declares_an_op_is_on_the_roster():
-    """A new problems/<op>.py with a SPEC is loaded only through defaults.OPS: forgetting the
-    roster would leave it silently unused."""
+def test_every_module_with_a_spec_is_an_op():
+    """problems/ finds its ops by importing its modules: one that declares a SPEC is an op,
+    with nothing else to edit (docs/adding-an-op.md), and the helpers are none."""
     declaring = {
         path.stem
         for path in (SRC / "problems").glob("*.py")
-        if re.search(r"^SPEC = OpSpec\(", path.read_text(encoding="utf-8"), re.M)
+        if re.search(r"^SPEC\b", path.read_text(encoding="utf-8"), re.M)
     }
-    assert declaring == set(defaults.OPS)
+    assert declaring == set(problems.OPS)
+
+
+def test_a_new_op_module_is_found_and_a_spec_for_another_name_refused(tmp_path):
+    """The discovery itself, over a package of its own: a new module with a SPEC is an op in
+    its place in the order; one whose SPEC names another op stops the import."""
+    package = tmp_path / "ops_probe"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "helper.py").write_text("HELPER = 1\n")
+    for op in ("gemm", "fusion", "conv"):
+        (package / f"{op}.py").write_text(f"from mlirtuna.problems.{op} import SPEC\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        found = op_modules("ops_probe", [str(package)])
+        assert list(found) == ["conv", "gemm", "fusion"]
+        (package / "winograd.py").write_text("from mlirtuna.problems.conv import SPEC\n")
+        with pytest.raises(ImportError, match=r"problems/winograd.py declares op 'conv'"):
+            op_modules("ops_probe", [str(package)])
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in [m for m in sys.modules if m.partition(".")[0] == "ops_probe"]:
+            del sys.modules[name]
 
 
 @pytest.mark.parametrize("spec", problems.SPECS, ids=lambda s: s.name)
@@ -201,10 +226,9 @@ def test_debug_export_reads_back_as_written(db, tmp_path, op):
 
 # --- no op-name lists outside the places that declare ops -----------------------------------------
 
-# Where a collection of op names may stand: the roster, the op modules, the schema (one model
-# per op) and what the rocmlir tuner knows of the real tool's ops.
+# Where a collection of op names may stand: the op modules, the schema (one model per op) and
+# what the rocmlir tuner knows of the real tool's ops.
 OP_LISTS_ALLOWED = {
-    "defaults.py",
     "db/models.py",
     "tuners/rocmlir/stream.py",
 }

@@ -1,15 +1,11 @@
 """Defaults that `--help` shows, apart from the modules that use them: the CLI reads them without
-importing the database layer, so `mlirtuna --help` starts fast (docs/benchmarks.md, start-up)."""
+importing the database layer, so `mlirtuna --help` starts fast (docs/benchmarks.md, start-up).
+
+The ops are not listed here: problems/ finds its op modules itself (problems.OPS), and the help
+texts that name them import that package, which pulls in nothing heavy."""
 
 from __future__ import annotations
 
-#: The ops' roster: each is declared by the OpSpec of problems/<op>.py, which problems loads by
-#: these names (problems.OPS, CONFIG_LIST_OPS and SPECS derive from the specs; a test holds the
-#: roster to them). Kept here, a leaf, so that `--help` lists them without importing the op
-#: modules. MODULE_OPS read .mlir modules; the others rocMLIR config lists (CONFIG_LIST_OPS).
-OPS = ("conv", "gemm", "attention", "gemm_gemm", "conv_gemm", "fusion")
-MODULE_OPS = ("fusion",)
-CONFIG_LIST_OPS = tuple(op for op in OPS if op not in MODULE_OPS)
 # Every space some tuningRunner offers (lfbo: rocmlirTriton; smart: rocMLIR's analysis work);
 # which ones a build has is read from its --help (tuners.rocmlir.Era).
 TUNING_SPACES = ("quick", "full", "greedy", "exhaustive", "lfbo", "smart")

@@ -6,8 +6,10 @@ import typer
 
 import mlirtuna.cli.common as common
 import mlirtuna.cli.options as options
-from mlirtuna.defaults import CONFIG_LIST_OPS, DEFAULT_MAX_MODULE_BYTES, MODULE_OPS
+from mlirtuna.defaults import DEFAULT_MAX_MODULE_BYTES
+from mlirtuna.problems import CONFIG_LIST_OPS, SPECS
 
+MODULE_OPS = tuple(s.name for s in SPECS if not s.config_list)  # read from .mlir modules
 OP_HELP = f"{', '.join(CONFIG_LIST_OPS)} or {', '.join(MODULE_OPS)} (.mlir files / directories)."
 
 

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 import typer
 
 import mlirtuna.cli.common as common
-from mlirtuna.defaults import CONFIG_LIST_OPS
 from mlirtuna.errors import UserError
+from mlirtuna.problems import CONFIG_LIST_OPS
 
 if TYPE_CHECKING:
     from mlirtuna.history import compare as comparing

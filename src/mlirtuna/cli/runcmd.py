@@ -8,7 +8,7 @@ import typer
 
 import mlirtuna.cli.common as common
 import mlirtuna.cli.options as options
-from mlirtuna.defaults import OPS
+from mlirtuna.problems import OPS
 
 if TYPE_CHECKING:
     from mlirtuna import flow

@@ -9,21 +9,22 @@ The contract every op module fulfils (see conv.py, gemm.py, attention.py):
 - `parse(line) -> Problem` raising errors.InputError (no file/line: the reader adds those);
 - `expand(line, options) -> list[str]`: perfRunner's expansion of one config-list line;
 - `SPEC`: its OpSpec (spec.py), what every other layer knows of the op: its sniffer, config
-  table, `.debug` columns, perf-config family and `.inc` section. The modules are the ones
-  defaults.OPS names (the roster `--help` reads without importing this package); problems.OPS,
-  CONFIG_LIST_OPS and SPECS derive from their specs.
+  table, `.debug` columns, perf-config family and `.inc` section.
+
+The ops are the modules of this package that define SPEC, found by importing each (no roster to
+edit: a new op is its module); OPS, CONFIG_LIST_OPS and SPECS derive from their specs, config-list
+ops first, then module ops, each alphabetical.
 
 This package must import nothing from the database layer.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any, ClassVar, Protocol
 
-from mlirtuna import defaults, keys
+from mlirtuna import keys
 from mlirtuna.errors import UserError
 from mlirtuna.problems.attention import AttentionProblem
 from mlirtuna.problems.conv import ConvProblem
@@ -32,7 +33,7 @@ from mlirtuna.problems.flags import ExpandOptions
 from mlirtuna.problems.fusion import FusionProblem
 from mlirtuna.problems.gemm import GemmProblem
 from mlirtuna.problems.gemm_gemm import GemmGemmProblem
-from mlirtuna.problems.spec import OpSpec
+from mlirtuna.problems.spec import OpSpec, op_modules
 from mlirtuna.problems.spec import op_of as op_among
 
 __all__ = [
@@ -73,22 +74,6 @@ class Problem(Protocol):
     def flops(self) -> int: ...
 
     def columns(self) -> dict[str, Any]: ...
-
-
-def _op_modules() -> dict[str, ModuleType]:
-    """Each op's module, by name, in the roster's order; its SPEC must name it."""
-    modules = {op: importlib.import_module(f"{__name__}.{op}") for op in defaults.OPS}
-    for op, module in modules.items():
-        if module.SPEC.name != op or module.SPEC.problem.op != op:
-            raise ImportError(f"problems/{op}.py declares op {module.SPEC.name!r}")
-    return modules
-
-
-_MODULES = _op_modules()
-SPECS: tuple[OpSpec, ...] = tuple(m.SPEC for m in _MODULES.values())
-OPS: tuple[str, ...] = tuple(s.name for s in SPECS)
-CONFIG_LIST_OPS: tuple[str, ...] = tuple(s.name for s in SPECS if s.config_list)
-_SPECS = {s.name: s for s in SPECS}
 
 
 def _module(op: str) -> ModuleType:
@@ -163,3 +148,11 @@ def tool_rejects(problem: Problem) -> str | None:
 def expand(op: str, line: str, options: ExpandOptions = ExpandOptions()) -> list[str]:
     """perfRunner's expansion of one config line, as canonical test vectors."""
     return [p.canonical() for p in expand_problems(op, line, options)]
+
+
+# Last: configlist.py, one of the modules looked at, imports this package's functions above.
+_MODULES = op_modules(__name__, __path__)
+SPECS: tuple[OpSpec, ...] = tuple(m.SPEC for m in _MODULES.values())
+OPS: tuple[str, ...] = tuple(s.name for s in SPECS)
+CONFIG_LIST_OPS: tuple[str, ...] = tuple(s.name for s in SPECS if s.config_list)
+_SPECS = {s.name: s for s in SPECS}

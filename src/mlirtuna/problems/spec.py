@@ -20,8 +20,11 @@ docs/adding-an-op.md) and no list elsewhere names it:
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import pkgutil
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 
 from mlirtuna.formats.debug import Layout
 
@@ -65,3 +68,20 @@ def op_of(specs: Iterable[OpSpec], words: Sequence[str]) -> str | None:
     key, the ops a key can be (problems/fusion.py)."""
     ranked = sorted((s for s in specs if s.sniff is not None), key=lambda s: s.sniff_rank)
     return next((s.name for s in ranked if s.sniff is not None and s.sniff(words)), None)
+
+
+def op_modules(package: str, path: Sequence[str]) -> dict[str, ModuleType]:
+    """The modules of `package` (found on `path`) that define SPEC, by op: config-list ops
+    first, then module ops, each alphabetical. problems/ finds its ops so, with no roster to
+    edit. A module's SPEC must name it (ImportError: `--op gemm` would read another op's)."""
+    found: dict[str, ModuleType] = {}
+    for info in pkgutil.iter_modules(path):
+        module = importlib.import_module(f"{package}.{info.name}")
+        spec = getattr(module, "SPEC", None)
+        if spec is None:
+            continue  # a helper (flags, spec, configlist, migraphx)
+        if spec.name != info.name or spec.problem.op != info.name:
+            raise ImportError(f"problems/{info.name}.py declares op {spec.name!r}")
+        found[info.name] = module
+    order = sorted(found, key=lambda op: (not found[op].SPEC.config_list, op))
+    return {op: found[op] for op in order}

@@ -11,7 +11,6 @@ E3_OPS = ["conv", "gemm", "fusion", "attention", "gemm_gemm", "conv_gemm"]
 E3_SPACES = ["quick", "full", "greedy", "exhaustive"]
 VERIFY_MODES = ["none", "cpu", "gpu"]
 E3_TYPES = ["f32", "f16", "bf16", "i8", "i8_i32", "i8_i8", "fp8", "fp8_f32", "fp8_fp8", "f4E2M1FN"]
-TUNED_OPS = ("conv", "gemm", "attention")  # what the stand-in can "tune" (fusion: as one of them)
 V3_HEADER = (
     "# arch\tnumCUs\tnumChiplets\ttestVector\tperfConfig\tTFlops\ttuningSpace\tcommitId"
     "\ttimestamp\tdurationSec"

@@ -96,8 +96,8 @@ def main(argv: list[str]) -> int:
             "to select specific GPUs.".format(" and ".join(names))
         )
     gpu = common.Gpu()
-    if args.op not in (*common.TUNED_OPS, "fusion"):
-        log.error("the stand-in tunes conv, gemm, attention and fusion only")
+    if args.op not in (*problems.TUNED_OPS, "fusion"):
+        log.error(problems.refusal("fusion"))
         return 1
     configs = read_configs(args)
     pending = configs if args.retune else [c for c in configs if not already_tuned(args, gpu, c)]

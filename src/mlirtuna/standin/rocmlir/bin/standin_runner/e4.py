@@ -64,8 +64,8 @@ def main(argv: list[str]) -> int:
         p.error("one of the arguments -c/--configs-file --config --test-dir is required")
     if args.op is None:
         p.error("the following arguments are required: --op/--operation")
-    if args.op not in common.TUNED_OPS:
-        log.error("the stand-in tunes conv, gemm and attention only")
+    if args.op not in problems.TUNED_OPS:
+        log.error(problems.refusal())
         return 1
     if args.tuning_space == "lfbo" and args.compile_only:
         return common.usage_error("--tuning-space lfbo is not allowed with --compile-only")

@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-from standin_runner import common, e4_bundles, e4_tuning
+from standin_runner import common, e4_bundles, e4_tuning, problems
 
 
 def serve(args, log: common.Log) -> int:
@@ -66,8 +66,8 @@ def stream_one(args, gpu: common.Gpu, gpu_id: int, op, config, artifacts, output
     with open(f"{output}.log", "w") as logfile:
         saved, sys.stderr = sys.stderr, logfile
         try:
-            if op not in common.TUNED_OPS:
-                common.Log(False).error("the stand-in tunes conv, gemm and attention only")
+            if op not in problems.TUNED_OPS:
+                common.Log(False).error(problems.refusal())
                 return 1
             request_log = common.Log(args.quiet)
             measure = e4_bundles.bundle_benchmark(one, gpu, gpu_id, request_log)

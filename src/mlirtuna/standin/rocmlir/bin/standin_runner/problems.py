@@ -51,14 +51,14 @@ def _flag_pairs(tokens: list[str]) -> dict[str, str]:
 
 def describe(op: str, config: str, gpu: common.Gpu) -> tuple[dict, float]:
     """(the per-problem part of a .debug row, flops) for a config string."""
-    tokens = config.split()
-    if op == "conv":
-        return _describe_conv(tokens, gpu)
-    if op == "gemm":
-        return _describe_gemm(tokens, gpu)
-    if op == "attention":
-        return _describe_attention(tokens, gpu)
-    raise ValueError("the stand-in tunes conv, gemm and attention only")
+    if op not in TUNED_OPS:
+        raise ValueError(refusal())
+    return _DESCRIBE[op](config.split(), gpu)
+
+
+def refusal(*also: str) -> str:
+    """The error of a call for an op the stand-in does not tune."""
+    return f"the stand-in tunes {', '.join((*TUNED_OPS, *also))} only"
 
 
 def _describe_conv(tokens: list[str], gpu: common.Gpu) -> tuple[dict, float]:
@@ -163,6 +163,12 @@ def _describe_attention(tokens: list[str], gpu: common.Gpu) -> tuple[dict, float
         }
     )
     return row, flops
+
+
+# What the stand-in can "tune" (fusion: as one of them): the ops it describes. A new op it should
+# tune is its columns (debug_columns) and a describer here (docs/adding-an-op.md).
+_DESCRIBE = {"conv": _describe_conv, "gemm": _describe_gemm, "attention": _describe_attention}
+TUNED_OPS = tuple(_DESCRIBE)
 
 
 def with_chiplets(problem: dict, gpu: common.Gpu) -> dict:
