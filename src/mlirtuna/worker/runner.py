@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypeVar
 
-import mlirtuna.worker.search as searched
 from mlirtuna import catalog, machine, queue, sessions, tuners
 from mlirtuna.db import Database, faults
 from mlirtuna.db.faults import first_line
@@ -222,6 +221,10 @@ class Runner:
         """One problem: the tuner's whole space, or a searched session's rounds (search.py)."""
         if self.session.search is None:
             return self.tuner.tune(problem, self.context(problem))
+        # Imported here: it brings NumPy (60 ms of every worker's start-up), and a session
+        # that is not searched never needs it.
+        import mlirtuna.worker.search as searched
+
         job = searched.SearchedJob(self.db, self.session, self.tuner, lease, self.retrying)
         return searched.tune(job, problem, self.context(problem))
 
