@@ -43,6 +43,8 @@ def test_the_build_ships_in_the_package(tmp_path):
 # The knobs only the tests' overlay (tests/support/standin_faults) reads: never the package's.
 TEST_ONLY_KNOBS = re.compile(
     r"FAULT|DELAY|SETSID|PIDFILE|IGNORE_SIGTERM|STDERR_BYTES"  # the tuningRunner's
+    r"|FAKE_TUNINGRUNNER_(LOG\b|COMMIT|TWO_STAGE|STREAM_FOREIGN)|FAKE_E25_"  # its logs, old builds
+    r"|FAKE_TUNINGRUNNER_E4|\blfbo\b"  # rocmlirTriton's other stored line (standin_overlay/lfbo.py)
     r"|FAKE_ROCMLIR_(GEN_FAIL|FAIL_COMPILE|CRASH|HANG|ALL_NA|SLOW|CANDIDATES|NOISE)"  # below/'s
     r"|FAKE_ROCMLIR_(TOOLS_LOG|DRIVER_NO_BENCHMARK_CONFIG|KEY_LAYOUT)"  # bin/rocmlir-gen, driver's
 )
@@ -65,9 +67,11 @@ def test_the_packages_stand_in_takes_faults_and_old_eras_only_from_the_overlay(t
     base = {k: v for k, v in standin.environment().items() if not k.startswith("FAKE_")}
     base.pop("PYTHONPATH", None)
 
-    def tuning_runner(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    def tuning_runner(
+        env: dict[str, str], space: str = "quick"
+    ) -> subprocess.CompletedProcess[str]:
         argv = [sys.executable, str(build / "bin" / "tuningRunner.py"), "--op", "gemm",
-                "--config", line, "--tuning-space", "quick", "-o", "-"]  # fmt: skip
+                "--config", line, "--tuning-space", space, "-o", "-"]  # fmt: skip
         return subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True)
 
     faulty = base | {"FAKE_TUNINGRUNNER_ERA": "E4", "FAKE_TUNINGRUNNER_FAULT": "fail"}
@@ -78,6 +82,12 @@ def test_the_packages_stand_in_takes_faults_and_old_eras_only_from_the_overlay(t
     old = tuning_runner(base | {"FAKE_TUNINGRUNNER_ERA": "E2"})
     assert old.returncode == 2 and "must be E3 or E4, not 'E2'" in old.stderr
     assert tuning_runner(with_overlay(base | {"FAKE_TUNINGRUNNER_ERA": "E2"})).returncode == 0
+    # rocmlirTriton's other stored line: its lfbo space and split-K keys are the overlay's only
+    other = base | {"FAKE_TUNINGRUNNER_ERA": "E4", "FAKE_TUNINGRUNNER_E4": "lfbo"}
+    alone = tuning_runner(other, "lfbo")
+    assert alone.returncode == 2 and "invalid choice: 'lfbo'" in alone.stderr
+    overlaid = tuning_runner(with_overlay(other), "lfbo")
+    assert overlaid.returncode == 0 and "-supportsSplitK true\tgemm:" in overlaid.stdout
 
 
 def test_setup_only_prints_what_a_pipeline_exports(tmp_path):

@@ -10,6 +10,8 @@ bin/tuningRunner.py when on its path, it adds the eras and knobs below to the bu
   FAKE_TUNINGRUNNER_COMMIT: the commit the tool reports instead of its build's;
   FAKE_TUNINGRUNNER_TWO_STAGE=1: E3 also takes E4's --two-stage-topk K;
   FAKE_E25_NUM_CHIPLETS=0: an earlier E2.5 build, without the numChiplets column;
+  FAKE_TUNINGRUNNER_E4=lfbo: E4 as the other stored rocmlirTriton line (lfbo.py: the lfbo space,
+    --lfbo-effort, --verify-timeout, keys ending -supportsSplitK, Discarded candidates);
   the faults, delays and hanging tools of faults.py (FAKE_TUNINGRUNNER_FAULT, _FAULT_CONFIG,
     _DELAY, _SETSID_CHILD, _TOOL_PIDFILE, _CHILD_PIDFILE, _IGNORE_SIGTERM, _STREAM_FOREIGN);
   the stand-in's bin/rocmlir-gen and bin/rocmlir-tuning-driver, which call install_tool: their
@@ -27,16 +29,19 @@ import time
 from collections.abc import Callable
 from types import ModuleType
 
-from standin_overlay import e2, faults, tools
+from standin_overlay import e2, faults, lfbo, tools
 
 
 def install(eras: dict[str, Callable[[list[str]], int]], era: str, argv: list[str]) -> None:
     """Called by bin/tuningRunner.py before it runs `era`: the older eras added to `eras`,
-    the invocation logged, the faults wrapped around the stand-in's seams."""
+    the invocation logged, the other E4 line and the faults wrapped around the stand-in's
+    seams."""
     eras |= {"E2": e2.main, "E2.5": e2.e25_main}
     log_invocation(era, argv)
     if "--help" not in argv:
         spew_stderr(int(os.environ.get("FAKE_TUNINGRUNNER_STDERR_BYTES", "0") or 0))
+    if os.environ.get("FAKE_TUNINGRUNNER_E4") == "lfbo":  # a build setting, as the era is
+        lfbo.install()
     faults.install(era)
     tools.old_key_layout()
 

@@ -7,16 +7,17 @@ FAKE_TUNINGRUNNER_ERA: E3 (the default; rocMLIR 3fc5be9e, standin_runner/e3.py) 
 (rocmlirTriton, standin_runner/e4*.py; what try-rocmlir sets). No GPU, no compiler: each config
 gets a deterministic candidate list whose times come from a hash of (config, perf config).
 
-Build settings (environment): FAKE_GPU_ARCH (gfx942:sramecc+:xnack-), FAKE_GPU_NUM_CU (304),
-FAKE_GPU_NUM_CHIPLETS (8), FAKE_GPU_COUNT (8, the GPU ids --gpus accepts);
-FAKE_TUNINGRUNNER_E4=lfbo (the other stored rocmlirTriton line); FAKE_TUNINGRUNNER_STREAM=1
-(E4 offers the proposed --benchmark-stream); FAKE_TUNINGRUNNER_STARTUP_S, _COMPILE_MS,
-_BENCH_MS, _GPU_LOG (realistic time costs for bench/, fake_costs.py). The commit it reports is
-the one its build's MLIRTUNA_STANDIN.md states.
+Build settings (environment; ../README.md says who sets each): FAKE_GPU_ARCH
+(gfx942:sramecc+:xnack-), FAKE_GPU_NUM_CU (304), FAKE_GPU_NUM_CHIPLETS (8), FAKE_GPU_COUNT (8,
+the GPU ids --gpus accepts); FAKE_TUNINGRUNNER_STREAM=1 (E4 offers the proposed
+--benchmark-stream); FAKE_TUNINGRUNNER_STARTUP_S, _COMPILE_MS, _BENCH_MS, _GPU_LOG (realistic
+time costs for bench/, fake_costs.py). The commit it reports is the one its build's
+MLIRTUNA_STANDIN.md states.
 
 A test build adds an overlay (tests/support/standin_faults, on PYTHONPATH as module
-`standin_overlay`): older eras (E2, E2.5) and injected faults, wrapped around the functions
-standin_runner's modules name as seams. The package's build has none and reads no such knob.
+`standin_overlay`): older eras (E2, E2.5), rocmlirTriton's other stored line and injected
+faults, wrapped around the functions standin_runner's modules name as seams. The package's
+build has none and reads no such knob.
 
 --op fusion (E3): `--test-dir/--test_dir DIR` only (`--config FILE.mlir` is refused with the
 real tool's usage error, exit 2); each module is keyed as rocmlir-gen --emit-tuning-key would key

@@ -10,6 +10,6 @@ imported by mlirtuna): the eras the package's stand-in speaks, E3 and E4, by mod
 - e4: rocmlirTriton's command line (e4_tuning: its one-stage run and rows; e4_bundles:
   --compile-only and --benchmark-artifacts; e4_stream: the proposed --benchmark-stream).
 
-Older eras (E2, E2.5) and the faults the tests inject live with the tests
-(tests/support/standin_faults): a test build puts that overlay on the path, and bin/tuningRunner.py
-lets it wrap the functions these modules name as its seams."""
+Older eras (E2, E2.5), rocmlirTriton's other stored E4 line and the faults the tests inject live
+with the tests (tests/support/standin_faults): a test build puts that overlay on the path, and
+bin/tuningRunner.py lets it wrap the functions these modules name as its seams."""

@@ -15,10 +15,6 @@ V3_HEADER = (
     "# arch\tnumCUs\tnumChiplets\ttestVector\tperfConfig\tTFlops\ttuningSpace\tcommitId"
     "\ttimestamp\tdurationSec"
 )
-# FAKE_TUNINGRUNNER_E4=lfbo: the other stored rocmlirTriton tuningRunner (the lfbo space,
-# --lfbo-effort, --verify-timeout, keys ending `-supportsSplitK`, a driver that drops some
-# candidates over their time budget). A build setting, as the era is.
-E4_VARIANT = os.environ.get("FAKE_TUNINGRUNNER_E4", "")
 
 
 class Gpu:

@@ -63,7 +63,7 @@ def parser(
     add("--retry", nargs="+", choices=list(retry_states), default=[], metavar="STATE",
         help="retry configs in these states")  # fmt: skip
     add("--timeout", type=int, default=None, metavar="SECONDS", help="per config")
-    if not e4 or common.E4_VARIANT == "lfbo":
+    if not e4:
         add("--verify-timeout", type=int, default=None, metavar="S", help="per verification")
     add("--gpus", type=int, nargs="+", choices=available_gpus, default=available_gpus,
         metavar="GPU_ID", help=f"physical GPU ids (available: {available_gpus})")  # fmt: skip

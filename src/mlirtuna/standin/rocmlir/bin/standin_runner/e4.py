@@ -15,7 +15,7 @@ import os
 
 from standin_runner import common, e3, e4_bundles, e4_stream, e4_tuning, problems
 
-E4_SPACES = ["quick", "full", "exhaustive"] + (["lfbo"] if common.E4_VARIANT == "lfbo" else [])
+E4_SPACES = ["quick", "full", "exhaustive"]
 E4_RETRY_STATES = ("failed", "timed_out", "gpu_timed_out", "crashed")
 # --benchmark-stream, the proposed extension (e4_stream), is offered only by a build that says
 # so (FAKE_TUNINGRUNNER_STREAM=1): without it the tool is rocmlirTriton's as stored.
@@ -44,8 +44,6 @@ def parser(available_gpus: list[int]) -> argparse.ArgumentParser:
     add("--perf-config-timeout", type=int, default=None, metavar="S", help="per candidate")
     add("--rep", type=int, default=100, metavar="MS", help="benchmark time budget")
     add("--warmup", type=int, default=25, metavar="MS", help="warm-up time budget")
-    if common.E4_VARIANT == "lfbo":
-        add("--lfbo-effort", choices=["quick", "full"], default="quick", help="lfbo effort")
     add("--two-stage", action="store_true", default=False, help="re-measure the best")
     add("--two-stage-topk", type=int, default=0, metavar="K", help="how many to re-measure")
     add("--verify-winning-config", action="store_true", default=False, help="verify the winner")
@@ -67,8 +65,6 @@ def main(argv: list[str]) -> int:
     if args.op not in problems.TUNED_OPS:
         log.error(problems.refusal())
         return 1
-    if args.tuning_space == "lfbo" and args.compile_only:
-        return common.usage_error("--tuning-space lfbo is not allowed with --compile-only")
     targets = (args.target_arch, args.target_num_cu, args.target_num_chiplets)
     if any(v is not None for v in targets) and not (args.compile_only or args.benchmark_artifacts):
         return common.usage_error(

@@ -60,9 +60,6 @@ def tune_all(args, gpu: common.Gpu, gpu_id: int, configs: list[str], measure: Me
             if args.two_stage_topk and not args.benchmark_artifacts:
                 # rocmlirTriton benchmarks a bundle in one precise pass: no top k there
                 candidates.two_stage(result, config, args.two_stage_topk)
-            if args.debug and common.E4_VARIANT == "lfbo":  # 520c8752 keeps the driver's lines
-                for line in result.driver_lines:
-                    log.info(f"[GPU {gpu_id}] {line}")
             if result.winner == "None":
                 log.error(f"[GPU {gpu_id}] No valid perf config found")
                 failed[key] = "failed"

@@ -240,9 +240,6 @@ def e4_gemm_canonical(config: str) -> str:
         if i + 1 >= len(tokens):
             raise ValueError(f"Missing value for argument {tokens[i]}")
         opt, val = tokens[i], tokens[i + 1]
-        if opt == "-supportsSplitK" and common.E4_VARIANT == "lfbo":  # its keys' own suffix
-            i += 2
-            continue
         if opt not in E4_GEMM_VALUE_FLAGS and opt != "-perf_config":
             raise ValueError(f"Unknown GEMM config argument {opt} -> {val}")
         values[opt] = val
@@ -263,15 +260,12 @@ def e4_gemm_canonical(config: str) -> str:
 
 def e4_key(op: str, config: str) -> str:
     """The key the tool canonicalizes a config to (its perfRunner's to_command_line): gemm in
-    perfRunner's own form; the stand-in trusts the other ops' lines to be canonical already.
-    The lfbo variant appends -supportsSplitK (false for attention)."""
+    perfRunner's own form; the stand-in trusts the other ops' lines to be canonical already."""
     if op == "gemm":
         # kept verbatim when it cannot be parsed, as canonicalize_configs does: it fails later
         with contextlib.suppress(ValueError):
             config = e4_gemm_canonical(config)
-    if common.E4_VARIANT != "lfbo" or "-supportsSplitK" in config.split():
-        return config
-    return f"{config} -supportsSplitK {'false' if op == 'attention' else 'true'}"
+    return config
 
 
 def e4_expand_gemm(lines: list[str]) -> list[str]:
