@@ -4,8 +4,8 @@ the stand-in tuningRunner.py (the `build` fixture of tests/conftest.py and the t
 it reports.
 
 A test build is a private copy of the package's build (mlirtuna.standin.BUILD) with the tests'
-overlay (support/standin_faults: older eras, faults, delays, an argv log) on the tool's path;
-the package's build has none of those knobs."""
+overlay (support/standin_faults: older eras, rocmlirTriton's other E4 line, faults, delays, an
+argv log) on the tool's path; the package's build has none of those knobs."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@ rocmlir-gen, rocmlir-driver, …) that speaks the real tool's command line and f
 (E3 or E4, chosen by FAKE_TUNINGRUNNER_ERA; its modules in rocmlir/bin/standin_runner/), so
 that the rocMLIR flow can be tried on any machine (`mlirtuna try-rocmlir`), a pipeline can be
 dry-run (examples/Jenkinsfile) and the tests drive the same files (with an overlay of their own,
-tests/support/standin_faults: older eras and injected faults, which the package does not ship).
+tests/support/standin_faults: older eras, rocmlirTriton's other E4 line and injected faults,
+which the package does not ship; rocmlir/README.md lists what the package's stand-in reads).
 Its numbers are made up; what it exercises is mlirtuna's side.
 
 `trial` runs what a person would type: a one-stage `run --tuner rocmlir`, then a two-stage
