@@ -136,7 +136,8 @@ def test_the_tier_tables_name_what_exists():
     files = {p.name for p in TESTS.glob("test_*.py")}
     assert files >= tiers.PROCESS_FILES, tiers.PROCESS_FILES - files
     for test in tiers.PROCESS_TESTS | tiers.NOT_PROCESS_TESTS | tiers.DATABASE_TESTS:
-        file, *names = test.split("::")  # a function, or a class's method (one it inherits too)
+        # A function, or a class's method (one it inherits too), maybe with its parameters.
+        file, *names = test.partition("[")[0].split("::")
         found = importlib.import_module(file.removesuffix(".py"))  # as pytest imports it
         for name in names:
             found = getattr(found, name, None)
@@ -144,6 +145,14 @@ def test_the_tier_tables_name_what_exists():
     # An exception to a file of process tests, or a process test of another file: one place each.
     assert {t.split("::")[0] for t in tiers.NOT_PROCESS_TESTS} <= tiers.PROCESS_FILES
     assert not {t.split("::")[0] for t in tiers.PROCESS_TESTS} & tiers.PROCESS_FILES
+
+
+@pytest.mark.parametrize("param", ["mysql"])
+def test_a_table_names_a_test_or_one_parametrization_of_it(request, param):
+    # A test whose parametrizations differ (one starts a process, the others do not) is named
+    # with its parameters in the table of the one.
+    name = f"test_suite_rules.py::{request.node.originalname}"
+    assert tiers.names_of(request.node) == {name, f"{name}[mysql]"}
 
 
 def test_no_test_file_marks_a_tier_itself():

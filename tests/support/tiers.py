@@ -185,20 +185,23 @@ def tier_of(item: pytest.Item) -> str:
     file = Path(str(item.path)).name
     if fixtures & BROWSER_FIXTURES:
         return "browser"
-    test = name_of(item)
-    if (file in PROCESS_FILES and test not in NOT_PROCESS_TESTS) or test in PROCESS_TESTS:
+    names = names_of(item)
+    if (file in PROCESS_FILES and not names & NOT_PROCESS_TESTS) or names & PROCESS_TESTS:
         return "process"
-    if fixtures & DATABASE_FIXTURES or test in DATABASE_TESTS:
+    if fixtures & DATABASE_FIXTURES or names & DATABASE_TESTS:
         return "database"
     return "unit"
 
 
-def name_of(item: pytest.Item) -> str:
-    """The test as the tables name it: its file, its class if any, its function, without its
-    parameters (`test_x.py::TestCpu::test_y`)."""
+def names_of(item: pytest.Item) -> set[str]:
+    """The names the tables may give the test: its file, its class if any and its function
+    (`test_x.py::TestCpu::test_y`), and that with its parameters (`test_y[mysql]`), for the
+    one parametrization of several that does what the others do not."""
     cls = getattr(item, "cls", None)
     function = getattr(item, "originalname", item.name)
-    return "::".join([Path(str(item.path)).name, *([cls.__name__] if cls else []), function])
+    name = "::".join([Path(str(item.path)).name, *([cls.__name__] if cls else []), function])
+    callspec = getattr(item, "callspec", None)
+    return {name, f"{name}[{callspec.id}]"} if callspec else {name}
 
 
 def mark(items: list[pytest.Item]) -> None:
