@@ -159,7 +159,8 @@ PROCESS_TESTS = frozenset(
         "test_web_views.py::test_the_cli_does_not_import_sklearn",
     }
 )  # fmt: skip
-# Tests that open a database of their own (a SQLite file they make) without a db fixture.
+# Tests that open a database of their own (a SQLite file they make, a server that is down)
+# without a db fixture.
 DATABASE_TESTS = frozenset(
     {
         "test_cli_ops.py::test_a_page_of_jobs_walks_the_index_instead_of_sorting_them_all",
@@ -272,8 +273,9 @@ def tier_check(tier: str, before: int | None = None, set_up: int | None = None) 
     if seen or (tier in FORBIDDEN and set_up != before):
         what = repr(seen[0]) if seen else "start a process in a fixture of its own"
         pytest.fail(
-            f"a {tier} test must not {what}: give it the fixture of its tier, or add it "
-            "to PROCESS_FILES, PROCESS_TESTS or DATABASE_TESTS in tests/support/tiers.py",
+            f"a {tier} test must not {what}: give it the fixture of its tier, or name it in "
+            "PROCESS_TESTS or DATABASE_TESTS (or not in NOT_PROCESS_TESTS) in "
+            "tests/support/tiers.py",
             pytrace=False,
         )
     if tier == "process" and started() == before:
