@@ -87,12 +87,33 @@ def pytest_collection_modifyitems(items):
 tiers.install_check()
 
 
+STARTED = pytest.StashKey[tuple[int, int]]()  # tiers.started() before and after setup
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    before = tiers.started()
+    try:
+        return (yield)
+    finally:
+        item.stash[STARTED] = (before, tiers.started())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef):
+    """A fixture wider than one test is shared setup: whichever test asks first starts its
+    processes (support/tiers.py)."""
+    with tiers.shared_setup(fixturedef.scope != "function"):
+        return (yield)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    """A unit test that starts a process or opens a database fails, and so does a database test
-    that starts a process (support/tiers.py). The test itself, not its fixtures: the dashboard's
-    farm, tuned once per run by whichever test asks first, is shared setup."""
-    with tiers.tier_check(tiers.tier_of(item)):
+    """Each test's tier checked both ways (support/tiers.py): a unit test that starts a process
+    or opens a database fails, and so does a database test that starts a process; a process test
+    that passes without starting one fails too. What counts is the test's own doing: its code
+    and its fixtures of function scope, never setup shared with other tests."""
+    with tiers.tier_check(tiers.tier_of(item), *item.stash[STARTED]):
         return (yield)
 
 

@@ -1,7 +1,8 @@
 """Rules about the suite itself (docs/ci.md "No wall-clock bounds in a test", "The tiers").
 
 Every test has exactly one tier (support/tiers.py), from one table; a unit test neither starts
-a process nor opens a database, and a database test starts no process.
+a process nor opens a database, a database test starts no process, and a process test starts
+one.
 
 A test must not assert that something was fast by the wall clock: on a machine loaded by other
 work every such bound fails sooner or later (`test_large_list_is_linear`: 36.6 s against 20 s,
@@ -13,6 +14,7 @@ from hanging (`proc.wait(timeout=60)`, support/hangguard.py) is fine: it is no a
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 import sys
 from pathlib import Path
@@ -133,9 +135,24 @@ def test_every_test_has_exactly_one_tier(request):
 def test_the_tier_tables_name_what_exists():
     files = {p.name for p in TESTS.glob("test_*.py")}
     assert files >= tiers.PROCESS_FILES, tiers.PROCESS_FILES - files
-    for test in tiers.PROCESS_TESTS | tiers.DATABASE_TESTS:
-        file, function = test.split("::")
-        assert f"def {function}(" in (TESTS / file).read_text(), test
+    for test in tiers.PROCESS_TESTS | tiers.NOT_PROCESS_TESTS | tiers.DATABASE_TESTS:
+        # A function, or a class's method (one it inherits too), maybe with its parameters.
+        file, *names = test.partition("[")[0].split("::")
+        found = importlib.import_module(file.removesuffix(".py"))  # as pytest imports it
+        for name in names:
+            found = getattr(found, name, None)
+        assert callable(found), test
+    # An exception to a file of process tests, or a process test of another file: one place each.
+    assert {t.split("::")[0] for t in tiers.NOT_PROCESS_TESTS} <= tiers.PROCESS_FILES
+    assert not {t.split("::")[0] for t in tiers.PROCESS_TESTS} & tiers.PROCESS_FILES
+
+
+@pytest.mark.parametrize("param", ["mysql"])
+def test_a_table_names_a_test_or_one_parametrization_of_it(request, param):
+    # A test whose parametrizations differ (one starts a process, the others do not) is named
+    # with its parameters in the table of the one.
+    name = f"test_suite_rules.py::{request.node.originalname}"
+    assert tiers.names_of(request.node) == {name, f"{name}[mysql]"}
 
 
 def test_no_test_file_marks_a_tier_itself():
@@ -156,6 +173,19 @@ def test_a_light_test_that_does_what_its_tier_must_not_fails():
         sys.audit("sqlite3.connect", ":memory:")
     with tiers.tier_check("process"):
         sys.audit(*popen)
+    # Both ways: a process test that started none fails; one its own fixture started counts.
+    n = tiers.started()
+    started_none = pytest.raises(pytest.fail.Exception, match="a process test that starts no")
+    with started_none, tiers.tier_check("process"):
+        pass
+    with tiers.tier_check("process", n - 1, n):
+        pass
+    fixture = "a database test must not start a process in a fixture of its own"
+    with (
+        pytest.raises(pytest.fail.Exception, match=fixture),
+        tiers.tier_check("database", n - 1, n),
+    ):
+        pass
 
 
 def test_a_route_the_tests_cannot_fill_fails_them():

@@ -26,6 +26,7 @@ from mlirtuna.problems import ExpandOptions
 from mlirtuna.queue import jobs
 from mlirtuna.sessions import SessionSpec
 from mlirtuna.worker import Worker, WorkerSettings
+from support import tiers
 from support.results import mark_standin
 from support.standin import standin_build
 
@@ -75,7 +76,8 @@ def _copied(db: Database, shared: Path, tune: Callable[[], Farm]) -> Farm:
             farm, rows = pickle.loads(path.read_bytes())
             _insert(db, rows)
         else:
-            farm = tune()
+            with tiers.shared_setup():  # for every later test of the run too: no test's own
+                farm = tune()
             rows = _rows(db)
             part = path.with_suffix(".part")  # a process that dies writing leaves no half file
             part.write_bytes(pickle.dumps((farm, rows)))
