@@ -478,7 +478,9 @@ def docker_image() -> str | None:
 
 def cpu_description() -> str:
     """e.g. 'AMD EPYC 7763 64-Core Processor, 2 cores' (what a cpu session was tuned on)."""
-    model = platform.processor() or platform.machine()
+    # Not platform.processor(): on Linux it runs `uname -p` (a process of its own, in every
+    # process that makes a session) to say less than /proc/cpuinfo does.
+    model = platform.machine() or "unknown CPU"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
