@@ -231,6 +231,15 @@ def test_start_up_imports_only_what_the_command_uses(tmp_path):
     assert _heavy_modules_loaded(tmp_path, "status") == {"sqlalchemy"}
 
 
+def test_a_worker_of_a_session_that_is_not_searched_loads_no_numpy(tmp_path):
+    """NumPy (60 ms of a start-up) comes with a searched session's rounds only: every worker
+    the farm starts pays for its imports, and most sessions are not searched."""
+    url = f"sqlite:///{tmp_path / 'mlirtuna.db'}"
+    assert cli(url, "session", "new", "--tuner", "sleep:0").code == 0
+    loaded = _heavy_modules_loaded(tmp_path, "worker", "--session", "1", "--until-empty")
+    assert "mlirtuna.worker" in loaded and "numpy" not in loaded, loaded
+
+
 def test_run_prints_its_winners_as_csv(tmp_path):
     url = f"sqlite:///{tmp_path / 'run.db'}"
     configs_file = tmp_path / "g"

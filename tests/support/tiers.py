@@ -98,6 +98,7 @@ PROCESS_TESTS = frozenset(
         "test_bundle_safety.py::test_a_symlink_in_the_store_is_not_followed",
         "test_bundle_safety.py::test_sweep_and_session_delete_never_delete_a_named_file",
         "test_cli_help.py::test_version_and_shell_completion",
+        "test_cli_ops.py::test_a_worker_of_a_session_that_is_not_searched_loads_no_numpy",
         "test_cli_ops.py::test_run_prints_its_winners_as_csv",
         "test_cli_ops.py::test_start_up_imports_only_what_the_command_uses",
         "test_dbfaults.py::test_a_database_error_that_waiting_cannot_cure_stops_the_worker",
